@@ -1,0 +1,54 @@
+//! `inboxd:handler/log`: guest log lines into the host's log, tagged and bounded.
+
+use crate::wasm::bindings::{Level, log_api, types_api};
+use std::sync::Arc;
+use wasmtime::component::HasData;
+
+pub struct LogState {
+    handler: Arc<str>,
+    event_id: String,
+    /// Bytes the guest may still log for this event; past it, lines are dropped and counted.
+    budget: usize,
+    dropped_lines: u64,
+}
+
+impl LogState {
+    pub fn new(handler: Arc<str>, event_id: String, budget: usize) -> Self {
+        Self { handler, event_id, budget, dropped_lines: 0 }
+    }
+
+    pub fn dropped_lines(&self) -> u64 {
+        self.dropped_lines
+    }
+}
+
+pub struct LogCap;
+
+impl HasData for LogCap {
+    type Data<'a> = LogView<'a>;
+}
+
+pub struct LogView<'a> {
+    pub state: &'a mut LogState,
+}
+
+impl types_api::Host for LogView<'_> {}
+
+impl log_api::Host for LogView<'_> {
+    fn log(&mut self, level: Level, message: String) {
+        let state = &mut *self.state;
+        if message.len() > state.budget {
+            state.dropped_lines += 1;
+            return;
+        }
+        state.budget -= message.len();
+        let (handler, event_id) = (&*state.handler, state.event_id.as_str());
+        match level {
+            Level::Trace => tracing::trace!(target: "guest", handler, event_id, "{message}"),
+            Level::Debug => tracing::debug!(target: "guest", handler, event_id, "{message}"),
+            Level::Info => tracing::info!(target: "guest", handler, event_id, "{message}"),
+            Level::Warn => tracing::warn!(target: "guest", handler, event_id, "{message}"),
+            Level::Error => tracing::error!(target: "guest", handler, event_id, "{message}"),
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! `inboxd:handler/sql`: a guest's statements, on the host's open transaction.
+//!
+//! The transaction is moved in for the call and taken back after it; the
+//! guest never sees a connection, so it cannot begin, commit or roll back.
+//! Database errors come back to the guest as typed `sql-error` values.
+
+use crate::db::{Backend, DbError, SqlValue, Tx};
+use crate::wasm::bindings::{SqlDialect, SqlError, Value, sql_api};
+use wasmtime::component::HasData;
+
+pub struct SqlState {
+    tx: Option<Tx>,
+    backend: Backend,
+}
+
+impl SqlState {
+    pub fn new(tx: Tx) -> Self {
+        let backend = tx.backend();
+        Self { tx: Some(tx), backend }
+    }
+
+    /// Takes the transaction back after the call. `None` only if a call was
+    /// cancelled mid-statement, in which case the transaction is gone.
+    pub fn take_tx(&mut self) -> Option<Tx> {
+        self.tx.take()
+    }
+}
+
+pub struct SqlCap;
+
+impl HasData for SqlCap {
+    type Data<'a> = SqlView<'a>;
+}
+
+pub struct SqlView<'a> {
+    pub state: &'a mut SqlState,
+}
+
+fn to_sql(value: Value) -> SqlValue {
+    match value {
+        Value::Null => SqlValue::Null,
+        Value::Int64(v) => SqlValue::Int64(v),
+        Value::Float64(v) => SqlValue::Float64(v),
+        Value::Text(v) => SqlValue::Text(v),
+        Value::Blob(v) => SqlValue::Blob(v),
+        Value::Boolean(v) => SqlValue::Boolean(v),
+    }
+}
+
+fn to_wit(value: SqlValue) -> Value {
+    match value {
+        SqlValue::Null => Value::Null,
+        SqlValue::Int64(v) => Value::Int64(v),
+        SqlValue::Float64(v) => Value::Float64(v),
+        SqlValue::Text(v) => Value::Text(v),
+        SqlValue::Blob(v) => Value::Blob(v),
+        SqlValue::Boolean(v) => Value::Boolean(v),
+    }
+}
+
+/// Maps a database error to the variant that tells the guest what to do.
+fn to_sql_error(err: DbError) -> SqlError {
+    match &err {
+        DbError::Sqlx(sqlx::Error::Database(db)) => {
+            let message = db.message().to_owned();
+            match db.kind() {
+                sqlx::error::ErrorKind::UniqueViolation
+                | sqlx::error::ErrorKind::ForeignKeyViolation
+                | sqlx::error::ErrorKind::NotNullViolation
+                | sqlx::error::ErrorKind::CheckViolation => SqlError::Constraint(message),
+                _ => SqlError::Database(message),
+            }
+        }
+        DbError::Decode(_) => SqlError::Invalid(err.to_string()),
+        DbError::Sqlx(sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_)) => SqlError::Invalid(err.to_string()),
+        _ => SqlError::Database(err.to_string()),
+    }
+}
+
+impl SqlView<'_> {
+    fn tx(&mut self) -> Result<&mut Tx, SqlError> {
+        self.state
+            .tx
+            .as_mut()
+            .ok_or_else(|| SqlError::Database("the event's transaction is no longer open".into()))
+    }
+}
+
+impl sql_api::Host for SqlView<'_> {
+    async fn dialect(&mut self) -> SqlDialect {
+        match self.state.backend {
+            Backend::Sqlite => SqlDialect::Sqlite,
+            Backend::Postgres => SqlDialect::Postgres,
+        }
+    }
+
+    async fn execute(&mut self, statement: String, params: Vec<Value>) -> Result<u64, SqlError> {
+        let params: Vec<SqlValue> = params.into_iter().map(to_sql).collect();
+        self.tx()?.execute(&statement, &params).await.map_err(to_sql_error)
+    }
+
+    async fn query(&mut self, statement: String, params: Vec<Value>) -> Result<Vec<Vec<Value>>, SqlError> {
+        let params: Vec<SqlValue> = params.into_iter().map(to_sql).collect();
+        let rows = self.tx()?.query(&statement, &params).await.map_err(to_sql_error)?;
+        Ok(rows.into_iter().map(|row| row.into_iter().map(to_wit).collect()).collect())
+    }
+}

@@ -1,0 +1,468 @@
+//! The `inboxd.toml` configuration: its shape, its defaults and its validation.
+//!
+//! Everything here is checked before the host connects to anything, so a typo
+//! fails fast with the name of the key. Unknown keys are errors. Defaults are
+//! named once, in [`defaults`]. Environment variables override a few keys that
+//! differ per deployment (see [`Config::apply_env`]).
+
+use crate::event_id::{EventIdFormat, EventIdSource};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Every default value, in one place.
+pub mod defaults {
+    pub const DATABASE_URL: &str = "sqlite://inboxd.sqlite";
+    /// One connection per handler's partition pump plus headroom for the admin work.
+    pub const MAX_CONNECTIONS: u32 = 8;
+    pub const EVENT_ID_HEADER: &str = "event_id";
+    pub const EVENT_ID_JSON_FIELD: &str = "event_id";
+    /// Long enough for a real handler's SQL, short enough that a runaway guest
+    /// holds its partition (and its transaction) for seconds, not minutes.
+    pub const TIMEOUT_MS: u64 = 5_000;
+    /// Per instance. Rust guests need a few MiB; Python and JS guests need tens.
+    pub const MEMORY_MB: u64 = 128;
+    /// Guest stdout and stderr kept per event and copied into the host log.
+    pub const OUTPUT_BYTES: usize = 16 * 1024;
+    pub const MAX_ATTEMPTS: u32 = 5;
+    pub const BACKOFF_INITIAL_MS: u64 = 100;
+    pub const BACKOFF_MAX_MS: u64 = 30_000;
+    pub const SESSION_TIMEOUT_MS: u32 = 10_000;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("invalid config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("invalid config: `{key}` {problem}")]
+    Invalid { key: String, problem: String },
+}
+
+fn invalid(key: impl Into<String>, problem: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid { key: key.into(), problem: problem.into() }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub database: DatabaseConfig,
+    pub kafka: KafkaConfig,
+    #[serde(default)]
+    pub handlers: Vec<HandlerConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatabaseConfig {
+    /// `sqlite://PATH` or `postgres://USER@HOST:PORT/DB`.
+    #[serde(default = "default_database_url")]
+    pub url: String,
+    #[serde(default = "default_max_connections")]
+    pub max_connections: u32,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        Self { url: default_database_url(), max_connections: defaults::MAX_CONNECTIONS }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaConfig {
+    /// `host:port[,host:port...]`.
+    pub brokers: String,
+    #[serde(default = "default_session_timeout_ms")]
+    pub session_timeout_ms: u32,
+    /// Extra librdkafka properties, passed through as they are. The host sets
+    /// the commit-related ones itself and refuses overrides of them.
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HandlerConfig {
+    /// Lower-case letters, digits and `_`; the inbox key and the default group id use it.
+    pub name: String,
+    /// Path to the handler's `.wasm` component.
+    pub component: PathBuf,
+    pub topics: Vec<String>,
+    /// A folder of `NNNN_name.sql` files that create the handler's own tables.
+    #[serde(default)]
+    pub migrations: Option<PathBuf>,
+    /// Defaults to `inboxd.<name>`.
+    #[serde(default)]
+    pub group_id: Option<String>,
+    #[serde(default)]
+    pub event_id: EventIdConfig,
+    #[serde(default)]
+    pub limits: LimitsConfig,
+    #[serde(default)]
+    pub retry: RetryConfig,
+}
+
+impl HandlerConfig {
+    pub fn group_id(&self) -> String {
+        self.group_id.clone().unwrap_or_else(|| format!("inboxd.{}", self.name))
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventIdConfig {
+    #[serde(default)]
+    pub source: EventIdSource,
+    #[serde(default = "default_event_id_header")]
+    pub header: String,
+    #[serde(default = "default_event_id_json_field")]
+    pub json_field: String,
+    #[serde(default)]
+    pub format: EventIdFormat,
+}
+
+impl Default for EventIdConfig {
+    fn default() -> Self {
+        Self {
+            source: EventIdSource::default(),
+            header: default_event_id_header(),
+            json_field: default_event_id_json_field(),
+            format: EventIdFormat::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+    #[serde(default = "default_memory_mb")]
+    pub memory_mb: u64,
+    #[serde(default = "default_output_bytes")]
+    pub output_bytes: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            timeout_ms: defaults::TIMEOUT_MS,
+            memory_mb: defaults::MEMORY_MB,
+            output_bytes: defaults::OUTPUT_BYTES,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryConfig {
+    /// Deliveries of one event before a retryable failure is dead-lettered.
+    #[serde(default = "default_max_attempts")]
+    pub max_attempts: u32,
+    #[serde(default = "default_backoff_initial_ms")]
+    pub backoff_initial_ms: u64,
+    #[serde(default = "default_backoff_max_ms")]
+    pub backoff_max_ms: u64,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        Self {
+            max_attempts: defaults::MAX_ATTEMPTS,
+            backoff_initial_ms: defaults::BACKOFF_INITIAL_MS,
+            backoff_max_ms: defaults::BACKOFF_MAX_MS,
+        }
+    }
+}
+
+fn default_database_url() -> String {
+    defaults::DATABASE_URL.to_owned()
+}
+fn default_max_connections() -> u32 {
+    defaults::MAX_CONNECTIONS
+}
+fn default_session_timeout_ms() -> u32 {
+    defaults::SESSION_TIMEOUT_MS
+}
+fn default_event_id_header() -> String {
+    defaults::EVENT_ID_HEADER.to_owned()
+}
+fn default_event_id_json_field() -> String {
+    defaults::EVENT_ID_JSON_FIELD.to_owned()
+}
+fn default_timeout_ms() -> u64 {
+    defaults::TIMEOUT_MS
+}
+fn default_memory_mb() -> u64 {
+    defaults::MEMORY_MB
+}
+fn default_output_bytes() -> usize {
+    defaults::OUTPUT_BYTES
+}
+fn default_max_attempts() -> u32 {
+    defaults::MAX_ATTEMPTS
+}
+fn default_backoff_initial_ms() -> u64 {
+    defaults::BACKOFF_INITIAL_MS
+}
+fn default_backoff_max_ms() -> u64 {
+    defaults::BACKOFF_MAX_MS
+}
+
+/// librdkafka properties the host owns: letting a config override them would
+/// break "offsets advance only after the database commit".
+const RESERVED_KAFKA_PROPERTIES: &[&str] = &[
+    "enable.auto.commit",
+    "enable.auto.offset.store",
+    "group.id",
+    "bootstrap.servers",
+];
+
+impl Config {
+    /// Reads, parses, applies environment overrides and validates.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        let mut config = Self::parse(&text)
+            .map_err(|message| ConfigError::Parse { path: path.to_owned(), message })?;
+        config.apply_env(|key| std::env::var(key).ok());
+        // Relative paths in the file are relative to the file, not to the working directory.
+        if let Some(dir) = path.parent() {
+            config.resolve_paths(dir);
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Parses TOML text; the error names the offending key and line.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+
+    /// `INBOXD_DATABASE_URL` and `INBOXD_KAFKA_BROKERS` override the file.
+    pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) {
+        if let Some(url) = var("INBOXD_DATABASE_URL") {
+            self.database.url = url;
+        }
+        if let Some(brokers) = var("INBOXD_KAFKA_BROKERS") {
+            self.kafka.brokers = brokers;
+        }
+    }
+
+    fn resolve_paths(&mut self, base: &Path) {
+        for handler in &mut self.handlers {
+            if handler.component.is_relative() {
+                handler.component = base.join(&handler.component);
+            }
+            if let Some(dir) = handler.migrations.as_mut().filter(|d| d.is_relative()) {
+                *dir = base.join(&*dir);
+            }
+        }
+    }
+
+    /// Checks every value that parsing alone cannot; the error names the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let url = &self.database.url;
+        if !(url.starts_with("sqlite:") || url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            return Err(invalid("database.url", format!("must start with sqlite: or postgres://, got {url:?}")));
+        }
+        if self.database.max_connections == 0 {
+            return Err(invalid("database.max_connections", "must be at least 1"));
+        }
+        if self.kafka.brokers.trim().is_empty() {
+            return Err(invalid("kafka.brokers", "must name at least one host:port"));
+        }
+        if self.kafka.session_timeout_ms < 1_000 {
+            return Err(invalid("kafka.session_timeout_ms", "must be at least 1000"));
+        }
+        for key in self.kafka.properties.keys() {
+            if RESERVED_KAFKA_PROPERTIES.contains(&key.as_str()) {
+                return Err(invalid(
+                    format!("kafka.properties.\"{key}\""),
+                    "is set by inboxd itself and cannot be overridden",
+                ));
+            }
+        }
+        if self.handlers.is_empty() {
+            return Err(invalid("handlers", "must declare at least one [[handlers]] entry"));
+        }
+        let mut names = std::collections::HashSet::new();
+        for (i, handler) in self.handlers.iter().enumerate() {
+            handler.validate(&format!("handlers[{i}]"))?;
+            if !names.insert(&handler.name) {
+                return Err(invalid(format!("handlers[{i}].name"), format!("{:?} is declared twice", handler.name)));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl HandlerConfig {
+    pub fn validate(&self, key: &str) -> Result<(), ConfigError> {
+        if !is_identifier(&self.name) {
+            return Err(invalid(
+                format!("{key}.name"),
+                format!("{:?} must be 1-48 characters of a-z, 0-9 and _, starting with a letter", self.name),
+            ));
+        }
+        if !self.component.is_file() {
+            return Err(invalid(
+                format!("{key}.component"),
+                format!("{} is not a file (build the component first)", self.component.display()),
+            ));
+        }
+        if self.topics.is_empty() || self.topics.iter().any(|t| t.trim().is_empty()) {
+            return Err(invalid(format!("{key}.topics"), "must list at least one non-empty topic"));
+        }
+        if let Some(dir) = &self.migrations
+            && !dir.is_dir()
+        {
+            return Err(invalid(format!("{key}.migrations"), format!("{} is not a folder", dir.display())));
+        }
+        if self.event_id.header.is_empty() {
+            return Err(invalid(format!("{key}.event_id.header"), "must not be empty"));
+        }
+        if self.event_id.json_field.is_empty() {
+            return Err(invalid(format!("{key}.event_id.json_field"), "must not be empty"));
+        }
+        let limits = &self.limits;
+        if !(1..=600_000).contains(&limits.timeout_ms) {
+            return Err(invalid(format!("{key}.limits.timeout_ms"), "must be between 1 and 600000"));
+        }
+        if !(1..=4096).contains(&limits.memory_mb) {
+            return Err(invalid(format!("{key}.limits.memory_mb"), "must be between 1 and 4096"));
+        }
+        if self.retry.max_attempts == 0 {
+            return Err(invalid(format!("{key}.retry.max_attempts"), "must be at least 1"));
+        }
+        if self.retry.backoff_initial_ms == 0 || self.retry.backoff_initial_ms > self.retry.backoff_max_ms {
+            return Err(invalid(
+                format!("{key}.retry.backoff_initial_ms"),
+                "must be at least 1 and at most retry.backoff_max_ms",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Names that are safe to splice into SQL identifiers and group ids.
+pub fn is_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some('a'..='z'))
+        && name.len() <= 48
+        && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_component(extra: &str) -> String {
+        format!(
+            r#"
+            [kafka]
+            brokers = "127.0.0.1:9092"
+            [[handlers]]
+            name = "billing"
+            component = "{}"
+            topics = ["orders"]
+            {extra}
+            "#,
+            file!().replace('\\', "/")
+        )
+    }
+
+    fn load(text: &str) -> Result<Config, String> {
+        // Tests run in the crate folder; file!() is relative to the workspace root.
+        let config = Config::parse(text)?;
+        let mut config = config;
+        config.resolve_paths(Path::new(".."));
+        config.validate().map_err(|e| e.to_string())?;
+        Ok(config)
+    }
+
+    #[test]
+    fn minimal_config_gets_the_documented_defaults() {
+        let config = load(&with_component("")).unwrap();
+        assert_eq!(config.database.url, defaults::DATABASE_URL);
+        let handler = &config.handlers[0];
+        assert_eq!(handler.group_id(), "inboxd.billing");
+        assert_eq!(handler.limits.timeout_ms, defaults::TIMEOUT_MS);
+        assert_eq!(handler.event_id.header, "event_id");
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let err = load(&with_component("colour = \"blue\"")).unwrap_err();
+        assert!(err.contains("unknown field `colour`"), "{err}");
+    }
+
+    #[test]
+    fn unknown_nested_key_is_named() {
+        let err = load(&with_component("[handlers.limits]\ntimeout = 5")).unwrap_err();
+        assert!(err.contains("unknown field `timeout`"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let cases = [
+            ("[handlers.limits]\ntimeout_ms = 0", "handlers[0].limits.timeout_ms"),
+            ("[handlers.limits]\nmemory_mb = 0", "handlers[0].limits.memory_mb"),
+            ("[handlers.retry]\nmax_attempts = 0", "handlers[0].retry.max_attempts"),
+            ("group_id = \"x\"\nmigrations = \"/nonexistent\"", "handlers[0].migrations"),
+        ];
+        for (extra, key) in cases {
+            let err = load(&with_component(extra)).unwrap_err();
+            assert!(err.contains(&format!("`{key}`")), "expected {key} in: {err}");
+        }
+    }
+
+    #[test]
+    fn bad_handler_name_and_missing_component_are_named() {
+        let text = with_component("").replace("\"billing\"", "\"Billing-1\"");
+        assert!(load(&text).unwrap_err().contains("`handlers[0].name`"));
+        let text = with_component("").replace("config.rs", "missing.wasm");
+        assert!(load(&text).unwrap_err().contains("`handlers[0].component`"));
+    }
+
+    #[test]
+    fn wrong_type_and_bad_enum_are_parse_errors_naming_the_key() {
+        let err = load(&with_component("topics = 3")).unwrap_err();
+        assert!(err.contains("topics"), "{err}");
+        let err = load(&with_component("[handlers.event_id]\nsource = \"cookie\"")).unwrap_err();
+        assert!(err.contains("cookie") && err.contains("source"), "{err}");
+    }
+
+    #[test]
+    fn reserved_kafka_property_is_refused() {
+        let text = with_component("").replace(
+            "brokers = \"127.0.0.1:9092\"",
+            "brokers = \"127.0.0.1:9092\"\nproperties = { \"enable.auto.commit\" = \"true\" }",
+        );
+        let err = load(&text).unwrap_err();
+        assert!(err.contains("kafka.properties.\"enable.auto.commit\""), "{err}");
+    }
+
+    #[test]
+    fn env_overrides_database_and_brokers() {
+        let mut config = load(&with_component("")).unwrap();
+        config.apply_env(|k| match k {
+            "INBOXD_DATABASE_URL" => Some("postgres://h/db".into()),
+            "INBOXD_KAFKA_BROKERS" => Some("b:1".into()),
+            _ => None,
+        });
+        assert_eq!(config.database.url, "postgres://h/db");
+        assert_eq!(config.kafka.brokers, "b:1");
+    }
+
+    #[test]
+    fn duplicate_handler_names_are_refused() {
+        let one = with_component("");
+        let handler = &one[one.find("[[handlers]]").unwrap()..];
+        let err = load(&format!("{one}\n{handler}")).unwrap_err();
+        assert!(err.contains("declared twice"), "{err}");
+    }
+}

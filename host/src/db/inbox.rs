@@ -1,0 +1,122 @@
+//! The `inbox` table: one row per (handler, event id), the deduplication key.
+//!
+//! A claim is a plain INSERT that does nothing on conflict; `rows_affected`
+//! tells "first time" from "duplicate". There is no SELECT first, so two
+//! concurrent copies of one event cannot both win.
+
+use super::{DbError, SqlValue, Tx, now_ms};
+
+/// Where an event came from and which handler version ran it.
+pub struct Claim<'a> {
+    pub handler: &'a str,
+    pub event_id: &'a str,
+    pub topic: &'a str,
+    pub partition: i32,
+    pub offset: i64,
+    pub handler_version: &'a str,
+}
+
+impl Claim<'_> {
+    fn params(&self, status: &str) -> Vec<SqlValue> {
+        vec![
+            self.handler.into(),
+            self.event_id.into(),
+            status.into(),
+            self.topic.into(),
+            self.partition.into(),
+            self.offset.into(),
+            self.handler_version.into(),
+            now_ms().into(),
+        ]
+    }
+}
+
+const INSERT: &str = r#"INSERT INTO inbox (handler, event_id, status, topic, partition, "offset", handler_version, processed_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+ON CONFLICT (handler, event_id) DO NOTHING"#;
+
+/// Claims the event for the handler. `true`: first time, run the handler.
+/// `false`: already applied or dead-lettered, skip it.
+pub async fn claim(tx: &mut Tx, claim: &Claim<'_>) -> Result<bool, DbError> {
+    Ok(tx.execute(INSERT, &claim.params("done")).await? == 1)
+}
+
+/// Records the event as dead-lettered, claiming it if it was not yet claimed,
+/// so a replayed copy is not run again by accident.
+pub async fn mark_dead(tx: &mut Tx, claim: &Claim<'_>) -> Result<(), DbError> {
+    if tx.execute(INSERT, &claim.params("dead")).await? == 0 {
+        tx.execute(
+            "UPDATE inbox SET status = 'dead' WHERE handler = $1 AND event_id = $2",
+            &[claim.handler.into(), claim.event_id.into()],
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// The status of an event for a handler, if it has one (tests and tooling).
+pub async fn status(tx: &mut Tx, handler: &str, event_id: &str) -> Result<Option<String>, DbError> {
+    let rows = tx
+        .query(
+            "SELECT status FROM inbox WHERE handler = $1 AND event_id = $2",
+            &[handler.into(), event_id.into()],
+        )
+        .await?;
+    Ok(rows.into_iter().next().and_then(|mut r| match r.pop() {
+        Some(SqlValue::Text(s)) => Some(s),
+        _ => None,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::test_support::memory_db;
+
+    fn claim_of(id: &str) -> Claim<'_> {
+        Claim { handler: "billing", event_id: id, topic: "t", partition: 0, offset: 7, handler_version: "v1" }
+    }
+
+    #[tokio::test]
+    async fn first_claim_wins_and_second_is_a_duplicate() {
+        let db = memory_db().await;
+        let mut tx = db.begin().await.unwrap();
+        assert!(claim(&mut tx, &claim_of("e1")).await.unwrap());
+        assert!(!claim(&mut tx, &claim_of("e1")).await.unwrap());
+        tx.commit().await.unwrap();
+        let mut tx = db.begin().await.unwrap();
+        assert!(!claim(&mut tx, &claim_of("e1")).await.unwrap(), "duplicate after commit");
+        assert_eq!(status(&mut tx, "billing", "e1").await.unwrap().as_deref(), Some("done"));
+    }
+
+    #[tokio::test]
+    async fn same_event_id_is_independent_per_handler() {
+        let db = memory_db().await;
+        let mut tx = db.begin().await.unwrap();
+        assert!(claim(&mut tx, &claim_of("e1")).await.unwrap());
+        let other = Claim { handler: "analytics", ..claim_of("e1") };
+        assert!(claim(&mut tx, &other).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn rolled_back_claim_can_be_claimed_again() {
+        let db = memory_db().await;
+        let mut tx = db.begin().await.unwrap();
+        assert!(claim(&mut tx, &claim_of("e1")).await.unwrap());
+        tx.rollback().await.unwrap();
+        let mut tx = db.begin().await.unwrap();
+        assert!(claim(&mut tx, &claim_of("e1")).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn mark_dead_claims_or_updates() {
+        let db = memory_db().await;
+        let mut tx = db.begin().await.unwrap();
+        mark_dead(&mut tx, &claim_of("fresh")).await.unwrap();
+        assert!(claim(&mut tx, &claim_of("claimed")).await.unwrap());
+        mark_dead(&mut tx, &claim_of("claimed")).await.unwrap();
+        assert_eq!(status(&mut tx, "billing", "fresh").await.unwrap().as_deref(), Some("dead"));
+        assert_eq!(status(&mut tx, "billing", "claimed").await.unwrap().as_deref(), Some("dead"));
+        assert!(!claim(&mut tx, &claim_of("fresh")).await.unwrap(), "a dead event is not run again");
+    }
+}

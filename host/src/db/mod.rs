@@ -1,0 +1,184 @@
+//! The database: one pool, one backend, and transactions the caller owns.
+//!
+//! [`Database`] hides whether the backend is SQLite or PostgreSQL behind one
+//! small API of SQL text plus [`SqlValue`] parameters. The query functions for
+//! each host table live in the file named after the table and take a
+//! `&mut Tx`, so the pipeline decides what shares a transaction. Nothing here
+//! decides policy: errors go back to the caller, who retries or fails.
+
+pub mod dead_letters;
+pub mod inbox;
+pub mod migrate;
+pub mod offsets;
+mod tx;
+mod value;
+
+pub use tx::Tx;
+pub use value::{DecodeError, SqlValue, UnsupportedColumn};
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use std::str::FromStr;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    #[error("database error: {0}")]
+    Sqlx(#[from] sqlx::Error),
+    #[error("{0}")]
+    Decode(#[from] DecodeError),
+    #[error("migrating the host tables failed: {0}")]
+    HostMigration(#[from] sqlx::migrate::MigrateError),
+    #[error("{0}")]
+    HandlerMigration(String),
+}
+
+impl DbError {
+    /// True when retrying later may succeed (the server went away, a lock timed
+    /// out); false for errors in the statement itself.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            DbError::Sqlx(e) => match e {
+                sqlx::Error::Io(_)
+                | sqlx::Error::PoolTimedOut
+                | sqlx::Error::PoolClosed
+                | sqlx::Error::WorkerCrashed
+                | sqlx::Error::Protocol(_)
+                | sqlx::Error::Tls(_) => true,
+                sqlx::Error::Database(db) => {
+                    // SQLITE_BUSY / SQLITE_LOCKED, PostgreSQL class 08 (connection),
+                    // 40 (serialization), 53 (resources), 57P (shutdown).
+                    let code = db.code().unwrap_or_default();
+                    matches!(code.as_ref(), "5" | "6" | "517" | "261")
+                        || code.starts_with("08")
+                        || code.starts_with("40")
+                        || code.starts_with("53")
+                        || code.starts_with("57P")
+                }
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Database {
+    pool: Pool,
+}
+
+#[derive(Clone)]
+enum Pool {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// How long a connection attempt or a wait for a free connection may take
+/// before the caller sees an error (and, in the pipeline, backs off and retries).
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+/// SQLite writers queue on one lock; wait this long for it instead of failing.
+const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl Database {
+    /// Connects lazily-validated: the pool opens its first connection here so a
+    /// wrong URL fails at start, not at the first event.
+    pub async fn connect(url: &str, max_connections: u32) -> Result<Self, DbError> {
+        let pool = if url.starts_with("sqlite:") {
+            let options = SqliteConnectOptions::from_str(url)?
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                // FULL: a committed transaction survives power loss, so the
+                // offsets stored with it never run ahead of the effects.
+                .synchronous(SqliteSynchronous::Full)
+                .busy_timeout(SQLITE_BUSY_TIMEOUT)
+                .foreign_keys(true);
+            let pool = SqlitePoolOptions::new()
+                .max_connections(max_connections)
+                .acquire_timeout(ACQUIRE_TIMEOUT)
+                .connect_with(options)
+                .await?;
+            Pool::Sqlite(pool)
+        } else {
+            let options = PgConnectOptions::from_str(url)?.application_name("inboxd");
+            let pool = PgPoolOptions::new()
+                .max_connections(max_connections)
+                .acquire_timeout(ACQUIRE_TIMEOUT)
+                .connect_with(options)
+                .await?;
+            Pool::Postgres(pool)
+        };
+        Ok(Self { pool })
+    }
+
+    pub fn backend(&self) -> Backend {
+        match self.pool {
+            Pool::Sqlite(_) => Backend::Sqlite,
+            Pool::Postgres(_) => Backend::Postgres,
+        }
+    }
+
+    /// Applies the host's own migrations (`migrations/<backend>/`, embedded at build time).
+    pub async fn migrate_host(&self) -> Result<(), DbError> {
+        match &self.pool {
+            Pool::Sqlite(pool) => sqlx::migrate!("../migrations/sqlite").run(pool).await?,
+            Pool::Postgres(pool) => sqlx::migrate!("../migrations/postgres").run(pool).await?,
+        }
+        Ok(())
+    }
+
+    pub async fn begin(&self) -> Result<Tx, DbError> {
+        Ok(match &self.pool {
+            Pool::Sqlite(pool) => Tx::sqlite(pool.begin().await?),
+            Pool::Postgres(pool) => Tx::postgres(pool.begin().await?),
+        })
+    }
+
+    /// Runs one read outside any transaction.
+    pub async fn query(&self, sql: &str, params: &[SqlValue]) -> Result<Vec<Vec<SqlValue>>, DbError> {
+        let mut tx = self.begin().await?;
+        let rows = tx.query(sql, params).await?;
+        tx.commit().await?;
+        Ok(rows)
+    }
+
+    /// Reads a single `COUNT(*)`-style integer.
+    pub async fn query_i64(&self, sql: &str, params: &[SqlValue]) -> Result<i64, DbError> {
+        let rows = self.query(sql, params).await?;
+        Ok(rows.first().and_then(|r| r.first()).and_then(SqlValue::as_i64).unwrap_or(0))
+    }
+
+    pub async fn close(&self) {
+        match &self.pool {
+            Pool::Sqlite(pool) => pool.close().await,
+            Pool::Postgres(pool) => pool.close().await,
+        }
+    }
+}
+
+/// Wall-clock time in Unix milliseconds, the unit of every time column.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::Database;
+
+    /// A fresh migrated database in a temporary file (WAL needs a real file).
+    pub async fn memory_db() -> Database {
+        let dir = tempfile::tempdir().unwrap().keep();
+        let url = format!("sqlite://{}", dir.join("test.sqlite").display());
+        let db = Database::connect(&url, 2).await.unwrap();
+        db.migrate_host().await.unwrap();
+        db
+    }
+}

@@ -1,0 +1,183 @@
+//! SQL values as they cross between the host, the database and guests.
+//!
+//! One enum for parameters and returned columns on both backends, so the host's
+//! own queries and a guest's statements go through the same binding code. Rows
+//! are decoded by the value's runtime type; a column type the sql interface
+//! cannot represent is an error that tells the author how to cast it.
+
+use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::query::Query;
+use sqlx::sqlite::{SqliteArguments, SqliteRow};
+use sqlx::{Postgres, Row, Sqlite, TypeInfo, ValueRef};
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum SqlValue {
+    Null,
+    Int64(i64),
+    Float64(f64),
+    Text(String),
+    Blob(Vec<u8>),
+    Boolean(bool),
+}
+
+impl SqlValue {
+    pub fn as_i64(&self) -> Option<i64> {
+        match self {
+            SqlValue::Int64(v) => Some(*v),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            SqlValue::Text(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+impl From<&str> for SqlValue {
+    fn from(v: &str) -> Self {
+        SqlValue::Text(v.to_owned())
+    }
+}
+impl From<String> for SqlValue {
+    fn from(v: String) -> Self {
+        SqlValue::Text(v)
+    }
+}
+impl From<i64> for SqlValue {
+    fn from(v: i64) -> Self {
+        SqlValue::Int64(v)
+    }
+}
+impl From<i32> for SqlValue {
+    fn from(v: i32) -> Self {
+        SqlValue::Int64(v.into())
+    }
+}
+impl From<u32> for SqlValue {
+    fn from(v: u32) -> Self {
+        SqlValue::Int64(v.into())
+    }
+}
+impl<T: Into<SqlValue>> From<Option<T>> for SqlValue {
+    fn from(v: Option<T>) -> Self {
+        v.map_or(SqlValue::Null, Into::into)
+    }
+}
+impl From<&[u8]> for SqlValue {
+    fn from(v: &[u8]) -> Self {
+        SqlValue::Blob(v.to_vec())
+    }
+}
+
+/// A column whose type the sql interface has no value for.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "column {index} ({name:?}) has type {type_name}, which the sql interface cannot return; \
+     cast it in the query, e.g. CAST({name} AS TEXT)"
+)]
+pub struct UnsupportedColumn {
+    pub index: usize,
+    pub name: String,
+    pub type_name: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error(transparent)]
+    Unsupported(#[from] UnsupportedColumn),
+    #[error(transparent)]
+    Sqlx(#[from] sqlx::Error),
+}
+
+pub(crate) fn bind_sqlite<'q>(
+    mut query: Query<'q, Sqlite, SqliteArguments<'q>>,
+    params: &'q [SqlValue],
+) -> Query<'q, Sqlite, SqliteArguments<'q>> {
+    for param in params {
+        query = match param {
+            SqlValue::Null => query.bind(None::<i64>),
+            SqlValue::Int64(v) => query.bind(*v),
+            SqlValue::Float64(v) => query.bind(*v),
+            SqlValue::Text(v) => query.bind(v.as_str()),
+            SqlValue::Blob(v) => query.bind(v.as_slice()),
+            SqlValue::Boolean(v) => query.bind(*v),
+        };
+    }
+    query
+}
+
+pub(crate) fn bind_postgres<'q>(
+    mut query: Query<'q, Postgres, PgArguments>,
+    params: &'q [SqlValue],
+) -> Query<'q, Postgres, PgArguments> {
+    for param in params {
+        query = match param {
+            // A typed NULL would clash with non-text columns; TEXT is what
+            // PostgreSQL itself assumes for an untyped literal NULL parameter.
+            SqlValue::Null => query.bind(None::<String>),
+            SqlValue::Int64(v) => query.bind(*v),
+            SqlValue::Float64(v) => query.bind(*v),
+            SqlValue::Text(v) => query.bind(v.as_str()),
+            SqlValue::Blob(v) => query.bind(v.as_slice()),
+            SqlValue::Boolean(v) => query.bind(*v),
+        };
+    }
+    query
+}
+
+fn unsupported(row: &impl Row, index: usize, type_name: &str) -> UnsupportedColumn {
+    use sqlx::Column;
+    UnsupportedColumn {
+        index,
+        name: row.columns()[index].name().to_owned(),
+        type_name: type_name.to_owned(),
+    }
+}
+
+pub(crate) fn decode_sqlite(row: &SqliteRow) -> Result<Vec<SqlValue>, DecodeError> {
+    (0..row.len())
+        .map(|i| {
+            let raw = row.try_get_raw(i)?;
+            if raw.is_null() {
+                return Ok(SqlValue::Null);
+            }
+            // SQLite reports the value's storage class here, not the declared type.
+            let type_name = raw.type_info().name().to_owned();
+            Ok(match type_name.as_str() {
+                "INTEGER" => SqlValue::Int64(row.try_get_unchecked(i)?),
+                "REAL" => SqlValue::Float64(row.try_get_unchecked(i)?),
+                "TEXT" => SqlValue::Text(row.try_get_unchecked(i)?),
+                "BLOB" => SqlValue::Blob(row.try_get_unchecked(i)?),
+                "BOOLEAN" => SqlValue::Boolean(row.try_get_unchecked(i)?),
+                other => return Err(unsupported(row, i, other).into()),
+            })
+        })
+        .collect()
+}
+
+pub(crate) fn decode_postgres(row: &PgRow) -> Result<Vec<SqlValue>, DecodeError> {
+    (0..row.len())
+        .map(|i| {
+            let raw = row.try_get_raw(i)?;
+            if raw.is_null() {
+                return Ok(SqlValue::Null);
+            }
+            let type_name = raw.type_info().name().to_owned();
+            Ok(match type_name.as_str() {
+                "INT2" => SqlValue::Int64(row.try_get::<i16, _>(i)?.into()),
+                "INT4" => SqlValue::Int64(row.try_get::<i32, _>(i)?.into()),
+                "INT8" => SqlValue::Int64(row.try_get(i)?),
+                "FLOAT4" => SqlValue::Float64(row.try_get::<f32, _>(i)?.into()),
+                "FLOAT8" => SqlValue::Float64(row.try_get(i)?),
+                "BOOL" => SqlValue::Boolean(row.try_get(i)?),
+                "TEXT" | "VARCHAR" | "BPCHAR" | "NAME" => SqlValue::Text(row.try_get(i)?),
+                "UUID" => SqlValue::Text(row.try_get::<uuid::Uuid, _>(i)?.to_string()),
+                "BYTEA" => SqlValue::Blob(row.try_get(i)?),
+                other => return Err(unsupported(row, i, other).into()),
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,194 @@
+//! Reading an event's stable id out of a Kafka record.
+//!
+//! The id is the deduplication key, so this module is strict: a record without
+//! a usable id is never guessed at; the caller dead-letters it with the error's
+//! text as the reason. UUIDs are normalised (lower-case, hyphenated) so two
+//! spellings of one id dedup as one.
+
+use crate::config::EventIdConfig;
+use serde::Deserialize;
+
+/// Where to look for the id.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EventIdSource {
+    /// The header named `event_id.header` only.
+    Header,
+    /// The top-level JSON field named `event_id.json_field` only.
+    Json,
+    /// The header if present, else the JSON field.
+    #[default]
+    HeaderOrJson,
+}
+
+/// What a valid id looks like.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EventIdFormat {
+    /// Any UUID; stored in canonical lower-case hyphenated form.
+    #[default]
+    Uuid,
+    /// Any non-empty UTF-8 string of at most [`MAX_ANY_ID_BYTES`] bytes, used as is.
+    Any,
+}
+
+/// Ids longer than this are refused: the id is part of the inbox primary key.
+pub const MAX_ANY_ID_BYTES: usize = 200;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EventIdError {
+    #[error("missing event id: {0}")]
+    Missing(String),
+    #[error("invalid event id {value:?} from {origin}: {problem}")]
+    Invalid { value: String, origin: String, problem: String },
+}
+
+/// Extracts and validates the event id from a record's headers and payload.
+pub fn extract(
+    config: &EventIdConfig,
+    headers: &[(String, Vec<u8>)],
+    payload: &[u8],
+) -> Result<String, EventIdError> {
+    let (raw, origin) = match config.source {
+        EventIdSource::Header => from_header(config, headers)
+            .ok_or_else(|| EventIdError::Missing(format!("no header {:?}", config.header)))?,
+        EventIdSource::Json => from_json(config, payload)?,
+        EventIdSource::HeaderOrJson => match from_header(config, headers) {
+            Some(found) => found,
+            None => from_json(config, payload).map_err(|e| match e {
+                EventIdError::Missing(why) => {
+                    EventIdError::Missing(format!("no header {:?} and {why}", config.header))
+                }
+                other => other,
+            })?,
+        },
+    };
+    validate(config.format, raw, origin)
+}
+
+fn from_header(config: &EventIdConfig, headers: &[(String, Vec<u8>)]) -> Option<(Vec<u8>, String)> {
+    // The last header with the name wins, as in Kafka's own header lookup.
+    headers
+        .iter()
+        .rev()
+        .find(|(name, _)| *name == config.header)
+        .map(|(_, value)| (value.clone(), format!("header {:?}", config.header)))
+}
+
+fn from_json(config: &EventIdConfig, payload: &[u8]) -> Result<(Vec<u8>, String), EventIdError> {
+    let field = &config.json_field;
+    let json: serde_json::Value = serde_json::from_slice(payload).map_err(|e| {
+        EventIdError::Missing(format!("the payload is not JSON ({e}), so it has no field {field:?}"))
+    })?;
+    let origin = format!("JSON field {field:?}");
+    match json.get(field) {
+        Some(serde_json::Value::String(s)) => Ok((s.clone().into_bytes(), origin)),
+        Some(serde_json::Value::Null) | None => {
+            Err(EventIdError::Missing(format!("the payload has no JSON field {field:?}")))
+        }
+        Some(other) => Err(EventIdError::Invalid {
+            value: other.to_string(),
+            origin,
+            problem: "must be a JSON string".into(),
+        }),
+    }
+}
+
+fn validate(format: EventIdFormat, raw: Vec<u8>, origin: String) -> Result<String, EventIdError> {
+    let value = String::from_utf8(raw).map_err(|e| EventIdError::Invalid {
+        value: String::from_utf8_lossy(e.as_bytes()).into_owned(),
+        origin: origin.clone(),
+        problem: "is not UTF-8".into(),
+    })?;
+    let invalid = |problem: &str| EventIdError::Invalid {
+        value: value.chars().take(80).collect(),
+        origin: origin.clone(),
+        problem: problem.into(),
+    };
+    match format {
+        EventIdFormat::Uuid => uuid::Uuid::try_parse(value.trim())
+            .map(|id| id.hyphenated().to_string())
+            .map_err(|_| invalid("is not a UUID (set event_id.format = \"any\" to accept other ids)")),
+        EventIdFormat::Any if value.is_empty() => Err(invalid("is empty")),
+        EventIdFormat::Any if value.len() > MAX_ANY_ID_BYTES => Err(invalid("is longer than 200 bytes")),
+        EventIdFormat::Any => Ok(value),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "0191e1b2-7c3a-7d41-9a7e-3f2b1c0d9e8f";
+
+    fn cfg(source: EventIdSource, format: EventIdFormat) -> EventIdConfig {
+        EventIdConfig { source, format, ..EventIdConfig::default() }
+    }
+
+    fn header(value: &str) -> Vec<(String, Vec<u8>)> {
+        vec![("event_id".into(), value.as_bytes().to_vec())]
+    }
+
+    #[test]
+    fn header_wins_over_json_by_default() {
+        let payload = br#"{"event_id":"00000000-0000-0000-0000-000000000001"}"#;
+        let id = extract(&EventIdConfig::default(), &header(ID), payload).unwrap();
+        assert_eq!(id, ID);
+    }
+
+    #[test]
+    fn falls_back_to_json_field() {
+        let payload = format!(r#"{{"event_id":"{ID}","x":1}}"#);
+        assert_eq!(extract(&EventIdConfig::default(), &[], payload.as_bytes()).unwrap(), ID);
+    }
+
+    #[test]
+    fn uuids_are_normalised_so_spellings_dedup_together() {
+        let upper = ID.to_uppercase();
+        assert_eq!(extract(&EventIdConfig::default(), &header(&upper), b"").unwrap(), ID);
+    }
+
+    #[test]
+    fn missing_everywhere_says_where_it_looked() {
+        let err = extract(&EventIdConfig::default(), &[], br#"{"order":1}"#).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "missing event id: no header \"event_id\" and the payload has no JSON field \"event_id\""
+        );
+    }
+
+    #[test]
+    fn non_json_payload_without_header_is_missing() {
+        let err = extract(&EventIdConfig::default(), &[], b"not json").unwrap_err();
+        assert!(matches!(err, EventIdError::Missing(ref m) if m.contains("not JSON")), "{err}");
+    }
+
+    #[test]
+    fn non_uuid_is_invalid_and_names_the_origin() {
+        let err = extract(&EventIdConfig::default(), &header("order-17"), b"").unwrap_err();
+        assert!(err.to_string().contains("\"order-17\" from header \"event_id\": is not a UUID"), "{err}");
+    }
+
+    #[test]
+    fn header_only_source_ignores_json() {
+        let payload = format!(r#"{{"event_id":"{ID}"}}"#);
+        let c = cfg(EventIdSource::Header, EventIdFormat::Uuid);
+        assert!(matches!(extract(&c, &[], payload.as_bytes()), Err(EventIdError::Missing(_))));
+    }
+
+    #[test]
+    fn any_format_accepts_free_text_but_not_empty_or_huge() {
+        let c = cfg(EventIdSource::Json, EventIdFormat::Any);
+        assert_eq!(extract(&c, &[], br#"{"event_id":"order-17"}"#).unwrap(), "order-17");
+        assert!(extract(&c, &[], br#"{"event_id":""}"#).is_err());
+        let huge = format!(r#"{{"event_id":"{}"}}"#, "x".repeat(201));
+        assert!(extract(&c, &[], huge.as_bytes()).is_err());
+    }
+
+    #[test]
+    fn numeric_json_id_is_invalid_not_stringified() {
+        let c = cfg(EventIdSource::Json, EventIdFormat::Any);
+        let err = extract(&c, &[], br#"{"event_id":42}"#).unwrap_err();
+        assert!(err.to_string().contains("must be a JSON string"), "{err}");
+    }
+}

@@ -1,0 +1,139 @@
+//! The running host: database, loaded handlers, and one pump per handler.
+//!
+//! [`Host::start`] does everything that can fail at start-up (connect,
+//! migrate, compile and link components, create consumers) before any record
+//! is consumed, so a broken deployment fails fast with a clear error.
+
+use crate::config::{Config, HandlerConfig};
+use crate::db::{Database, DbError, migrate};
+use crate::kafka::{InboxConsumer, create_consumer, run_pump};
+use crate::pipeline::Pipeline;
+use crate::stats::Stats;
+use crate::wasm::{HandlerComponent, Limits, LoadError, WasmEngine};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot open the database {url}: {source}")]
+    Database { url: String, source: DbError },
+    #[error("cannot migrate the database: {0}")]
+    Migrate(DbError),
+    #[error("handler {handler}: {source}")]
+    Load { handler: String, source: LoadError },
+    #[error("cannot start the WebAssembly engine: {0}")]
+    Engine(String),
+    #[error("handler {handler}: cannot create its Kafka consumer: {source}")]
+    Kafka { handler: String, source: rdkafka::error::KafkaError },
+}
+
+struct Running {
+    consumer: InboxConsumer,
+    pipeline: Pipeline,
+}
+
+pub struct Host {
+    db: Database,
+    handlers: Vec<Running>,
+    stats: BTreeMap<String, Arc<Stats>>,
+}
+
+/// Hides a password in a database URL before it is shown.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or_default();
+            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// Connects and applies the host's migrations and every handler's.
+pub async fn open_database(config: &Config) -> Result<Database, StartError> {
+    let url = &config.database.url;
+    let db = Database::connect(url, config.database.max_connections)
+        .await
+        .map_err(|source| StartError::Database { url: redact_url(url), source })?;
+    db.migrate_host().await.map_err(StartError::Migrate)?;
+    for handler in &config.handlers {
+        if let Some(dir) = &handler.migrations {
+            migrate::apply_handler(&db, &handler.name, dir).await.map_err(StartError::Migrate)?;
+        }
+    }
+    Ok(db)
+}
+
+impl Host {
+    pub async fn start(config: &Config) -> Result<Self, StartError> {
+        let db = open_database(config).await?;
+        let engine = WasmEngine::new().map_err(|e| StartError::Engine(format!("{e:#}")))?;
+        let mut handlers = Vec::new();
+        let mut stats = BTreeMap::new();
+        for handler in &config.handlers {
+            let running = Self::start_handler(&db, &engine, config, handler)?;
+            stats.insert(handler.name.clone(), running.1);
+            handlers.push(running.0);
+        }
+        Ok(Self { db, handlers, stats })
+    }
+
+    fn start_handler(
+        db: &Database,
+        engine: &WasmEngine,
+        config: &Config,
+        handler: &HandlerConfig,
+    ) -> Result<(Running, Arc<Stats>), StartError> {
+        let component = HandlerComponent::load(engine, &handler.name, &handler.component, Limits::from(&handler.limits))
+            .map_err(|source| StartError::Load { handler: handler.name.clone(), source })?;
+        tracing::info!(handler = handler.name, version = component.version(), "handler loaded");
+        let stats = Arc::new(Stats::default());
+        let pipeline = Pipeline::new(
+            db.clone(),
+            Arc::new(component),
+            handler.event_id.clone(),
+            handler.retry.clone(),
+            stats.clone(),
+        );
+        let consumer = create_consumer(&config.kafka, &handler.name, &handler.group_id(), &handler.topics)
+            .map_err(|source| StartError::Kafka { handler: handler.name.clone(), source })?;
+        Ok((Running { consumer, pipeline }, stats))
+    }
+
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+
+    /// Counters per handler name.
+    pub fn stats(&self) -> &BTreeMap<String, Arc<Stats>> {
+        &self.stats
+    }
+
+    /// Runs every handler's pump until `shutdown` is cancelled and all have drained.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let mut pumps = tokio::task::JoinSet::new();
+        for running in self.handlers {
+            pumps.spawn(run_pump(running.consumer, running.pipeline, shutdown.clone()));
+        }
+        while let Some(result) = pumps.join_next().await {
+            if let Err(error) = result {
+                tracing::error!("a handler's pump panicked: {error}");
+                shutdown.cancel();
+            }
+        }
+        self.db.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn passwords_are_hidden() {
+        assert_eq!(redact_url("postgres://app:s3cret@db:5432/x"), "postgres://app:***@db:5432/x");
+        assert_eq!(redact_url("sqlite://inboxd.sqlite"), "sqlite://inboxd.sqlite");
+    }
+}

@@ -1,0 +1,88 @@
+//! The rdkafka consumer for one handler, and the rebalance context that marks
+//! newly assigned partitions so the pump seeks them to the database's offsets.
+//!
+//! Auto commit and auto offset store are off: the pump stores an offset only
+//! after the database transaction that applied the record has committed.
+
+use crate::config::KafkaConfig;
+use rdkafka::ClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance, StreamConsumer};
+use rdkafka::error::KafkaResult;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+pub type InboxConsumer = StreamConsumer<InboxContext>;
+
+/// Partitions assigned since the pump last looked at them.
+pub type FreshPartitions = Arc<Mutex<HashSet<(String, i32)>>>;
+
+pub struct InboxContext {
+    handler: String,
+    fresh: FreshPartitions,
+}
+
+impl InboxContext {
+    /// True once per assignment of a partition: the pump must check its stored offset.
+    pub fn take_fresh(&self, topic: &str, partition: i32) -> bool {
+        let mut fresh = self.fresh.lock().unwrap_or_else(|p| p.into_inner());
+        fresh.remove(&(topic.to_owned(), partition))
+    }
+}
+
+impl ClientContext for InboxContext {}
+
+impl ConsumerContext for InboxContext {
+    // Runs inside the consumer's poll, between two records: the pump never has
+    // a transaction open here, so a revoke cannot split one.
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let mut fresh = self.fresh.lock().unwrap_or_else(|p| p.into_inner());
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                let list: Vec<String> = tpl.elements().iter().map(|e| format!("{}/{}", e.topic(), e.partition())).collect();
+                for e in tpl.elements() {
+                    fresh.insert((e.topic().to_owned(), e.partition()));
+                }
+                tracing::info!(handler = %self.handler, partitions = ?list, "partitions assigned");
+            }
+            Rebalance::Revoke(tpl) => {
+                let list: Vec<String> = tpl.elements().iter().map(|e| format!("{}/{}", e.topic(), e.partition())).collect();
+                for e in tpl.elements() {
+                    fresh.remove(&(e.topic().to_owned(), e.partition()));
+                }
+                tracing::info!(handler = %self.handler, partitions = ?list, "partitions revoked");
+            }
+            Rebalance::Error(e) => tracing::warn!(handler = %self.handler, "rebalance error: {e}"),
+        }
+    }
+}
+
+pub fn create_consumer(
+    kafka: &KafkaConfig,
+    handler: &str,
+    group_id: &str,
+    topics: &[String],
+) -> KafkaResult<InboxConsumer> {
+    let mut config = ClientConfig::new();
+    for (key, value) in &kafka.properties {
+        config.set(key, value);
+    }
+    config
+        .set("bootstrap.servers", &kafka.brokers)
+        .set("group.id", group_id)
+        .set("client.id", format!("inboxd-{handler}"))
+        // The database is the source of truth for positions; Kafka's committed
+        // offset only feeds lag tools, and only after the database commit.
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("session.timeout.ms", kafka.session_timeout_ms.to_string());
+    if !kafka.properties.contains_key("auto.offset.reset") {
+        // A partition this handler never saw starts at its beginning: nothing is skipped.
+        config.set("auto.offset.reset", "earliest");
+    }
+    let context = InboxContext { handler: handler.to_owned(), fresh: FreshPartitions::default() };
+    let consumer: InboxConsumer = config.create_with_context(context)?;
+    let topics: Vec<&str> = topics.iter().map(String::as_str).collect();
+    rdkafka::consumer::Consumer::subscribe(&consumer, &topics)?;
+    Ok(consumer)
+}

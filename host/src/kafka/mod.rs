@@ -1,0 +1,8 @@
+//! Kafka: one consumer group per handler, records pumped in partition order
+//! through the pipeline, and offsets told to Kafka only after the database.
+
+pub mod consumer;
+pub mod pump;
+
+pub use consumer::{InboxConsumer, create_consumer};
+pub use pump::run_pump;

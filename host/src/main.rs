@@ -1,0 +1,25 @@
+//! The `inboxd` binary: parse the command line, set up logging, run the
+//! command, and turn its result into an exit code (2: bad usage or config,
+//! 1: failure, 0: success).
+
+use clap::Parser;
+use inboxd::cli::{Cli, CliError, Command, demo, run};
+
+#[tokio::main]
+async fn main() {
+    let cli = Cli::parse();
+    let default_log = match cli.command {
+        Command::Demo(_) => "warn,inboxd=info",
+        _ => "info",
+    };
+    inboxd::telemetry::init(default_log);
+    let result: Result<(), CliError> = match cli.command {
+        Command::Run { config } => run::run(&config).await,
+        Command::Migrate { config } => run::migrate(&config).await,
+        Command::Demo(args) => demo::demo(args).await,
+    };
+    if let Err(error) = result {
+        eprintln!("inboxd: {error}");
+        std::process::exit(error.exit_code());
+    }
+}

