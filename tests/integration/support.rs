@@ -169,13 +169,13 @@ group_id = "{group}"
         let reached = poll_until(deadline, || {
             let (db, handler, topic) = (db.clone(), handler.clone(), topic.clone());
             async move {
-                let stored = stored_offsets(&db, &handler, &topic).await;
+                let stored = progress(&db, &handler, &topic).await;
                 ends.iter().all(|(p, end)| stored.get(p).is_some_and(|n| n >= end))
             }
         })
         .await;
         if !reached {
-            let stored = stored_offsets(&db, &self.handler, &self.topic).await;
+            let stored = progress(&db, &self.handler, &self.topic).await;
             panic!(
                 "offsets did not reach {ends:?} within {deadline:?}: stored {stored:?}; host exited: {:?}\n--- host log ---\n{}",
                 host.child.try_wait().ok().flatten(),
@@ -186,13 +186,22 @@ group_id = "{group}"
 }
 
 pub async fn stored_offsets(db: &Database, handler: &str, topic: &str) -> HashMap<i32, i64> {
-    offsets::load_all(db, handler)
-        .await
-        .expect("load offsets")
+    polled_offsets(db, handler, topic).await.expect("load offsets")
+}
+
+/// As [`stored_offsets`], but an error (the host has not created its tables
+/// yet) reads as "no progress", for use inside polls.
+pub async fn progress(db: &Database, handler: &str, topic: &str) -> HashMap<i32, i64> {
+    polled_offsets(db, handler, topic).await.unwrap_or_default()
+}
+
+async fn polled_offsets(db: &Database, handler: &str, topic: &str) -> Result<HashMap<i32, i64>, inboxd::db::DbError> {
+    Ok(offsets::load_all(db, handler)
+        .await?
         .into_iter()
         .filter(|(t, _, _)| t == topic)
         .map(|(_, p, n)| (p, n))
-        .collect()
+        .collect())
 }
 
 pub async fn count(db: &Database, sql: &str) -> i64 {

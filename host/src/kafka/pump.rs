@@ -14,7 +14,7 @@ use crate::record::Record;
 use rdkafka::Message;
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::message::{BorrowedMessage, Headers};
-use rdkafka::topic_partition_list::Offset;
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -141,7 +141,7 @@ pub async fn run_pump(consumer: InboxConsumer, pipeline: Pipeline, shutdown: Can
         }
         positions.insert(key, record.offset + 1);
         // Only now, after the database commit, may Kafka hear about it.
-        if let Err(error) = consumer.store_offset(&record.topic, record.partition, record.offset + 1) {
+        if let Err(error) = store_next_offset(&consumer, &record) {
             tracing::debug!(handler, "storing the Kafka offset failed (partition revoked?): {error}");
         }
         uncommitted = true;
@@ -156,6 +156,15 @@ pub async fn run_pump(consumer: InboxConsumer, pipeline: Pipeline, shutdown: Can
     }
     consumer.unsubscribe();
     tracing::info!(handler, "consumer stopped and left its group");
+}
+
+/// Stores the partition's next offset for the next Kafka commit. The list form
+/// is used because it takes the next offset as is; the single-partition
+/// `store_offset` adds one to what it is given (it wants the last processed offset).
+fn store_next_offset(consumer: &InboxConsumer, record: &Record) -> rdkafka::error::KafkaResult<()> {
+    let mut list = TopicPartitionList::new();
+    list.add_partition_offset(&record.topic, record.partition, Offset::Offset(record.offset + 1))?;
+    consumer.store_offsets(&list)
 }
 
 fn commit_to_kafka(consumer: &InboxConsumer, mode: CommitMode, handler: &str) {
