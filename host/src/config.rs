@@ -33,7 +33,10 @@ pub mod defaults {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("invalid config file {path}: {message}")]
     Parse { path: PathBuf, message: String },
     #[error("invalid config: `{key}` {problem}")]
@@ -41,7 +44,10 @@ pub enum ConfigError {
 }
 
 fn invalid(key: impl Into<String>, problem: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid { key: key.into(), problem: problem.into() }
+    ConfigError::Invalid {
+        key: key.into(),
+        problem: problem.into(),
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -66,7 +72,10 @@ pub struct DatabaseConfig {
 
 impl Default for DatabaseConfig {
     fn default() -> Self {
-        Self { url: default_database_url(), max_connections: defaults::MAX_CONNECTIONS }
+        Self {
+            url: default_database_url(),
+            max_connections: defaults::MAX_CONNECTIONS,
+        }
     }
 }
 
@@ -107,7 +116,9 @@ pub struct HandlerConfig {
 
 impl HandlerConfig {
     pub fn group_id(&self) -> String {
-        self.group_id.clone().unwrap_or_else(|| format!("inboxd.{}", self.name))
+        self.group_id
+            .clone()
+            .unwrap_or_else(|| format!("inboxd.{}", self.name))
     }
 }
 
@@ -224,10 +235,14 @@ const RESERVED_KAFKA_PROPERTIES: &[&str] = &[
 impl Config {
     /// Reads, parses, applies environment overrides and validates.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
-        let mut config = Self::parse(&text)
-            .map_err(|message| ConfigError::Parse { path: path.to_owned(), message })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let mut config = Self::parse(&text).map_err(|message| ConfigError::Parse {
+            path: path.to_owned(),
+            message,
+        })?;
         config.apply_env(|key| std::env::var(key).ok());
         // Relative paths in the file are relative to the file, not to the working directory.
         if let Some(dir) = path.parent() {
@@ -266,8 +281,14 @@ impl Config {
     /// Checks every value that parsing alone cannot; the error names the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let url = &self.database.url;
-        if !(url.starts_with("sqlite:") || url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-            return Err(invalid("database.url", format!("must start with sqlite: or postgres://, got {url:?}")));
+        if !(url.starts_with("sqlite:")
+            || url.starts_with("postgres://")
+            || url.starts_with("postgresql://"))
+        {
+            return Err(invalid(
+                "database.url",
+                format!("must start with sqlite: or postgres://, got {url:?}"),
+            ));
         }
         if self.database.max_connections == 0 {
             return Err(invalid("database.max_connections", "must be at least 1"));
@@ -287,13 +308,19 @@ impl Config {
             }
         }
         if self.handlers.is_empty() {
-            return Err(invalid("handlers", "must declare at least one [[handlers]] entry"));
+            return Err(invalid(
+                "handlers",
+                "must declare at least one [[handlers]] entry",
+            ));
         }
         let mut names = std::collections::HashSet::new();
         for (i, handler) in self.handlers.iter().enumerate() {
             handler.validate(&format!("handlers[{i}]"))?;
             if !names.insert(&handler.name) {
-                return Err(invalid(format!("handlers[{i}].name"), format!("{:?} is declared twice", handler.name)));
+                return Err(invalid(
+                    format!("handlers[{i}].name"),
+                    format!("{:?} is declared twice", handler.name),
+                ));
             }
         }
         Ok(())
@@ -305,40 +332,69 @@ impl HandlerConfig {
         if !is_identifier(&self.name) {
             return Err(invalid(
                 format!("{key}.name"),
-                format!("{:?} must be 1-48 characters of a-z, 0-9 and _, starting with a letter", self.name),
+                format!(
+                    "{:?} must be 1-48 characters of a-z, 0-9 and _, starting with a letter",
+                    self.name
+                ),
             ));
         }
         if !self.component.is_file() {
             return Err(invalid(
                 format!("{key}.component"),
-                format!("{} is not a file (build the component first)", self.component.display()),
+                format!(
+                    "{} is not a file (build the component first)",
+                    self.component.display()
+                ),
             ));
         }
         if self.topics.is_empty() || self.topics.iter().any(|t| t.trim().is_empty()) {
-            return Err(invalid(format!("{key}.topics"), "must list at least one non-empty topic"));
+            return Err(invalid(
+                format!("{key}.topics"),
+                "must list at least one non-empty topic",
+            ));
         }
         if let Some(dir) = &self.migrations
             && !dir.is_dir()
         {
-            return Err(invalid(format!("{key}.migrations"), format!("{} is not a folder", dir.display())));
+            return Err(invalid(
+                format!("{key}.migrations"),
+                format!("{} is not a folder", dir.display()),
+            ));
         }
         if self.event_id.header.is_empty() {
-            return Err(invalid(format!("{key}.event_id.header"), "must not be empty"));
+            return Err(invalid(
+                format!("{key}.event_id.header"),
+                "must not be empty",
+            ));
         }
         if self.event_id.json_field.is_empty() {
-            return Err(invalid(format!("{key}.event_id.json_field"), "must not be empty"));
+            return Err(invalid(
+                format!("{key}.event_id.json_field"),
+                "must not be empty",
+            ));
         }
         let limits = &self.limits;
         if !(1..=600_000).contains(&limits.timeout_ms) {
-            return Err(invalid(format!("{key}.limits.timeout_ms"), "must be between 1 and 600000"));
+            return Err(invalid(
+                format!("{key}.limits.timeout_ms"),
+                "must be between 1 and 600000",
+            ));
         }
         if !(1..=4096).contains(&limits.memory_mb) {
-            return Err(invalid(format!("{key}.limits.memory_mb"), "must be between 1 and 4096"));
+            return Err(invalid(
+                format!("{key}.limits.memory_mb"),
+                "must be between 1 and 4096",
+            ));
         }
         if self.retry.max_attempts == 0 {
-            return Err(invalid(format!("{key}.retry.max_attempts"), "must be at least 1"));
+            return Err(invalid(
+                format!("{key}.retry.max_attempts"),
+                "must be at least 1",
+            ));
         }
-        if self.retry.backoff_initial_ms == 0 || self.retry.backoff_initial_ms > self.retry.backoff_max_ms {
+        if self.retry.backoff_initial_ms == 0
+            || self.retry.backoff_initial_ms > self.retry.backoff_max_ms
+        {
             return Err(invalid(
                 format!("{key}.retry.backoff_initial_ms"),
                 "must be at least 1 and at most retry.backoff_max_ms",
@@ -409,14 +465,29 @@ mod tests {
     #[test]
     fn bad_values_name_their_key() {
         let cases = [
-            ("[handlers.limits]\ntimeout_ms = 0", "handlers[0].limits.timeout_ms"),
-            ("[handlers.limits]\nmemory_mb = 0", "handlers[0].limits.memory_mb"),
-            ("[handlers.retry]\nmax_attempts = 0", "handlers[0].retry.max_attempts"),
-            ("group_id = \"x\"\nmigrations = \"/nonexistent\"", "handlers[0].migrations"),
+            (
+                "[handlers.limits]\ntimeout_ms = 0",
+                "handlers[0].limits.timeout_ms",
+            ),
+            (
+                "[handlers.limits]\nmemory_mb = 0",
+                "handlers[0].limits.memory_mb",
+            ),
+            (
+                "[handlers.retry]\nmax_attempts = 0",
+                "handlers[0].retry.max_attempts",
+            ),
+            (
+                "group_id = \"x\"\nmigrations = \"/nonexistent\"",
+                "handlers[0].migrations",
+            ),
         ];
         for (extra, key) in cases {
             let err = load(&with_component(extra)).unwrap_err();
-            assert!(err.contains(&format!("`{key}`")), "expected {key} in: {err}");
+            assert!(
+                err.contains(&format!("`{key}`")),
+                "expected {key} in: {err}"
+            );
         }
     }
 
@@ -443,7 +514,10 @@ mod tests {
             "brokers = \"127.0.0.1:9092\"\nproperties = { \"enable.auto.commit\" = \"true\" }",
         );
         let err = load(&text).unwrap_err();
-        assert!(err.contains("kafka.properties.\"enable.auto.commit\""), "{err}");
+        assert!(
+            err.contains("kafka.properties.\"enable.auto.commit\""),
+            "{err}"
+        );
     }
 
     #[test]

@@ -40,7 +40,11 @@ pub enum EventIdError {
     #[error("missing event id: {0}")]
     Missing(String),
     #[error("invalid event id {value:?} from {origin}: {problem}")]
-    Invalid { value: String, origin: String, problem: String },
+    Invalid {
+        value: String,
+        origin: String,
+        problem: String,
+    },
 }
 
 /// Extracts and validates the event id from a record's headers and payload.
@@ -78,14 +82,16 @@ fn from_header(config: &EventIdConfig, headers: &[(String, Vec<u8>)]) -> Option<
 fn from_json(config: &EventIdConfig, payload: &[u8]) -> Result<(Vec<u8>, String), EventIdError> {
     let field = &config.json_field;
     let json: serde_json::Value = serde_json::from_slice(payload).map_err(|e| {
-        EventIdError::Missing(format!("the payload is not JSON ({e}), so it has no field {field:?}"))
+        EventIdError::Missing(format!(
+            "the payload is not JSON ({e}), so it has no field {field:?}"
+        ))
     })?;
     let origin = format!("JSON field {field:?}");
     match json.get(field) {
         Some(serde_json::Value::String(s)) => Ok((s.clone().into_bytes(), origin)),
-        Some(serde_json::Value::Null) | None => {
-            Err(EventIdError::Missing(format!("the payload has no JSON field {field:?}")))
-        }
+        Some(serde_json::Value::Null) | None => Err(EventIdError::Missing(format!(
+            "the payload has no JSON field {field:?}"
+        ))),
         Some(other) => Err(EventIdError::Invalid {
             value: other.to_string(),
             origin,
@@ -108,9 +114,13 @@ fn validate(format: EventIdFormat, raw: Vec<u8>, origin: String) -> Result<Strin
     match format {
         EventIdFormat::Uuid => uuid::Uuid::try_parse(value.trim())
             .map(|id| id.hyphenated().to_string())
-            .map_err(|_| invalid("is not a UUID (set event_id.format = \"any\" to accept other ids)")),
+            .map_err(|_| {
+                invalid("is not a UUID (set event_id.format = \"any\" to accept other ids)")
+            }),
         EventIdFormat::Any if value.is_empty() => Err(invalid("is empty")),
-        EventIdFormat::Any if value.len() > MAX_ANY_ID_BYTES => Err(invalid("is longer than 200 bytes")),
+        EventIdFormat::Any if value.len() > MAX_ANY_ID_BYTES => {
+            Err(invalid("is longer than 200 bytes"))
+        }
         EventIdFormat::Any => Ok(value),
     }
 }
@@ -122,7 +132,11 @@ mod tests {
     const ID: &str = "0191e1b2-7c3a-7d41-9a7e-3f2b1c0d9e8f";
 
     fn cfg(source: EventIdSource, format: EventIdFormat) -> EventIdConfig {
-        EventIdConfig { source, format, ..EventIdConfig::default() }
+        EventIdConfig {
+            source,
+            format,
+            ..EventIdConfig::default()
+        }
     }
 
     fn header(value: &str) -> Vec<(String, Vec<u8>)> {
@@ -139,13 +153,19 @@ mod tests {
     #[test]
     fn falls_back_to_json_field() {
         let payload = format!(r#"{{"event_id":"{ID}","x":1}}"#);
-        assert_eq!(extract(&EventIdConfig::default(), &[], payload.as_bytes()).unwrap(), ID);
+        assert_eq!(
+            extract(&EventIdConfig::default(), &[], payload.as_bytes()).unwrap(),
+            ID
+        );
     }
 
     #[test]
     fn uuids_are_normalised_so_spellings_dedup_together() {
         let upper = ID.to_uppercase();
-        assert_eq!(extract(&EventIdConfig::default(), &header(&upper), b"").unwrap(), ID);
+        assert_eq!(
+            extract(&EventIdConfig::default(), &header(&upper), b"").unwrap(),
+            ID
+        );
     }
 
     #[test]
@@ -160,26 +180,39 @@ mod tests {
     #[test]
     fn non_json_payload_without_header_is_missing() {
         let err = extract(&EventIdConfig::default(), &[], b"not json").unwrap_err();
-        assert!(matches!(err, EventIdError::Missing(ref m) if m.contains("not JSON")), "{err}");
+        assert!(
+            matches!(err, EventIdError::Missing(ref m) if m.contains("not JSON")),
+            "{err}"
+        );
     }
 
     #[test]
     fn non_uuid_is_invalid_and_names_the_origin() {
         let err = extract(&EventIdConfig::default(), &header("order-17"), b"").unwrap_err();
-        assert!(err.to_string().contains("\"order-17\" from header \"event_id\": is not a UUID"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("\"order-17\" from header \"event_id\": is not a UUID"),
+            "{err}"
+        );
     }
 
     #[test]
     fn header_only_source_ignores_json() {
         let payload = format!(r#"{{"event_id":"{ID}"}}"#);
         let c = cfg(EventIdSource::Header, EventIdFormat::Uuid);
-        assert!(matches!(extract(&c, &[], payload.as_bytes()), Err(EventIdError::Missing(_))));
+        assert!(matches!(
+            extract(&c, &[], payload.as_bytes()),
+            Err(EventIdError::Missing(_))
+        ));
     }
 
     #[test]
     fn any_format_accepts_free_text_but_not_empty_or_huge() {
         let c = cfg(EventIdSource::Json, EventIdFormat::Any);
-        assert_eq!(extract(&c, &[], br#"{"event_id":"order-17"}"#).unwrap(), "order-17");
+        assert_eq!(
+            extract(&c, &[], br#"{"event_id":"order-17"}"#).unwrap(),
+            "order-17"
+        );
         assert!(extract(&c, &[], br#"{"event_id":""}"#).is_err());
         let huge = format!(r#"{{"event_id":"{}"}}"#, "x".repeat(201));
         assert!(extract(&c, &[], huge.as_bytes()).is_err());

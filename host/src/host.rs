@@ -25,7 +25,10 @@ pub enum StartError {
     #[error("cannot start the WebAssembly engine: {0}")]
     Engine(String),
     #[error("handler {handler}: cannot create its Kafka consumer: {source}")]
-    Kafka { handler: String, source: rdkafka::error::KafkaError },
+    Kafka {
+        handler: String,
+        source: rdkafka::error::KafkaError,
+    },
 }
 
 struct Running {
@@ -56,11 +59,16 @@ pub async fn open_database(config: &Config) -> Result<Database, StartError> {
     let url = &config.database.url;
     let db = Database::connect(url, config.database.max_connections)
         .await
-        .map_err(|source| StartError::Database { url: redact_url(url), source })?;
+        .map_err(|source| StartError::Database {
+            url: redact_url(url),
+            source,
+        })?;
     db.migrate_host().await.map_err(StartError::Migrate)?;
     for handler in &config.handlers {
         if let Some(dir) = &handler.migrations {
-            migrate::apply_handler(&db, &handler.name, dir).await.map_err(StartError::Migrate)?;
+            migrate::apply_handler(&db, &handler.name, dir)
+                .await
+                .map_err(StartError::Migrate)?;
         }
     }
     Ok(db)
@@ -77,7 +85,11 @@ impl Host {
             stats.insert(handler.name.clone(), running.1);
             handlers.push(running.0);
         }
-        Ok(Self { db, handlers, stats })
+        Ok(Self {
+            db,
+            handlers,
+            stats,
+        })
     }
 
     fn start_handler(
@@ -86,9 +98,21 @@ impl Host {
         config: &Config,
         handler: &HandlerConfig,
     ) -> Result<(Running, Arc<Stats>), StartError> {
-        let component = HandlerComponent::load(engine, &handler.name, &handler.component, Limits::from(&handler.limits))
-            .map_err(|source| StartError::Load { handler: handler.name.clone(), source })?;
-        tracing::info!(handler = handler.name, version = component.version(), "handler loaded");
+        let component = HandlerComponent::load(
+            engine,
+            &handler.name,
+            &handler.component,
+            Limits::from(&handler.limits),
+        )
+        .map_err(|source| StartError::Load {
+            handler: handler.name.clone(),
+            source,
+        })?;
+        tracing::info!(
+            handler = handler.name,
+            version = component.version(),
+            "handler loaded"
+        );
         let stats = Arc::new(Stats::default());
         let pipeline = Pipeline::new(
             db.clone(),
@@ -97,8 +121,16 @@ impl Host {
             handler.retry.clone(),
             stats.clone(),
         );
-        let consumer = create_consumer(&config.kafka, &handler.name, &handler.group_id(), &handler.topics)
-            .map_err(|source| StartError::Kafka { handler: handler.name.clone(), source })?;
+        let consumer = create_consumer(
+            &config.kafka,
+            &handler.name,
+            &handler.group_id(),
+            &handler.topics,
+        )
+        .map_err(|source| StartError::Kafka {
+            handler: handler.name.clone(),
+            source,
+        })?;
         Ok((Running { consumer, pipeline }, stats))
     }
 
@@ -115,7 +147,11 @@ impl Host {
     pub async fn run(self, shutdown: CancellationToken) {
         let mut pumps = tokio::task::JoinSet::new();
         for running in self.handlers {
-            pumps.spawn(run_pump(running.consumer, running.pipeline, shutdown.clone()));
+            pumps.spawn(run_pump(
+                running.consumer,
+                running.pipeline,
+                shutdown.clone(),
+            ));
         }
         while let Some(result) = pumps.join_next().await {
             if let Err(error) = result {
@@ -133,7 +169,13 @@ mod tests {
 
     #[test]
     fn passwords_are_hidden() {
-        assert_eq!(redact_url("postgres://app:s3cret@db:5432/x"), "postgres://app:***@db:5432/x");
-        assert_eq!(redact_url("sqlite://inboxd.sqlite"), "sqlite://inboxd.sqlite");
+        assert_eq!(
+            redact_url("postgres://app:s3cret@db:5432/x"),
+            "postgres://app:***@db:5432/x"
+        );
+        assert_eq!(
+            redact_url("sqlite://inboxd.sqlite"),
+            "sqlite://inboxd.sqlite"
+        );
     }
 }

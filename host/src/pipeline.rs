@@ -41,7 +41,9 @@ pub enum Outcome {
 pub enum PipelineError {
     #[error(transparent)]
     Database(#[from] DbError),
-    #[error("the guest call ended without handing back its transaction; the record will be retried")]
+    #[error(
+        "the guest call ended without handing back its transaction; the record will be retried"
+    )]
     LostTransaction,
     #[error("shutting down: the record was abandoned before its commit and will be redelivered")]
     Abandoned,
@@ -63,7 +65,13 @@ impl Pipeline {
         retry: RetryConfig,
         stats: Arc<Stats>,
     ) -> Self {
-        Self { db, handler, event_id, retry, stats }
+        Self {
+            db,
+            handler,
+            event_id,
+            retry,
+            stats,
+        }
     }
 
     pub fn db(&self) -> &Database {
@@ -77,7 +85,11 @@ impl Pipeline {
     /// Processes one record to its end: applied, duplicate, or dead-lettered.
     /// Guest failures are retried here (the partition waits); on shutdown a
     /// pending retry is abandoned uncommitted.
-    pub async fn process(&self, record: &Record, shutdown: &CancellationToken) -> Result<Outcome, PipelineError> {
+    pub async fn process(
+        &self,
+        record: &Record,
+        shutdown: &CancellationToken,
+    ) -> Result<Outcome, PipelineError> {
         let event_id = match event_id::extract(&self.event_id, &record.headers, &record.payload) {
             Ok(id) => id,
             Err(error) => return self.park_without_id(record, &error.to_string()).await,
@@ -125,7 +137,10 @@ impl Pipeline {
                 }
                 let delay = backoff(&self.retry, attempt);
                 tracing::warn!(
-                    handler = claim.handler, event_id, attempt, retry_in_ms = delay.as_millis() as u64,
+                    handler = claim.handler,
+                    event_id,
+                    attempt,
+                    retry_in_ms = delay.as_millis() as u64,
                     "{failure}; retrying"
                 );
                 tokio::select! {
@@ -165,25 +180,43 @@ impl Pipeline {
             .await?;
             self.finish(tx, record).await?;
             self.stats.dead_lettered();
-            tracing::warn!(handler = claim.handler, event_id, kind = kind.as_str(), attempt, "dead-lettered: {reason}");
+            tracing::warn!(
+                handler = claim.handler,
+                event_id,
+                kind = kind.as_str(),
+                attempt,
+                "dead-lettered: {reason}"
+            );
             return Ok(Outcome::DeadLettered);
         }
     }
 
     /// A record without a usable event id can never be deduplicated, so it is
     /// never run: it is parked with the reason and the partition moves on.
-    async fn park_without_id(&self, record: &Record, reason: &str) -> Result<Outcome, PipelineError> {
+    async fn park_without_id(
+        &self,
+        record: &Record,
+        reason: &str,
+    ) -> Result<Outcome, PipelineError> {
         let mut tx = self.db.begin().await?;
         dead_letters::insert(
             &mut tx,
-            &DeadLetter { kind: ReasonKind::EventId, reason, attempts: 0, ..self.letter(record) },
+            &DeadLetter {
+                kind: ReasonKind::EventId,
+                reason,
+                attempts: 0,
+                ..self.letter(record)
+            },
         )
         .await?;
         self.finish(tx, record).await?;
         self.stats.dead_lettered();
         tracing::warn!(
-            handler = self.handler.name(), topic = record.topic, partition = record.partition,
-            offset = record.offset, "dead-lettered: {reason}"
+            handler = self.handler.name(),
+            topic = record.topic,
+            partition = record.partition,
+            offset = record.offset,
+            "dead-lettered: {reason}"
         );
         Ok(Outcome::DeadLettered)
     }
@@ -209,7 +242,14 @@ impl Pipeline {
     /// Every path ends here: the partition's next offset joins the same
     /// transaction as the effects, then everything commits together.
     async fn finish(&self, mut tx: Tx, record: &Record) -> Result<(), DbError> {
-        offsets::advance(&mut tx, self.handler.name(), &record.topic, record.partition, record.offset + 1).await?;
+        offsets::advance(
+            &mut tx,
+            self.handler.name(),
+            &record.topic,
+            record.partition,
+            record.offset + 1,
+        )
+        .await?;
         tx.commit().await
     }
 }
@@ -217,7 +257,9 @@ impl Pipeline {
 /// Exponential backoff with "equal jitter": half fixed, half random, so
 /// retries of many partitions after a shared outage spread out.
 pub fn backoff(retry: &RetryConfig, attempt: u32) -> Duration {
-    let exp = retry.backoff_initial_ms.saturating_mul(1u64 << attempt.saturating_sub(1).min(20));
+    let exp = retry
+        .backoff_initial_ms
+        .saturating_mul(1u64 << attempt.saturating_sub(1).min(20));
     let capped = exp.min(retry.backoff_max_ms);
     let jitter = rand::rng().random_range(0..=capped / 2);
     Duration::from_millis(capped - capped / 2 + jitter)
@@ -229,7 +271,11 @@ mod tests {
 
     #[test]
     fn backoff_grows_and_is_capped() {
-        let retry = RetryConfig { max_attempts: 10, backoff_initial_ms: 100, backoff_max_ms: 1_000 };
+        let retry = RetryConfig {
+            max_attempts: 10,
+            backoff_initial_ms: 100,
+            backoff_max_ms: 1_000,
+        };
         for _ in 0..50 {
             let first = backoff(&retry, 1).as_millis();
             assert!((50..=100).contains(&first), "{first}");

@@ -19,27 +19,42 @@ pub fn brokers() -> String {
 }
 
 pub fn unique(prefix: &str) -> String {
-    format!("{prefix}-{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
+    format!(
+        "{prefix}-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    )
 }
 
 pub fn guest_wasm(name: &str) -> PathBuf {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../guests/target/wasm32-wasip2/release")
         .join(format!("{name}.wasm"));
-    assert!(path.is_file(), "{} is missing: run scripts/test (it builds the guests)", path.display());
+    assert!(
+        path.is_file(),
+        "{} is missing: run scripts/test (it builds the guests)",
+        path.display()
+    );
     path
 }
 
 pub fn guest_migrations(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../guests").join(name).join("migrations")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../guests")
+        .join(name)
+        .join("migrations")
 }
 
 pub async fn create_topic(name: &str, partitions: i32) {
-    let admin: AdminClient<DefaultClientContext> =
-        ClientConfig::new().set("bootstrap.servers", brokers()).create().expect("admin client");
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .create()
+        .expect("admin client");
     let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
     let results = admin
-        .create_topics([&topic], &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))))
+        .create_topics(
+            [&topic],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+        )
         .await
         .expect("create_topics request");
     for result in results {
@@ -63,13 +78,21 @@ impl Send {
             "customer_email": "buyer@example.com",
             "amount_cents": 1250,
         });
-        Self { key: order_id.to_owned(), event_id_header: Some(event_id.to_owned()), payload: payload.to_string().into_bytes() }
+        Self {
+            key: order_id.to_owned(),
+            event_id_header: Some(event_id.to_owned()),
+            payload: payload.to_string().into_bytes(),
+        }
     }
 
     pub fn json(event_id: &str, body: serde_json::Value) -> Self {
         let mut body = body;
         body["event_id"] = event_id.into();
-        Self { key: event_id.to_owned(), event_id_header: None, payload: body.to_string().into_bytes() }
+        Self {
+            key: event_id.to_owned(),
+            event_id_header: None,
+            payload: body.to_string().into_bytes(),
+        }
     }
 }
 
@@ -84,17 +107,29 @@ pub async fn produce(topic: &str, records: &[Send]) -> HashMap<i32, i64> {
     for record in records {
         let mut headers = OwnedHeaders::new();
         if let Some(id) = &record.event_id_header {
-            headers = headers.insert(Header { key: "event_id", value: Some(id.as_bytes()) });
+            headers = headers.insert(Header {
+                key: "event_id",
+                value: Some(id.as_bytes()),
+            });
         }
         let future = producer
-            .send_result(FutureRecord::to(topic).key(&record.key).payload(&record.payload).headers(headers))
+            .send_result(
+                FutureRecord::to(topic)
+                    .key(&record.key)
+                    .payload(&record.payload)
+                    .headers(headers),
+            )
             .map_err(|(e, _)| e)
             .expect("enqueue record");
         pending.push(future);
     }
     let mut ends = HashMap::new();
     for future in pending {
-        let delivery = future.await.expect("delivery future").map_err(|(e, _)| e).expect("delivered");
+        let delivery = future
+            .await
+            .expect("delivery future")
+            .map_err(|(e, _)| e)
+            .expect("delivered");
         let end = ends.entry(delivery.partition).or_insert(0);
         *end = (*end).max(delivery.offset + 1);
     }
@@ -140,11 +175,20 @@ group_id = "{group}"
             group = unique("group"),
         );
         std::fs::write(&config_path, config).expect("write config");
-        Self { dir, db_url, config_path, handler, topic: topic.to_owned() }
+        Self {
+            dir,
+            db_url,
+            config_path,
+            handler,
+            topic: topic.to_owned(),
+        }
     }
 
     pub fn spawn_host(&self) -> HostProcess {
-        let log_path = self.dir.path().join(format!("inboxd-{}.log", uuid::Uuid::new_v4().simple()));
+        let log_path = self
+            .dir
+            .path()
+            .join(format!("inboxd-{}.log", uuid::Uuid::new_v4().simple()));
         let log = std::fs::File::create(&log_path).expect("log file");
         let child = Command::new(env!("CARGO_BIN_EXE_inboxd"))
             .args(["run", "--config"])
@@ -159,18 +203,26 @@ group_id = "{group}"
     }
 
     pub async fn db(&self) -> Database {
-        Database::connect(&self.db_url, 2).await.expect("test database connection")
+        Database::connect(&self.db_url, 2)
+            .await
+            .expect("test database connection")
     }
 
     /// Waits until the stored offsets reach `ends` on every partition.
-    pub async fn wait_for_offsets(&self, ends: &HashMap<i32, i64>, deadline: Duration, host: &mut HostProcess) {
+    pub async fn wait_for_offsets(
+        &self,
+        ends: &HashMap<i32, i64>,
+        deadline: Duration,
+        host: &mut HostProcess,
+    ) {
         let db = self.db().await;
         let (handler, topic) = (self.handler.clone(), self.topic.clone());
         let reached = poll_until(deadline, || {
             let (db, handler, topic) = (db.clone(), handler.clone(), topic.clone());
             async move {
                 let stored = progress(&db, &handler, &topic).await;
-                ends.iter().all(|(p, end)| stored.get(p).is_some_and(|n| n >= end))
+                ends.iter()
+                    .all(|(p, end)| stored.get(p).is_some_and(|n| n >= end))
             }
         })
         .await;
@@ -186,7 +238,9 @@ group_id = "{group}"
 }
 
 pub async fn stored_offsets(db: &Database, handler: &str, topic: &str) -> HashMap<i32, i64> {
-    polled_offsets(db, handler, topic).await.expect("load offsets")
+    polled_offsets(db, handler, topic)
+        .await
+        .expect("load offsets")
 }
 
 /// As [`stored_offsets`], but an error (the host has not created its tables
@@ -195,7 +249,11 @@ pub async fn progress(db: &Database, handler: &str, topic: &str) -> HashMap<i32,
     polled_offsets(db, handler, topic).await.unwrap_or_default()
 }
 
-async fn polled_offsets(db: &Database, handler: &str, topic: &str) -> Result<HashMap<i32, i64>, inboxd::db::DbError> {
+async fn polled_offsets(
+    db: &Database,
+    handler: &str,
+    topic: &str,
+) -> Result<HashMap<i32, i64>, inboxd::db::DbError> {
     Ok(offsets::load_all(db, handler)
         .await?
         .into_iter()
@@ -205,11 +263,15 @@ async fn polled_offsets(db: &Database, handler: &str, topic: &str) -> Result<Has
 }
 
 pub async fn count(db: &Database, sql: &str) -> i64 {
-    db.query_i64(sql, &[]).await.unwrap_or_else(|e| panic!("{sql}: {e}"))
+    db.query_i64(sql, &[])
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 
 pub async fn rows(db: &Database, sql: &str) -> Vec<Vec<SqlValue>> {
-    db.query(sql, &[]).await.unwrap_or_else(|e| panic!("{sql}: {e}"))
+    db.query(sql, &[])
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 
 /// Polls `check` every 25 ms until it returns true or `deadline` passes.

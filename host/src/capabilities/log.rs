@@ -14,7 +14,12 @@ pub struct LogState {
 
 impl LogState {
     pub fn new(handler: Arc<str>, event_id: String, budget: usize) -> Self {
-        Self { handler, event_id, budget, dropped_lines: 0 }
+        Self {
+            handler,
+            event_id,
+            budget,
+            dropped_lines: 0,
+        }
     }
 
     pub fn dropped_lines(&self) -> u64 {

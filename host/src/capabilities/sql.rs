@@ -16,7 +16,10 @@ pub struct SqlState {
 impl SqlState {
     pub fn new(tx: Tx) -> Self {
         let backend = tx.backend();
-        Self { tx: Some(tx), backend }
+        Self {
+            tx: Some(tx),
+            backend,
+        }
     }
 
     /// Takes the transaction back after the call. `None` only if a call was
@@ -72,7 +75,9 @@ fn to_sql_error(err: DbError) -> SqlError {
             }
         }
         DbError::Decode(_) => SqlError::Invalid(err.to_string()),
-        DbError::Sqlx(sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_)) => SqlError::Invalid(err.to_string()),
+        DbError::Sqlx(sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_)) => {
+            SqlError::Invalid(err.to_string())
+        }
         _ => SqlError::Database(err.to_string()),
     }
 }
@@ -96,12 +101,26 @@ impl sql_api::Host for SqlView<'_> {
 
     async fn execute(&mut self, statement: String, params: Vec<Value>) -> Result<u64, SqlError> {
         let params: Vec<SqlValue> = params.into_iter().map(to_sql).collect();
-        self.tx()?.execute(&statement, &params).await.map_err(to_sql_error)
+        self.tx()?
+            .execute(&statement, &params)
+            .await
+            .map_err(to_sql_error)
     }
 
-    async fn query(&mut self, statement: String, params: Vec<Value>) -> Result<Vec<Vec<Value>>, SqlError> {
+    async fn query(
+        &mut self,
+        statement: String,
+        params: Vec<Value>,
+    ) -> Result<Vec<Vec<Value>>, SqlError> {
         let params: Vec<SqlValue> = params.into_iter().map(to_sql).collect();
-        let rows = self.tx()?.query(&statement, &params).await.map_err(to_sql_error)?;
-        Ok(rows.into_iter().map(|row| row.into_iter().map(to_wit).collect()).collect())
+        let rows = self
+            .tx()?
+            .query(&statement, &params)
+            .await
+            .map_err(to_sql_error)?;
+        Ok(rows
+            .into_iter()
+            .map(|row| row.into_iter().map(to_wit).collect())
+            .collect())
     }
 }

@@ -75,7 +75,9 @@ fn repo_path(relative: &str) -> PathBuf {
     if here.exists() {
         return here;
     }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(relative)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(relative)
 }
 
 fn build_config(args: &DemoArgs, brokers: String) -> Result<(Config, String), CliError> {
@@ -87,7 +89,12 @@ fn build_config(args: &DemoArgs, brokers: String) -> Result<(Config, String), Cl
                     "--effects-table {table:?} must be a plain table name (a-z, 0-9, _)"
                 )));
             }
-            ("demo".to_owned(), path.clone(), args.migrations.clone(), table)
+            (
+                "demo".to_owned(),
+                path.clone(),
+                args.migrations.clone(),
+                table,
+            )
         }
         None => {
             let wasm = repo_path(BILLING_WASM);
@@ -98,24 +105,42 @@ fn build_config(args: &DemoArgs, brokers: String) -> Result<(Config, String), Cl
                     wasm.display()
                 )));
             }
-            ("billing".to_owned(), wasm, Some(repo_path(BILLING_MIGRATIONS)), "invoices".to_owned())
+            (
+                "billing".to_owned(),
+                wasm,
+                Some(repo_path(BILLING_MIGRATIONS)),
+                "invoices".to_owned(),
+            )
         }
     };
     let database = match &args.database {
         Some(url) => url.clone(),
         None => {
-            let dir = tempfile::Builder::new().prefix("inboxd-demo-").tempdir().map_err(failed)?.keep();
+            let dir = tempfile::Builder::new()
+                .prefix("inboxd-demo-")
+                .tempdir()
+                .map_err(failed)?
+                .keep();
             format!("sqlite://{}", dir.join("demo.sqlite").display())
         }
     };
-    let mut handler: HandlerConfig = toml::from_str(&format!("name = {name:?}\ncomponent = \"\"\ntopics = [{TOPIC:?}]"))
-        .map_err(failed)?;
+    let mut handler: HandlerConfig = toml::from_str(&format!(
+        "name = {name:?}\ncomponent = \"\"\ntopics = [{TOPIC:?}]"
+    ))
+    .map_err(failed)?;
     handler.component = component;
     handler.migrations = migrations;
     let config = Config {
-        database: DatabaseConfig { url: database, ..DatabaseConfig::default() },
+        database: DatabaseConfig {
+            url: database,
+            ..DatabaseConfig::default()
+        },
         // The mock broker notices a departed consumer quickly; keep the restart snappy.
-        kafka: KafkaConfig { brokers, session_timeout_ms: 6_000, properties: Default::default() },
+        kafka: KafkaConfig {
+            brokers,
+            session_timeout_ms: 6_000,
+            properties: Default::default(),
+        },
         handlers: vec![handler],
     };
     config.validate().map_err(|e| usage(e.to_string()))?;
@@ -134,16 +159,30 @@ fn make_orders(count: usize) -> Vec<Order> {
                 "customer_email": format!("customer{}@example.com", i % 97),
                 "amount_cents": rng.random_range(100..100_000),
             });
-            Order { event_id, order_id, payload: payload.to_string().into_bytes() }
+            Order {
+                event_id,
+                order_id,
+                payload: payload.to_string().into_bytes(),
+            }
         })
         .collect()
 }
 
 /// Sends each order; returns the next offset per partition after the sends.
-async fn send(producer: &FutureProducer, orders: &[&Order], ends: &mut HashMap<i32, i64>) -> Result<(), CliError> {
+async fn send(
+    producer: &FutureProducer,
+    orders: &[&Order],
+    ends: &mut HashMap<i32, i64>,
+) -> Result<(), CliError> {
     for order in orders {
-        let headers = OwnedHeaders::new().insert(Header { key: "event_id", value: Some(order.event_id.as_bytes()) });
-        let record = FutureRecord::to(TOPIC).key(&order.order_id).payload(&order.payload).headers(headers);
+        let headers = OwnedHeaders::new().insert(Header {
+            key: "event_id",
+            value: Some(order.event_id.as_bytes()),
+        });
+        let record = FutureRecord::to(TOPIC)
+            .key(&order.order_id)
+            .payload(&order.payload)
+            .headers(headers);
         let delivery = producer
             .send(record, Duration::from_secs(10))
             .await
@@ -169,7 +208,11 @@ async fn consume_until(config: &Config, ends: &HashMap<i32, i64>) -> Result<Snap
     Ok(stats.snapshot())
 }
 
-async fn wait_for_offsets(db: &Database, handler: &str, ends: &HashMap<i32, i64>) -> Result<(), CliError> {
+async fn wait_for_offsets(
+    db: &Database,
+    handler: &str,
+    ends: &HashMap<i32, i64>,
+) -> Result<(), CliError> {
     let started = Instant::now();
     loop {
         let stored: HashMap<i32, i64> = offsets::load_all(db, handler)
@@ -179,7 +222,10 @@ async fn wait_for_offsets(db: &Database, handler: &str, ends: &HashMap<i32, i64>
             .filter(|(topic, _, _)| topic == TOPIC)
             .map(|(_, p, n)| (p, n))
             .collect();
-        if ends.iter().all(|(p, end)| stored.get(p).is_some_and(|n| n >= end)) {
+        if ends
+            .iter()
+            .all(|(p, end)| stored.get(p).is_some_and(|n| n >= end))
+        {
             return Ok(());
         }
         if started.elapsed() > CATCH_UP_DEADLINE {
@@ -197,12 +243,16 @@ pub async fn demo(args: DemoArgs) -> Result<(), CliError> {
         return Err(usage("--events must be at least 1"));
     }
     if !(0.0..=1.0).contains(&args.duplicate_rate) {
-        return Err(usage(format!("--duplicate-rate must be between 0 and 1, got {}", args.duplicate_rate)));
+        return Err(usage(format!(
+            "--duplicate-rate must be between 0 and 1, got {}",
+            args.duplicate_rate
+        )));
     }
     if !(1..=64).contains(&args.partitions) {
         return Err(usage("--partitions must be between 1 and 64"));
     }
-    let cluster = MockCluster::new(1).map_err(|e| failed(format!("cannot start the mock broker: {e}")))?;
+    let cluster =
+        MockCluster::new(1).map_err(|e| failed(format!("cannot start the mock broker: {e}")))?;
     cluster
         .create_topic(TOPIC, args.partitions, 1)
         .map_err(|e| failed(format!("cannot create the demo topic: {e}")))?;
@@ -225,26 +275,43 @@ pub async fn demo(args: DemoArgs) -> Result<(), CliError> {
     let mut phase2: Vec<&Order> = orders[half..].iter().collect();
     phase2.extend((0..duplicates - duplicates / 2).filter_map(|_| orders.choose(&mut rng)));
 
-    println!("Inboxd demo: {} order events, {duplicates} re-sent copies, {} partitions", args.events, args.partitions);
+    println!(
+        "Inboxd demo: {} order events, {duplicates} re-sent copies, {} partitions",
+        args.events, args.partitions
+    );
     println!("database: {}", redact_url(&config.database.url));
     let started = Instant::now();
     let mut ends = HashMap::new();
     send(&producer, &phase1, &mut ends).await?;
     println!("phase 1: sent {} records; consuming...", phase1.len());
     let first = consume_until(&config, &ends).await?;
-    println!("phase 1: applied {}, skipped {} duplicates; consumer stopped", first.applied, first.duplicates);
+    println!(
+        "phase 1: applied {}, skipped {} duplicates; consumer stopped",
+        first.applied, first.duplicates
+    );
     send(&producer, &phase2, &mut ends).await?;
-    println!("phase 2: sent {} records; a new consumer resumes from the stored offsets...", phase2.len());
+    println!(
+        "phase 2: sent {} records; a new consumer resumes from the stored offsets...",
+        phase2.len()
+    );
     let second = consume_until(&config, &ends).await?;
-    println!("phase 2: applied {}, skipped {} duplicates; consumer stopped", second.applied, second.duplicates);
+    println!(
+        "phase 2: applied {}, skipped {} duplicates; consumer stopped",
+        second.applied, second.duplicates
+    );
 
-    let db = Database::connect(&config.database.url, 1).await.map_err(failed)?;
+    let db = Database::connect(&config.database.url, 1)
+        .await
+        .map_err(failed)?;
     let effects = db
         .query_i64(&format!("SELECT COUNT(*) FROM {table}"), &[])
         .await
         .map_err(|e| failed(format!("cannot count the rows of {table}: {e}")))?;
     let handler = &config.handlers[0].name;
-    let dead = dead_letters::list(&db, handler).await.map_err(failed)?.len();
+    let dead = dead_letters::list(&db, handler)
+        .await
+        .map_err(failed)?
+        .len();
     db.close().await;
 
     let sent = phase1.len() + phase2.len();
@@ -268,6 +335,9 @@ pub async fn demo(args: DemoArgs) -> Result<(), CliError> {
     if ok {
         Ok(())
     } else {
-        Err(failed(format!("effects_applied ({effects}) != unique_events ({})", args.events)))
+        Err(failed(format!(
+            "effects_applied ({effects}) != unique_events ({})",
+            args.events
+        )))
     }
 }

@@ -8,7 +8,11 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
 #[derive(Debug, Parser)]
-#[command(name = "inboxd", version, about = "Effectively-once Kafka consumption with sandboxed WebAssembly handlers")]
+#[command(
+    name = "inboxd",
+    version,
+    about = "Effectively-once Kafka consumption with sandboxed WebAssembly handlers"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

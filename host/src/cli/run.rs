@@ -11,8 +11,11 @@ fn load(path: &Path) -> Result<Config, CliError> {
 
 pub async fn run(config_path: &Path) -> Result<(), CliError> {
     let config = load(config_path)?;
-    let shutdown = crate::shutdown::install().map_err(|e| CliError::Failed(format!("cannot install signal handlers: {e}")))?;
-    let host = Host::start(&config).await.map_err(|e| CliError::Failed(e.to_string()))?;
+    let shutdown = crate::shutdown::install()
+        .map_err(|e| CliError::Failed(format!("cannot install signal handlers: {e}")))?;
+    let host = Host::start(&config)
+        .await
+        .map_err(|e| CliError::Failed(e.to_string()))?;
     tracing::info!(handlers = config.handlers.len(), "inboxd running");
     host.run(shutdown).await;
     tracing::info!("inboxd stopped");
@@ -21,7 +24,9 @@ pub async fn run(config_path: &Path) -> Result<(), CliError> {
 
 pub async fn migrate(config_path: &Path) -> Result<(), CliError> {
     let config = load(config_path)?;
-    let db = open_database(&config).await.map_err(|e| CliError::Failed(e.to_string()))?;
+    let db = open_database(&config)
+        .await
+        .map_err(|e| CliError::Failed(e.to_string()))?;
     db.close().await;
     println!("migrations applied");
     Ok(())

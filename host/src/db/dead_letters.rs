@@ -107,17 +107,23 @@ pub async fn list(db: &Database, handler: &str) -> Result<Vec<Summary>, DbError>
     Ok(rows
         .into_iter()
         .filter_map(|r| match r.as_slice() {
-            [SqlValue::Int64(id), event_id, SqlValue::Int64(p), SqlValue::Int64(o), kind, reason, SqlValue::Int64(a)] => {
-                Some(Summary {
-                    id: *id,
-                    event_id: event_id.as_str().map(str::to_owned),
-                    partition: *p as i32,
-                    offset: *o,
-                    kind: kind.as_str().unwrap_or_default().to_owned(),
-                    reason: reason.as_str().unwrap_or_default().to_owned(),
-                    attempts: *a,
-                })
-            }
+            [
+                SqlValue::Int64(id),
+                event_id,
+                SqlValue::Int64(p),
+                SqlValue::Int64(o),
+                kind,
+                reason,
+                SqlValue::Int64(a),
+            ] => Some(Summary {
+                id: *id,
+                event_id: event_id.as_str().map(str::to_owned),
+                partition: *p as i32,
+                offset: *o,
+                kind: kind.as_str().unwrap_or_default().to_owned(),
+                reason: reason.as_str().unwrap_or_default().to_owned(),
+                attempts: *a,
+            }),
             _ => None,
         })
         .collect())
@@ -131,7 +137,10 @@ mod tests {
     #[tokio::test]
     async fn insert_and_list_keep_the_reason() {
         let db = memory_db().await;
-        let headers = vec![("trace".to_owned(), b"abc".to_vec()), ("bin".to_owned(), vec![0xff, 0x00])];
+        let headers = vec![
+            ("trace".to_owned(), b"abc".to_vec()),
+            ("bin".to_owned(), vec![0xff, 0x00]),
+        ];
         let mut tx = db.begin().await.unwrap();
         insert(
             &mut tx,
@@ -159,6 +168,9 @@ mod tests {
         assert_eq!(listed[0].kind, "event-id");
         assert_eq!(listed[0].reason, "missing event id");
         assert_eq!((listed[0].partition, listed[0].offset), (2, 41));
-        assert_eq!(headers_json(&headers), r#"[{"name":"trace","value":"abc"},{"hex":"ff00","name":"bin"}]"#);
+        assert_eq!(
+            headers_json(&headers),
+            r#"[{"name":"trace","value":"abc"},{"hex":"ff00","name":"bin"}]"#
+        );
     }
 }

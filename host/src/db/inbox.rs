@@ -74,7 +74,14 @@ mod tests {
     use crate::db::test_support::memory_db;
 
     fn claim_of(id: &str) -> Claim<'_> {
-        Claim { handler: "billing", event_id: id, topic: "t", partition: 0, offset: 7, handler_version: "v1" }
+        Claim {
+            handler: "billing",
+            event_id: id,
+            topic: "t",
+            partition: 0,
+            offset: 7,
+            handler_version: "v1",
+        }
     }
 
     #[tokio::test]
@@ -85,8 +92,14 @@ mod tests {
         assert!(!claim(&mut tx, &claim_of("e1")).await.unwrap());
         tx.commit().await.unwrap();
         let mut tx = db.begin().await.unwrap();
-        assert!(!claim(&mut tx, &claim_of("e1")).await.unwrap(), "duplicate after commit");
-        assert_eq!(status(&mut tx, "billing", "e1").await.unwrap().as_deref(), Some("done"));
+        assert!(
+            !claim(&mut tx, &claim_of("e1")).await.unwrap(),
+            "duplicate after commit"
+        );
+        assert_eq!(
+            status(&mut tx, "billing", "e1").await.unwrap().as_deref(),
+            Some("done")
+        );
     }
 
     #[tokio::test]
@@ -94,7 +107,10 @@ mod tests {
         let db = memory_db().await;
         let mut tx = db.begin().await.unwrap();
         assert!(claim(&mut tx, &claim_of("e1")).await.unwrap());
-        let other = Claim { handler: "analytics", ..claim_of("e1") };
+        let other = Claim {
+            handler: "analytics",
+            ..claim_of("e1")
+        };
         assert!(claim(&mut tx, &other).await.unwrap());
     }
 
@@ -115,8 +131,23 @@ mod tests {
         mark_dead(&mut tx, &claim_of("fresh")).await.unwrap();
         assert!(claim(&mut tx, &claim_of("claimed")).await.unwrap());
         mark_dead(&mut tx, &claim_of("claimed")).await.unwrap();
-        assert_eq!(status(&mut tx, "billing", "fresh").await.unwrap().as_deref(), Some("dead"));
-        assert_eq!(status(&mut tx, "billing", "claimed").await.unwrap().as_deref(), Some("dead"));
-        assert!(!claim(&mut tx, &claim_of("fresh")).await.unwrap(), "a dead event is not run again");
+        assert_eq!(
+            status(&mut tx, "billing", "fresh")
+                .await
+                .unwrap()
+                .as_deref(),
+            Some("dead")
+        );
+        assert_eq!(
+            status(&mut tx, "billing", "claimed")
+                .await
+                .unwrap()
+                .as_deref(),
+            Some("dead")
+        );
+        assert!(
+            !claim(&mut tx, &claim_of("fresh")).await.unwrap(),
+            "a dead event is not run again"
+        );
     }
 }

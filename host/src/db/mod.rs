@@ -17,7 +17,9 @@ pub use tx::Tx;
 pub use value::{DecodeError, SqlValue, UnsupportedColumn};
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -140,7 +142,11 @@ impl Database {
     }
 
     /// Runs one read outside any transaction.
-    pub async fn query(&self, sql: &str, params: &[SqlValue]) -> Result<Vec<Vec<SqlValue>>, DbError> {
+    pub async fn query(
+        &self,
+        sql: &str,
+        params: &[SqlValue],
+    ) -> Result<Vec<Vec<SqlValue>>, DbError> {
         let mut tx = self.begin().await?;
         let rows = tx.query(sql, params).await?;
         tx.commit().await?;
@@ -150,7 +156,11 @@ impl Database {
     /// Reads a single `COUNT(*)`-style integer.
     pub async fn query_i64(&self, sql: &str, params: &[SqlValue]) -> Result<i64, DbError> {
         let rows = self.query(sql, params).await?;
-        Ok(rows.first().and_then(|r| r.first()).and_then(SqlValue::as_i64).unwrap_or(0))
+        Ok(rows
+            .first()
+            .and_then(|r| r.first())
+            .and_then(SqlValue::as_i64)
+            .unwrap_or(0))
     }
 
     pub async fn close(&self) {

@@ -16,20 +16,40 @@ ON CONFLICT (handler, topic, partition) DO UPDATE SET
     updated_at = excluded.updated_at";
 
 /// Records that everything before `next_offset` in the partition is done.
-pub async fn advance(tx: &mut Tx, handler: &str, topic: &str, partition: i32, next_offset: i64) -> Result<(), DbError> {
-    let params = [handler.into(), topic.into(), partition.into(), next_offset.into(), now_ms().into()];
+pub async fn advance(
+    tx: &mut Tx,
+    handler: &str,
+    topic: &str,
+    partition: i32,
+    next_offset: i64,
+) -> Result<(), DbError> {
+    let params = [
+        handler.into(),
+        topic.into(),
+        partition.into(),
+        next_offset.into(),
+        now_ms().into(),
+    ];
     tx.execute(ADVANCE, &params).await.map(drop)
 }
 
 /// The stored position of one partition, if the handler ever processed it.
-pub async fn load(db: &Database, handler: &str, topic: &str, partition: i32) -> Result<Option<i64>, DbError> {
+pub async fn load(
+    db: &Database,
+    handler: &str,
+    topic: &str,
+    partition: i32,
+) -> Result<Option<i64>, DbError> {
     let rows = db
         .query(
             "SELECT next_offset FROM offsets WHERE handler = $1 AND topic = $2 AND partition = $3",
             &[handler.into(), topic.into(), partition.into()],
         )
         .await?;
-    Ok(rows.first().and_then(|r| r.first()).and_then(SqlValue::as_i64))
+    Ok(rows
+        .first()
+        .and_then(|r| r.first())
+        .and_then(SqlValue::as_i64))
 }
 
 /// Every stored position of a handler: `(topic, partition, next_offset)`.
@@ -43,7 +63,9 @@ pub async fn load_all(db: &Database, handler: &str) -> Result<Vec<(String, i32, 
     Ok(rows
         .into_iter()
         .filter_map(|r| match r.as_slice() {
-            [SqlValue::Text(t), SqlValue::Int64(p), SqlValue::Int64(n)] => Some((t.clone(), *p as i32, *n)),
+            [SqlValue::Text(t), SqlValue::Int64(p), SqlValue::Int64(n)] => {
+                Some((t.clone(), *p as i32, *n))
+            }
             _ => None,
         })
         .collect())
@@ -63,7 +85,10 @@ mod tests {
         tx.commit().await.unwrap();
         assert_eq!(load(&db, "h", "t", 0).await.unwrap(), Some(5));
         assert_eq!(load(&db, "h", "t", 1).await.unwrap(), None);
-        assert_eq!(load_all(&db, "h").await.unwrap(), vec![("t".to_owned(), 0, 5)]);
+        assert_eq!(
+            load_all(&db, "h").await.unwrap(),
+            vec![("t".to_owned(), 0, 5)]
+        );
     }
 
     #[tokio::test]

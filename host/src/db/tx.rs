@@ -19,11 +19,15 @@ enum Inner {
 
 impl Tx {
     pub(super) fn sqlite(tx: Transaction<'static, Sqlite>) -> Self {
-        Self { inner: Inner::Sqlite(tx) }
+        Self {
+            inner: Inner::Sqlite(tx),
+        }
     }
 
     pub(super) fn postgres(tx: Transaction<'static, Postgres>) -> Self {
-        Self { inner: Inner::Postgres(tx) }
+        Self {
+            inner: Inner::Postgres(tx),
+        }
     }
 
     pub fn backend(&self) -> Backend {
@@ -36,24 +40,40 @@ impl Tx {
     /// Runs one statement and returns the number of rows it changed.
     pub async fn execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, DbError> {
         let done = match &mut self.inner {
-            Inner::Sqlite(tx) => bind_sqlite(sqlx::query(sql), params).execute(&mut **tx).await?.rows_affected(),
-            Inner::Postgres(tx) => {
-                bind_postgres(sqlx::query(sql), params).execute(&mut **tx).await?.rows_affected()
-            }
+            Inner::Sqlite(tx) => bind_sqlite(sqlx::query(sql), params)
+                .execute(&mut **tx)
+                .await?
+                .rows_affected(),
+            Inner::Postgres(tx) => bind_postgres(sqlx::query(sql), params)
+                .execute(&mut **tx)
+                .await?
+                .rows_affected(),
         };
         Ok(done)
     }
 
     /// Runs one statement and returns every row it produced.
-    pub async fn query(&mut self, sql: &str, params: &[SqlValue]) -> Result<Vec<Vec<SqlValue>>, DbError> {
+    pub async fn query(
+        &mut self,
+        sql: &str,
+        params: &[SqlValue],
+    ) -> Result<Vec<Vec<SqlValue>>, DbError> {
         match &mut self.inner {
             Inner::Sqlite(tx) => {
-                let rows = bind_sqlite(sqlx::query(sql), params).fetch_all(&mut **tx).await?;
-                rows.iter().map(|r| decode_sqlite(r).map_err(DbError::from)).collect()
+                let rows = bind_sqlite(sqlx::query(sql), params)
+                    .fetch_all(&mut **tx)
+                    .await?;
+                rows.iter()
+                    .map(|r| decode_sqlite(r).map_err(DbError::from))
+                    .collect()
             }
             Inner::Postgres(tx) => {
-                let rows = bind_postgres(sqlx::query(sql), params).fetch_all(&mut **tx).await?;
-                rows.iter().map(|r| decode_postgres(r).map_err(DbError::from)).collect()
+                let rows = bind_postgres(sqlx::query(sql), params)
+                    .fetch_all(&mut **tx)
+                    .await?;
+                rows.iter()
+                    .map(|r| decode_postgres(r).map_err(DbError::from))
+                    .collect()
             }
         }
     }
@@ -61,23 +81,33 @@ impl Tx {
     /// Runs a script of several statements without parameters (migrations only).
     pub async fn execute_script(&mut self, sql: &str) -> Result<(), DbError> {
         match &mut self.inner {
-            Inner::Sqlite(tx) => drop(sqlx::raw_sql(sql).execute(&mut **tx).await?),
-            Inner::Postgres(tx) => drop(sqlx::raw_sql(sql).execute(&mut **tx).await?),
+            Inner::Sqlite(tx) => {
+                sqlx::raw_sql(sql).execute(&mut **tx).await?;
+            }
+            Inner::Postgres(tx) => {
+                sqlx::raw_sql(sql).execute(&mut **tx).await?;
+            }
         }
         Ok(())
     }
 
     /// Savepoint names are the host's constants, never guest input.
     pub async fn savepoint(&mut self, name: &'static str) -> Result<(), DbError> {
-        self.execute(&format!("SAVEPOINT {name}"), &[]).await.map(drop)
+        self.execute(&format!("SAVEPOINT {name}"), &[])
+            .await
+            .map(drop)
     }
 
     pub async fn release(&mut self, name: &'static str) -> Result<(), DbError> {
-        self.execute(&format!("RELEASE SAVEPOINT {name}"), &[]).await.map(drop)
+        self.execute(&format!("RELEASE SAVEPOINT {name}"), &[])
+            .await
+            .map(drop)
     }
 
     pub async fn rollback_to(&mut self, name: &'static str) -> Result<(), DbError> {
-        self.execute(&format!("ROLLBACK TO SAVEPOINT {name}"), &[]).await.map(drop)
+        self.execute(&format!("ROLLBACK TO SAVEPOINT {name}"), &[])
+            .await
+            .map(drop)
     }
 
     pub async fn commit(self) -> Result<(), DbError> {

@@ -39,14 +39,22 @@ impl ConsumerContext for InboxContext {
         let mut fresh = self.fresh.lock().unwrap_or_else(|p| p.into_inner());
         match rebalance {
             Rebalance::Assign(tpl) => {
-                let list: Vec<String> = tpl.elements().iter().map(|e| format!("{}/{}", e.topic(), e.partition())).collect();
+                let list: Vec<String> = tpl
+                    .elements()
+                    .iter()
+                    .map(|e| format!("{}/{}", e.topic(), e.partition()))
+                    .collect();
                 for e in tpl.elements() {
                     fresh.insert((e.topic().to_owned(), e.partition()));
                 }
                 tracing::info!(handler = %self.handler, partitions = ?list, "partitions assigned");
             }
             Rebalance::Revoke(tpl) => {
-                let list: Vec<String> = tpl.elements().iter().map(|e| format!("{}/{}", e.topic(), e.partition())).collect();
+                let list: Vec<String> = tpl
+                    .elements()
+                    .iter()
+                    .map(|e| format!("{}/{}", e.topic(), e.partition()))
+                    .collect();
                 for e in tpl.elements() {
                     fresh.remove(&(e.topic().to_owned(), e.partition()));
                 }
@@ -80,7 +88,10 @@ pub fn create_consumer(
         // A partition this handler never saw starts at its beginning: nothing is skipped.
         config.set("auto.offset.reset", "earliest");
     }
-    let context = InboxContext { handler: handler.to_owned(), fresh: FreshPartitions::default() };
+    let context = InboxContext {
+        handler: handler.to_owned(),
+        fresh: FreshPartitions::default(),
+    };
     let consumer: InboxConsumer = config.create_with_context(context)?;
     let topics: Vec<&str> = topics.iter().map(String::as_str).collect();
     rdkafka::consumer::Consumer::subscribe(&consumer, &topics)?;

@@ -23,13 +23,26 @@ use tokio_util::sync::CancellationToken;
 /// database holds the real position, so a lost Kafka commit costs nothing).
 const KAFKA_COMMIT_INTERVAL: Duration = Duration::from_secs(1);
 /// Backoff for the host's own retries (database outages, broker errors).
-const HOST_RETRY: RetryConfig = RetryConfig { max_attempts: u32::MAX, backoff_initial_ms: 100, backoff_max_ms: 5_000 };
+const HOST_RETRY: RetryConfig = RetryConfig {
+    max_attempts: u32::MAX,
+    backoff_initial_ms: 100,
+    backoff_max_ms: 5_000,
+};
 const SEEK_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn to_record(message: &BorrowedMessage<'_>) -> Record {
     let headers = message
         .headers()
-        .map(|hs| hs.iter().map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec).unwrap_or_default())).collect())
+        .map(|hs| {
+            hs.iter()
+                .map(|h| {
+                    (
+                        h.key.to_owned(),
+                        h.value.map(<[u8]>::to_vec).unwrap_or_default(),
+                    )
+                })
+                .collect()
+        })
         .unwrap_or_default();
     Record {
         topic: message.topic().to_owned(),
@@ -44,7 +57,11 @@ fn to_record(message: &BorrowedMessage<'_>) -> Record {
 
 /// Retries a host-side database step until it succeeds or shutdown begins,
 /// logging the start and the end of an outage once each.
-async fn with_db_retry<T, F, Fut>(what: &str, shutdown: &CancellationToken, mut step: F) -> Option<T>
+async fn with_db_retry<T, F, Fut>(
+    what: &str,
+    shutdown: &CancellationToken,
+    mut step: F,
+) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, PipelineError>>,
@@ -56,7 +73,8 @@ where
             Ok(value) => {
                 if failures > 0 {
                     tracing::info!(
-                        failures, outage_ms = since.elapsed().as_millis() as u64,
+                        failures,
+                        outage_ms = since.elapsed().as_millis() as u64,
                         "database is back; resumed {what}"
                     );
                 }
@@ -66,7 +84,9 @@ where
             Err(error) => {
                 if failures == 0 {
                     since = Instant::now();
-                    tracing::warn!("{what} failed, retrying with backoff until it succeeds: {error}");
+                    tracing::warn!(
+                        "{what} failed, retrying with backoff until it succeeds: {error}"
+                    );
                 }
                 failures += 1;
                 tokio::select! {
@@ -103,7 +123,10 @@ pub async fn run_pump(consumer: InboxConsumer, pipeline: Pipeline, shutdown: Can
             }
         };
         let key = (record.topic.clone(), record.partition);
-        if consumer.context().take_fresh(&record.topic, record.partition) {
+        if consumer
+            .context()
+            .take_fresh(&record.topic, record.partition)
+        {
             positions.remove(&key);
             let stored = with_db_retry("reading the stored offset", &shutdown, || async {
                 offsets::load(pipeline.db(), &handler, &record.topic, record.partition)
@@ -119,12 +142,23 @@ pub async fn run_pump(consumer: InboxConsumer, pipeline: Pipeline, shutdown: Can
                     // between the two commits, or leads it if the database was
                     // restored: the database wins either way.
                     tracing::info!(
-                        handler, topic = record.topic, partition = record.partition,
-                        broker_offset = record.offset, database_offset = next,
+                        handler,
+                        topic = record.topic,
+                        partition = record.partition,
+                        broker_offset = record.offset,
+                        database_offset = next,
                         "seeking to the offset stored in the database"
                     );
-                    if let Err(error) = consumer.seek(&record.topic, record.partition, Offset::Offset(next), SEEK_TIMEOUT) {
-                        tracing::warn!(handler, "seek failed ({error}); skipping already-applied records instead");
+                    if let Err(error) = consumer.seek(
+                        &record.topic,
+                        record.partition,
+                        Offset::Offset(next),
+                        SEEK_TIMEOUT,
+                    ) {
+                        tracing::warn!(
+                            handler,
+                            "seek failed ({error}); skipping already-applied records instead"
+                        );
                     }
                     if record.offset > next {
                         continue;
@@ -132,17 +166,26 @@ pub async fn run_pump(consumer: InboxConsumer, pipeline: Pipeline, shutdown: Can
                 }
             }
         }
-        if positions.get(&key).is_some_and(|&next| record.offset < next) {
+        if positions
+            .get(&key)
+            .is_some_and(|&next| record.offset < next)
+        {
             continue;
         }
-        let outcome = with_db_retry("processing a record", &shutdown, || pipeline.process(&record, &shutdown)).await;
+        let outcome = with_db_retry("processing a record", &shutdown, || {
+            pipeline.process(&record, &shutdown)
+        })
+        .await;
         if outcome.is_none() {
             break;
         }
         positions.insert(key, record.offset + 1);
         // Only now, after the database commit, may Kafka hear about it.
         if let Err(error) = store_next_offset(&consumer, &record) {
-            tracing::debug!(handler, "storing the Kafka offset failed (partition revoked?): {error}");
+            tracing::debug!(
+                handler,
+                "storing the Kafka offset failed (partition revoked?): {error}"
+            );
         }
         uncommitted = true;
         if last_kafka_commit.elapsed() >= KAFKA_COMMIT_INTERVAL {
@@ -163,7 +206,11 @@ pub async fn run_pump(consumer: InboxConsumer, pipeline: Pipeline, shutdown: Can
 /// `store_offset` adds one to what it is given (it wants the last processed offset).
 fn store_next_offset(consumer: &InboxConsumer, record: &Record) -> rdkafka::error::KafkaResult<()> {
     let mut list = TopicPartitionList::new();
-    list.add_partition_offset(&record.topic, record.partition, Offset::Offset(record.offset + 1))?;
+    list.add_partition_offset(
+        &record.topic,
+        record.partition,
+        Offset::Offset(record.offset + 1),
+    )?;
     consumer.store_offsets(&list)
 }
 

@@ -25,8 +25,13 @@ const MAX_REASON_BYTES: usize = 2048;
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     #[error("cannot read component {path}: {source}")]
-    Read { path: String, source: std::io::Error },
-    #[error("{path} is a core WebAssembly module, not a component: build it for wasm32-wasip2 (or run `wasm-tools component new`)")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "{path} is a core WebAssembly module, not a component: build it for wasm32-wasip2 (or run `wasm-tools component new`)"
+    )]
     CoreModule { path: String },
     #[error("{path} is not a valid WebAssembly component: {message}")]
     Invalid { path: String, message: String },
@@ -69,9 +74,17 @@ pub struct HandlerComponent {
 }
 
 impl HandlerComponent {
-    pub fn load(engine: &WasmEngine, name: &str, path: &Path, limits: Limits) -> Result<Self, LoadError> {
+    pub fn load(
+        engine: &WasmEngine,
+        name: &str,
+        path: &Path,
+        limits: Limits,
+    ) -> Result<Self, LoadError> {
         let shown = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|source| LoadError::Read { path: shown.clone(), source })?;
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+            path: shown.clone(),
+            source,
+        })?;
         Self::from_bytes(engine, name, &shown, &bytes, limits)
     }
 
@@ -83,16 +96,32 @@ impl HandlerComponent {
         limits: Limits,
     ) -> Result<Self, LoadError> {
         if is_core_module(bytes) {
-            return Err(LoadError::CoreModule { path: shown.to_owned() });
+            return Err(LoadError::CoreModule {
+                path: shown.to_owned(),
+            });
         }
-        let component = wasmtime::component::Component::new(&engine.engine, bytes)
-            .map_err(|e| LoadError::Invalid { path: shown.to_owned(), message: format!("{e:#}") })?;
-        let link = |e: wasmtime::Error| LoadError::Link { path: shown.to_owned(), message: format!("{e:#}") };
+        let component =
+            wasmtime::component::Component::new(&engine.engine, bytes).map_err(|e| {
+                LoadError::Invalid {
+                    path: shown.to_owned(),
+                    message: format!("{e:#}"),
+                }
+            })?;
+        let link = |e: wasmtime::Error| LoadError::Link {
+            path: shown.to_owned(),
+            message: format!("{e:#}"),
+        };
         let instance_pre = engine.linker.instantiate_pre(&component).map_err(link)?;
         let pre = HandlerPre::new(instance_pre).map_err(link)?;
         let digest = Sha256::digest(bytes);
         let version = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
-        Ok(Self { name: name.into(), version, pre, engine: engine.engine.clone(), limits })
+        Ok(Self {
+            name: name.into(),
+            version,
+            pre,
+            engine: engine.engine.clone(),
+            limits,
+        })
     }
 
     pub fn name(&self) -> &str {
@@ -152,11 +181,19 @@ impl HandlerComponent {
     fn timeout_exceeded(&self) -> LimitExceeded {
         LimitExceeded {
             key: "limits.timeout_ms",
-            detail: format!("the handler ran longer than {} ms", self.limits.timeout.as_millis()),
+            detail: format!(
+                "the handler ran longer than {} ms",
+                self.limits.timeout.as_millis()
+            ),
         }
     }
 
-    fn classify_trap(&self, state: &StoreState, error: &wasmtime::Error, stderr: &str) -> GuestFailure {
+    fn classify_trap(
+        &self,
+        state: &StoreState,
+        error: &wasmtime::Error,
+        stderr: &str,
+    ) -> GuestFailure {
         // A failed memory.grow usually surfaces as a generic trap (an allocator
         // abort), so the limiter's record is checked first.
         if let Some(exceeded) = state.limiter.exceeded() {
@@ -182,7 +219,10 @@ impl HandlerComponent {
         let handler = &*self.name;
         let (stdout, stdout_dropped) = state.stdout.take();
         let (stderr, stderr_dropped) = state.stderr.take();
-        for (stream, text, dropped) in [("stdout", &stdout, stdout_dropped), ("stderr", &stderr, stderr_dropped)] {
+        for (stream, text, dropped) in [
+            ("stdout", &stdout, stdout_dropped),
+            ("stderr", &stderr, stderr_dropped),
+        ] {
             if !text.is_empty() {
                 tracing::info!(target: "guest", handler, event_id, stream, "{}", text.trim_end());
             }

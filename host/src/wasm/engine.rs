@@ -26,7 +26,10 @@ impl WasmEngine {
         spawn_epoch_ticker(&engine);
         let mut linker = Linker::new(&engine);
         crate::capabilities::add_to_linker(&mut linker)?;
-        Ok(Self { engine, linker: Arc::new(linker) })
+        Ok(Self {
+            engine,
+            linker: Arc::new(linker),
+        })
     }
 }
 

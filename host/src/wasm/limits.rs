@@ -61,7 +61,11 @@ pub struct MemoryLimiter {
 
 impl MemoryLimiter {
     pub fn new(max_bytes: usize) -> Self {
-        Self { max_bytes, total_bytes: 0, exceeded: None }
+        Self {
+            max_bytes,
+            total_bytes: 0,
+            exceeded: None,
+        }
     }
 
     /// Set once the guest asked for more than its limit; the trap that
@@ -72,7 +76,12 @@ impl MemoryLimiter {
 }
 
 impl wasmtime::ResourceLimiter for MemoryLimiter {
-    fn memory_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         let total = self.total_bytes - current + desired;
         if total > self.max_bytes {
             self.exceeded = Some(LimitExceeded {
@@ -89,7 +98,12 @@ impl wasmtime::ResourceLimiter for MemoryLimiter {
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         Ok(desired <= MAX_TABLE_ELEMENTS)
     }
 }
@@ -107,12 +121,19 @@ mod tests {
         assert!(!limiter.memory_growing(3 << 20, 5 << 20, None).unwrap());
         let exceeded = limiter.exceeded().unwrap();
         assert_eq!(exceeded.key, "limits.memory_mb");
-        assert!(exceeded.to_string().contains("limit is 10 MiB"), "{exceeded}");
+        assert!(
+            exceeded.to_string().contains("limit is 10 MiB"),
+            "{exceeded}"
+        );
     }
 
     #[test]
     fn deadline_rounds_up() {
-        let limits = Limits { timeout: Duration::from_millis(15), memory_bytes: 0, output_bytes: 0 };
+        let limits = Limits {
+            timeout: Duration::from_millis(15),
+            memory_bytes: 0,
+            output_bytes: 0,
+        };
         assert_eq!(limits.deadline_ticks(), 2);
     }
 }

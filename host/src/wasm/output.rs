@@ -24,7 +24,12 @@ struct Captured {
 
 impl GuestOutput {
     pub fn new(capacity: usize) -> Self {
-        Self { inner: Arc::new(Mutex::new(Captured { capacity, ..Captured::default() })) }
+        Self {
+            inner: Arc::new(Mutex::new(Captured {
+                capacity,
+                ..Captured::default()
+            })),
+        }
     }
 
     /// The captured text (lossy UTF-8) and how many bytes were dropped past the bound.
@@ -59,7 +64,11 @@ impl StdoutStream for GuestOutput {
 }
 
 impl tokio::io::AsyncWrite for GuestOutput {
-    fn poll_write(self: Pin<&mut Self>, _cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         self.write(buf);
         Poll::Ready(Ok(buf.len()))
     }
