@@ -73,8 +73,41 @@ start_tansu() {
     log "tansu (pid $TANSU_PID) listening on 127.0.0.1:$TANSU_PORT"
 }
 
+# Runs a PostgreSQL tool as the postgres user when we are root (initdb and
+# the server refuse to run as root).
+as_postgres() {
+    if [[ "$(id -u)" == 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+ensure_postgres() {
+    PG_BIN="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)"
+    if [[ -z "$PG_BIN" || ! -x "$PG_BIN/initdb" ]]; then
+        log "installing PostgreSQL from Debian's packages"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+        PG_BIN="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)"
+    fi
+}
+
+# Starts a throwaway PostgreSQL cluster (initdb into a temporary folder,
+# 127.0.0.1, a free port, trust auth); sets PG_DATA, PG_PORT and PG_URL.
+start_postgres() {
+    ensure_postgres
+    PG_PORT="$(free_port)"
+    PG_DATA="$(mktemp -u /tmp/inboxd-pg-XXXXXX)"
+    as_postgres "$PG_BIN/initdb" -D "$PG_DATA" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >/dev/null
+    as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$PG_DATA/server.log" -w -t 60 \
+        -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k $PG_DATA -c max_connections=300" start >/dev/null
+    PG_URL="postgres://postgres@127.0.0.1:$PG_PORT/postgres"
+    log "PostgreSQL ($PG_BIN) listening on 127.0.0.1:$PG_PORT, data in $PG_DATA"
+}
+
 # Stops only the processes these scripts started, by PID.
 stop_services() {
+    if [[ -n "${PG_DATA:-}" && -d "$PG_DATA" ]]; then
+        as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -m fast -w stop >/dev/null 2>&1 || true
+        rm -rf "$PG_DATA"
+    fi
     if [[ -n "${TANSU_PID:-}" ]] && kill -0 "$TANSU_PID" 2>/dev/null; then
         kill "$TANSU_PID" 2>/dev/null || true
         wait "$TANSU_PID" 2>/dev/null || true

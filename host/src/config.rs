@@ -33,10 +33,7 @@ pub mod defaults {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Read { path: PathBuf, source: std::io::Error },
     #[error("invalid config file {path}: {message}")]
     Parse { path: PathBuf, message: String },
     #[error("invalid config: `{key}` {problem}")]
@@ -281,9 +278,7 @@ impl Config {
     /// Checks every value that parsing alone cannot; the error names the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let url = &self.database.url;
-        if !(url.starts_with("sqlite:")
-            || url.starts_with("postgres://")
-            || url.starts_with("postgresql://"))
+        if !(url.starts_with("sqlite:") || url.starts_with("postgres://") || url.starts_with("postgresql://"))
         {
             return Err(invalid(
                 "database.url",
@@ -362,16 +357,10 @@ impl HandlerConfig {
             ));
         }
         if self.event_id.header.is_empty() {
-            return Err(invalid(
-                format!("{key}.event_id.header"),
-                "must not be empty",
-            ));
+            return Err(invalid(format!("{key}.event_id.header"), "must not be empty"));
         }
         if self.event_id.json_field.is_empty() {
-            return Err(invalid(
-                format!("{key}.event_id.json_field"),
-                "must not be empty",
-            ));
+            return Err(invalid(format!("{key}.event_id.json_field"), "must not be empty"));
         }
         let limits = &self.limits;
         if !(1..=600_000).contains(&limits.timeout_ms) {
@@ -387,14 +376,9 @@ impl HandlerConfig {
             ));
         }
         if self.retry.max_attempts == 0 {
-            return Err(invalid(
-                format!("{key}.retry.max_attempts"),
-                "must be at least 1",
-            ));
+            return Err(invalid(format!("{key}.retry.max_attempts"), "must be at least 1"));
         }
-        if self.retry.backoff_initial_ms == 0
-            || self.retry.backoff_initial_ms > self.retry.backoff_max_ms
-        {
+        if self.retry.backoff_initial_ms == 0 || self.retry.backoff_initial_ms > self.retry.backoff_max_ms {
             return Err(invalid(
                 format!("{key}.retry.backoff_initial_ms"),
                 "must be at least 1 and at most retry.backoff_max_ms",
@@ -469,10 +453,7 @@ mod tests {
                 "[handlers.limits]\ntimeout_ms = 0",
                 "handlers[0].limits.timeout_ms",
             ),
-            (
-                "[handlers.limits]\nmemory_mb = 0",
-                "handlers[0].limits.memory_mb",
-            ),
+            ("[handlers.limits]\nmemory_mb = 0", "handlers[0].limits.memory_mb"),
             (
                 "[handlers.retry]\nmax_attempts = 0",
                 "handlers[0].retry.max_attempts",
@@ -484,10 +465,7 @@ mod tests {
         ];
         for (extra, key) in cases {
             let err = load(&with_component(extra)).unwrap_err();
-            assert!(
-                err.contains(&format!("`{key}`")),
-                "expected {key} in: {err}"
-            );
+            assert!(err.contains(&format!("`{key}`")), "expected {key} in: {err}");
         }
     }
 
@@ -514,10 +492,7 @@ mod tests {
             "brokers = \"127.0.0.1:9092\"\nproperties = { \"enable.auto.commit\" = \"true\" }",
         );
         let err = load(&text).unwrap_err();
-        assert!(
-            err.contains("kafka.properties.\"enable.auto.commit\""),
-            "{err}"
-        );
+        assert!(err.contains("kafka.properties.\"enable.auto.commit\""), "{err}");
     }
 
     #[test]

@@ -114,13 +114,9 @@ fn validate(format: EventIdFormat, raw: Vec<u8>, origin: String) -> Result<Strin
     match format {
         EventIdFormat::Uuid => uuid::Uuid::try_parse(value.trim())
             .map(|id| id.hyphenated().to_string())
-            .map_err(|_| {
-                invalid("is not a UUID (set event_id.format = \"any\" to accept other ids)")
-            }),
+            .map_err(|_| invalid("is not a UUID (set event_id.format = \"any\" to accept other ids)")),
         EventIdFormat::Any if value.is_empty() => Err(invalid("is empty")),
-        EventIdFormat::Any if value.len() > MAX_ANY_ID_BYTES => {
-            Err(invalid("is longer than 200 bytes"))
-        }
+        EventIdFormat::Any if value.len() > MAX_ANY_ID_BYTES => Err(invalid("is longer than 200 bytes")),
         EventIdFormat::Any => Ok(value),
     }
 }

@@ -85,11 +85,7 @@ impl Host {
             stats.insert(handler.name.clone(), running.1);
             handlers.push(running.0);
         }
-        Ok(Self {
-            db,
-            handlers,
-            stats,
-        })
+        Ok(Self { db, handlers, stats })
     }
 
     fn start_handler(
@@ -121,16 +117,11 @@ impl Host {
             handler.retry.clone(),
             stats.clone(),
         );
-        let consumer = create_consumer(
-            &config.kafka,
-            &handler.name,
-            &handler.group_id(),
-            &handler.topics,
-        )
-        .map_err(|source| StartError::Kafka {
-            handler: handler.name.clone(),
-            source,
-        })?;
+        let consumer = create_consumer(&config.kafka, &handler.name, &handler.group_id(), &handler.topics)
+            .map_err(|source| StartError::Kafka {
+                handler: handler.name.clone(),
+                source,
+            })?;
         Ok((Running { consumer, pipeline }, stats))
     }
 
@@ -147,11 +138,7 @@ impl Host {
     pub async fn run(self, shutdown: CancellationToken) {
         let mut pumps = tokio::task::JoinSet::new();
         for running in self.handlers {
-            pumps.spawn(run_pump(
-                running.consumer,
-                running.pipeline,
-                shutdown.clone(),
-            ));
+            pumps.spawn(run_pump(running.consumer, running.pipeline, shutdown.clone()));
         }
         while let Some(result) = pumps.join_next().await {
             if let Err(error) = result {
@@ -173,9 +160,6 @@ mod tests {
             redact_url("postgres://app:s3cret@db:5432/x"),
             "postgres://app:***@db:5432/x"
         );
-        assert_eq!(
-            redact_url("sqlite://inboxd.sqlite"),
-            "sqlite://inboxd.sqlite"
-        );
+        assert_eq!(redact_url("sqlite://inboxd.sqlite"), "sqlite://inboxd.sqlite");
     }
 }

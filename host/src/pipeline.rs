@@ -33,6 +33,9 @@ pub enum Outcome {
     Applied,
     Duplicate,
     DeadLettered,
+    /// Another consumer committed this partition past `expected` first: this
+    /// record's work was rolled back, and the caller must re-read the position.
+    Fenced,
 }
 
 /// The host's own failures. None of them is counted against the handler: the
@@ -41,9 +44,7 @@ pub enum Outcome {
 pub enum PipelineError {
     #[error(transparent)]
     Database(#[from] DbError),
-    #[error(
-        "the guest call ended without handing back its transaction; the record will be retried"
-    )]
+    #[error("the guest call ended without handing back its transaction; the record will be retried")]
     LostTransaction,
     #[error("shutting down: the record was abandoned before its commit and will be redelivered")]
     Abandoned,
@@ -83,16 +84,20 @@ impl Pipeline {
     }
 
     /// Processes one record to its end: applied, duplicate, or dead-lettered.
-    /// Guest failures are retried here (the partition waits); on shutdown a
-    /// pending retry is abandoned uncommitted.
+    /// `expected` is the partition's stored next offset as the caller last saw
+    /// it (`None`: no row yet). Guest failures are retried here (the partition
+    /// waits); on shutdown a pending retry is abandoned uncommitted.
     pub async fn process(
         &self,
         record: &Record,
+        expected: Option<i64>,
         shutdown: &CancellationToken,
     ) -> Result<Outcome, PipelineError> {
         let event_id = match event_id::extract(&self.event_id, &record.headers, &record.payload) {
             Ok(id) => id,
-            Err(error) => return self.park_without_id(record, &error.to_string()).await,
+            Err(error) => {
+                return self.park_without_id(record, expected, &error.to_string()).await;
+            }
         };
         let claim = Claim {
             handler: self.handler.name(),
@@ -107,17 +112,27 @@ impl Pipeline {
         loop {
             let mut tx = self.db.begin().await?;
             if !inbox::claim(&mut tx, &claim).await? {
-                self.finish(tx, record).await?;
+                if !self.finish(tx, record, expected).await? {
+                    return Ok(Outcome::Fenced);
+                }
                 self.stats.duplicate();
                 tracing::debug!(handler = claim.handler, event_id, "duplicate skipped");
                 return Ok(Outcome::Duplicate);
             }
             tx.savepoint(GUEST_SAVEPOINT).await?;
-            let (tx, result) = self.handler.invoke(tx, record, &event_id, attempt).await;
-            let (tx, failure) = match (tx, result) {
+            tx.enter_handler_scope(claim.handler).await?;
+            let invocation = self.handler.invoke(tx, record, &event_id, attempt).await;
+            if let Some(error) = invocation.host_error {
+                // Dropping the transaction rolls it back; the caller retries the record.
+                return Err(error.into());
+            }
+            let (tx, failure) = match (invocation.tx, invocation.result) {
                 (Some(mut tx), Ok(())) => {
                     tx.release(GUEST_SAVEPOINT).await?;
-                    self.finish(tx, record).await?;
+                    tx.leave_handler_scope().await?;
+                    if !self.finish(tx, record, expected).await? {
+                        return Ok(Outcome::Fenced);
+                    }
                     self.stats.applied();
                     return Ok(Outcome::Applied);
                 }
@@ -178,7 +193,9 @@ impl Pipeline {
                 },
             )
             .await?;
-            self.finish(tx, record).await?;
+            if !self.finish(tx, record, expected).await? {
+                return Ok(Outcome::Fenced);
+            }
             self.stats.dead_lettered();
             tracing::warn!(
                 handler = claim.handler,
@@ -196,6 +213,7 @@ impl Pipeline {
     async fn park_without_id(
         &self,
         record: &Record,
+        expected: Option<i64>,
         reason: &str,
     ) -> Result<Outcome, PipelineError> {
         let mut tx = self.db.begin().await?;
@@ -209,7 +227,9 @@ impl Pipeline {
             },
         )
         .await?;
-        self.finish(tx, record).await?;
+        if !self.finish(tx, record, expected).await? {
+            return Ok(Outcome::Fenced);
+        }
         self.stats.dead_lettered();
         tracing::warn!(
             handler = self.handler.name(),
@@ -240,17 +260,31 @@ impl Pipeline {
     }
 
     /// Every path ends here: the partition's next offset joins the same
-    /// transaction as the effects, then everything commits together.
-    async fn finish(&self, mut tx: Tx, record: &Record) -> Result<(), DbError> {
-        offsets::advance(
-            &mut tx,
-            self.handler.name(),
-            &record.topic,
-            record.partition,
-            record.offset + 1,
-        )
-        .await?;
-        tx.commit().await
+    /// transaction as the effects, then everything commits together. `false`:
+    /// fenced by another consumer, and everything was rolled back.
+    async fn finish(&self, mut tx: Tx, record: &Record, expected: Option<i64>) -> Result<bool, DbError> {
+        let advance = offsets::Advance {
+            handler: self.handler.name(),
+            topic: &record.topic,
+            partition: record.partition,
+            expected,
+            next_offset: record.offset + 1,
+            records: 1,
+        };
+        if !offsets::advance(&mut tx, &advance).await? {
+            tx.rollback().await?;
+            tracing::info!(
+                handler = self.handler.name(),
+                topic = record.topic,
+                partition = record.partition,
+                offset = record.offset,
+                ?expected,
+                "fenced: another consumer committed this partition first; this record's work was rolled back"
+            );
+            return Ok(false);
+        }
+        tx.commit().await?;
+        Ok(true)
     }
 }
 

@@ -19,9 +19,7 @@ pub fn install() -> std::io::Result<CancellationToken> {
                 _ = interrupt.recv() => {}
             }
             if count == 0 {
-                tracing::info!(
-                    "shutting down: finishing the current transaction (signal again to exit now)"
-                );
+                tracing::info!("shutting down: finishing the current transaction (signal again to exit now)");
                 cancel.cancel();
             } else {
                 tracing::warn!("second signal: exiting now; uncommitted work will be redelivered");

@@ -19,8 +19,12 @@ CREATE TABLE offsets (
     handler     TEXT    NOT NULL,
     topic       TEXT    NOT NULL,
     partition   INTEGER NOT NULL,
-    next_offset BIGINT  NOT NULL,
-    updated_at  BIGINT  NOT NULL,
+    next_offset BIGINT NOT NULL,
+    -- Records committed for this partition, across all hosts and restarts. With
+    -- contiguous offsets from 0 it equals next_offset; more would mean an offset
+    -- range was committed twice.
+    records_committed BIGINT NOT NULL,
+    updated_at  BIGINT NOT NULL,
     PRIMARY KEY (handler, topic, partition)
 );
 

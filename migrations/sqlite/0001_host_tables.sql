@@ -25,6 +25,10 @@ CREATE TABLE offsets (
     topic       TEXT    NOT NULL,
     partition   INTEGER NOT NULL,
     next_offset INTEGER NOT NULL,
+    -- Records committed for this partition, across all hosts and restarts. With
+    -- contiguous offsets from 0 it equals next_offset; more would mean an offset
+    -- range was committed twice.
+    records_committed INTEGER NOT NULL,
     updated_at  INTEGER NOT NULL,
     PRIMARY KEY (handler, topic, partition)
 ) WITHOUT ROWID;

@@ -1,15 +1,17 @@
 //! (c) Bad messages are parked with the right reasons, and the events after
 //! them are processed: no id, a non-UUID id, a non-JSON payload.
 
+use crate::on_both_backends;
 use crate::support::*;
 use inboxd::db::SqlValue;
 use std::time::Duration;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_messages_are_dead_lettered_with_reasons_and_the_partition_moves_on() {
+on_both_backends!(bad_messages_are_dead_lettered_with_reasons_and_the_partition_moves_on);
+
+async fn bad_messages_are_dead_lettered_with_reasons_and_the_partition_moves_on(backend: Backend) {
     let topic = unique("orders");
     create_topic(&topic, 1).await;
-    let env = TestEnv::new("billing", &topic, "");
+    let env = TestEnv::new(backend, "billing", &topic, "").await;
 
     let good_before = new_id();
     let good_after = new_id();
@@ -50,7 +52,8 @@ async fn bad_messages_are_dead_lettered_with_reasons_and_the_partition_moves_on(
     assert!(host.is_running(), "bad input must not crash the host");
 
     let db = env.db().await;
-    let invoiced = rows(&db, "SELECT event_id FROM invoices ORDER BY order_id").await;
+    let invoices = env.table("invoices").await;
+    let invoiced = rows(&db, &format!("SELECT event_id FROM {invoices} ORDER BY order_id")).await;
     assert_eq!(
         invoiced,
         vec![
@@ -59,9 +62,7 @@ async fn bad_messages_are_dead_lettered_with_reasons_and_the_partition_moves_on(
         ]
     );
 
-    let letters = inboxd::db::dead_letters::list(&db, "billing")
-        .await
-        .unwrap();
+    let letters = inboxd::db::dead_letters::list(&db, "billing").await.unwrap();
     let summary: Vec<(i64, &str, &str)> = letters
         .iter()
         .map(|l| (l.offset, l.kind.as_str(), l.reason.as_str()))

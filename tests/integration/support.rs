@@ -19,10 +19,7 @@ pub fn brokers() -> String {
 }
 
 pub fn unique(prefix: &str) -> String {
-    format!(
-        "{prefix}-{}",
-        &uuid::Uuid::new_v4().simple().to_string()[..12]
-    )
+    format!("{prefix}-{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
 }
 
 pub fn guest_wasm(name: &str) -> PathBuf {
@@ -136,6 +133,43 @@ pub async fn produce(topic: &str, records: &[Send]) -> HashMap<i32, i64> {
     ends
 }
 
+/// Which database a test runs against; the compliance suite runs each scenario on both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// The shared PostgreSQL server that `scripts/test` starts (its `postgres` database).
+pub fn postgres_admin_url() -> String {
+    std::env::var("INBOXD_TEST_POSTGRES")
+        .expect("INBOXD_TEST_POSTGRES is not set: run the suite with scripts/test, which starts PostgreSQL")
+}
+
+/// Creates a fresh database on the server at `admin_url`; returns its URL.
+pub async fn create_postgres_database(admin_url: &str) -> String {
+    use sqlx::Connection;
+    let name = format!("inboxd_test_{}", uuid::Uuid::new_v4().simple());
+    let mut admin = sqlx::PgConnection::connect(admin_url)
+        .await
+        .expect("connect to the test PostgreSQL");
+    sqlx::Executor::execute(&mut admin, format!("CREATE DATABASE {name}").as_str())
+        .await
+        .expect("CREATE DATABASE");
+    let base = admin_url
+        .rsplit_once('/')
+        .expect("admin URL has a database path")
+        .0;
+    format!("{base}/{name}")
+}
+
+pub async fn database_url(backend: Backend, dir: &Path) -> String {
+    match backend {
+        Backend::Sqlite => format!("sqlite://{}", dir.join("inboxd.sqlite").display()),
+        Backend::Postgres => create_postgres_database(&postgres_admin_url()).await,
+    }
+}
+
 /// A test's own folder, database and config file for one handler.
 pub struct TestEnv {
     pub dir: tempfile::TempDir,
@@ -146,10 +180,20 @@ pub struct TestEnv {
 }
 
 impl TestEnv {
-    /// `handler_toml` is the body of the `[[handlers]]` table after name/component/topics.
-    pub fn new(guest: &str, topic: &str, handler_toml: &str) -> Self {
+    /// `handler_toml` is appended to the `[[handlers]]` table after name/component/topics.
+    pub async fn new(backend: Backend, guest: &str, topic: &str, handler_toml: &str) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        let db_url = format!("sqlite://{}", dir.path().join("inboxd.sqlite").display());
+        let db_url = database_url(backend, dir.path()).await;
+        Self::with_database(dir, db_url, guest, topic, handler_toml)
+    }
+
+    pub fn with_database(
+        dir: tempfile::TempDir,
+        db_url: String,
+        guest: &str,
+        topic: &str,
+        handler_toml: &str,
+    ) -> Self {
         let config_path = dir.path().join("inboxd.toml");
         let handler = guest.to_owned();
         let config = format!(
@@ -208,7 +252,13 @@ group_id = "{group}"
             .expect("test database connection")
     }
 
-    /// Waits until the stored offsets reach `ends` on every partition.
+    /// A handler table's name as host SQL must write it (schema-qualified on PostgreSQL).
+    pub async fn table(&self, table: &str) -> String {
+        self.db().await.handler_table(&self.handler, table)
+    }
+
+    /// Waits until the stored offsets reach `ends` on every partition; fails
+    /// at once if the host exits, and with the host's log at the deadline.
     pub async fn wait_for_offsets(
         &self,
         ends: &HashMap<i32, i64>,
@@ -216,31 +266,58 @@ group_id = "{group}"
         host: &mut HostProcess,
     ) {
         let db = self.db().await;
-        let (handler, topic) = (self.handler.clone(), self.topic.clone());
-        let reached = poll_until(deadline, || {
-            let (db, handler, topic) = (db.clone(), handler.clone(), topic.clone());
-            async move {
-                let stored = progress(&db, &handler, &topic).await;
-                ends.iter()
-                    .all(|(p, end)| stored.get(p).is_some_and(|n| n >= end))
-            }
-        })
-        .await;
-        if !reached {
+        let started = Instant::now();
+        loop {
             let stored = progress(&db, &self.handler, &self.topic).await;
-            panic!(
-                "offsets did not reach {ends:?} within {deadline:?}: stored {stored:?}; host exited: {:?}\n--- host log ---\n{}",
-                host.child.try_wait().ok().flatten(),
-                host.log()
+            if ends
+                .iter()
+                .all(|(p, end)| stored.get(p).is_some_and(|n| n >= end))
+            {
+                return;
+            }
+            let exited = host.child.try_wait().expect("try_wait");
+            if exited.is_some() || started.elapsed() > deadline {
+                panic!(
+                    "offsets did not reach {ends:?} (stored {stored:?}); host exited: {exited:?}\n--- host log ---\n{}",
+                    host.log()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// Exactly once, checked on the database: one effect row per unique event
+    /// id in `table`, no id twice, offsets at the ends, and every offset
+    /// committed by exactly one transaction.
+    pub async fn assert_exactly_once(&self, table: &str, unique_events: usize, ends: &HashMap<i32, i64>) {
+        let db = self.db().await;
+        let table = db.handler_table(&self.handler, table);
+        assert_eq!(
+            count(&db, &format!("SELECT COUNT(*) FROM {table}")).await,
+            unique_events as i64,
+            "one effect per unique event"
+        );
+        let doubled = format!(
+            "SELECT COUNT(*) FROM (SELECT event_id FROM {table} GROUP BY event_id HAVING COUNT(*) > 1) d"
+        );
+        assert_eq!(count(&db, &doubled).await, 0, "no event applied twice");
+        let positions = inboxd::db::offsets::load_all(&db, &self.handler)
+            .await
+            .expect("offsets");
+        let stored: HashMap<i32, i64> = positions.iter().map(|p| (p.partition, p.next_offset)).collect();
+        assert_eq!(&stored, ends, "stored offsets are exactly the ends");
+        for p in &positions {
+            assert_eq!(
+                p.records_committed, p.next_offset,
+                "partition {} had an offset committed twice: {p:?}",
+                p.partition
             );
         }
     }
 }
 
 pub async fn stored_offsets(db: &Database, handler: &str, topic: &str) -> HashMap<i32, i64> {
-    polled_offsets(db, handler, topic)
-        .await
-        .expect("load offsets")
+    polled_offsets(db, handler, topic).await.expect("load offsets")
 }
 
 /// As [`stored_offsets`], but an error (the host has not created its tables
@@ -257,8 +334,8 @@ async fn polled_offsets(
     Ok(offsets::load_all(db, handler)
         .await?
         .into_iter()
-        .filter(|(t, _, _)| t == topic)
-        .map(|(_, p, n)| (p, n))
+        .filter(|position| position.topic == topic)
+        .map(|position| (position.partition, position.next_offset))
         .collect())
 }
 
@@ -269,9 +346,7 @@ pub async fn count(db: &Database, sql: &str) -> i64 {
 }
 
 pub async fn rows(db: &Database, sql: &str) -> Vec<Vec<SqlValue>> {
-    db.query(sql, &[])
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    db.query(sql, &[]).await.unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 
 /// Polls `check` every 25 ms until it returns true or `deadline` passes.
@@ -341,4 +416,22 @@ impl Drop for HostProcess {
 
 pub fn new_id() -> String {
     uuid::Uuid::new_v4().to_string()
+}
+
+/// Runs a scenario `async fn name(backend: Backend)` once per backend, as
+/// tests `name::sqlite` and `name::postgres`.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                super::$name($crate::support::Backend::Sqlite).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                super::$name($crate::support::Backend::Postgres).await
+            }
+        }
+    )*};
 }

@@ -11,6 +11,10 @@ use wasmtime::component::HasData;
 pub struct SqlState {
     tx: Option<Tx>,
     backend: Backend,
+    /// A failure of the database itself (connection lost, server restarting)
+    /// during a guest statement. It is the host's to retry, never counted
+    /// against the handler, whatever the guest made of its error value.
+    host_error: Option<DbError>,
 }
 
 impl SqlState {
@@ -19,7 +23,12 @@ impl SqlState {
         Self {
             tx: Some(tx),
             backend,
+            host_error: None,
         }
+    }
+
+    pub fn take_host_error(&mut self) -> Option<DbError> {
+        self.host_error.take()
     }
 
     /// Takes the transaction back after the call. `None` only if a call was
@@ -62,8 +71,8 @@ fn to_wit(value: SqlValue) -> Value {
 }
 
 /// Maps a database error to the variant that tells the guest what to do.
-fn to_sql_error(err: DbError) -> SqlError {
-    match &err {
+fn to_sql_error(err: &DbError) -> SqlError {
+    match err {
         DbError::Sqlx(sqlx::Error::Database(db)) => {
             let message = db.message().to_owned();
             match db.kind() {
@@ -84,10 +93,25 @@ fn to_sql_error(err: DbError) -> SqlError {
 
 impl SqlView<'_> {
     fn tx(&mut self) -> Result<&mut Tx, SqlError> {
+        if self.state.host_error.is_some() {
+            return Err(SqlError::Database(
+                "the database connection failed; the host will retry this event".into(),
+            ));
+        }
         self.state
             .tx
             .as_mut()
             .ok_or_else(|| SqlError::Database("the event's transaction is no longer open".into()))
+    }
+
+    /// Turns a database error into the guest's error value, keeping transient
+    /// failures of the database itself for the host.
+    fn fail(&mut self, error: DbError) -> SqlError {
+        let guest_error = to_sql_error(&error);
+        if error.is_transient() {
+            self.state.host_error = Some(error);
+        }
+        guest_error
     }
 }
 
@@ -101,23 +125,18 @@ impl sql_api::Host for SqlView<'_> {
 
     async fn execute(&mut self, statement: String, params: Vec<Value>) -> Result<u64, SqlError> {
         let params: Vec<SqlValue> = params.into_iter().map(to_sql).collect();
-        self.tx()?
-            .execute(&statement, &params)
-            .await
-            .map_err(to_sql_error)
+        match self.tx()?.execute(&statement, &params).await {
+            Ok(changed) => Ok(changed),
+            Err(error) => Err(self.fail(error)),
+        }
     }
 
-    async fn query(
-        &mut self,
-        statement: String,
-        params: Vec<Value>,
-    ) -> Result<Vec<Vec<Value>>, SqlError> {
+    async fn query(&mut self, statement: String, params: Vec<Value>) -> Result<Vec<Vec<Value>>, SqlError> {
         let params: Vec<SqlValue> = params.into_iter().map(to_sql).collect();
-        let rows = self
-            .tx()?
-            .query(&statement, &params)
-            .await
-            .map_err(to_sql_error)?;
+        let rows = match self.tx()?.query(&statement, &params).await {
+            Ok(rows) => rows,
+            Err(error) => return Err(self.fail(error)),
+        };
         Ok(rows
             .into_iter()
             .map(|row| row.into_iter().map(to_wit).collect())

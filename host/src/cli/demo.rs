@@ -75,9 +75,7 @@ fn repo_path(relative: &str) -> PathBuf {
     if here.exists() {
         return here;
     }
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join(relative)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(relative)
 }
 
 fn build_config(args: &DemoArgs, brokers: String) -> Result<(Config, String), CliError> {
@@ -89,12 +87,7 @@ fn build_config(args: &DemoArgs, brokers: String) -> Result<(Config, String), Cl
                     "--effects-table {table:?} must be a plain table name (a-z, 0-9, _)"
                 )));
             }
-            (
-                "demo".to_owned(),
-                path.clone(),
-                args.migrations.clone(),
-                table,
-            )
+            ("demo".to_owned(), path.clone(), args.migrations.clone(), table)
         }
         None => {
             let wasm = repo_path(BILLING_WASM);
@@ -193,6 +186,31 @@ async fn send(
     Ok(())
 }
 
+/// The demo counts rows to prove exactly-once, so it needs a database where
+/// the handler has no rows and no stored offsets yet.
+async fn ensure_empty(config: &Config, table: &str) -> Result<(), CliError> {
+    let db = crate::host::open_database(config).await.map_err(failed)?;
+    let handler = &config.handlers[0].name;
+    let qualified = db.handler_table(handler, table);
+    let rows = db
+        .query_i64(&format!("SELECT COUNT(*) FROM {qualified}"), &[])
+        .await
+        .map_err(|e| {
+            usage(format!(
+                "--effects-table {table}: cannot count its rows ({e}); do the migrations create it?"
+            ))
+        })?;
+    let positions = offsets::load_all(&db, handler).await.map_err(failed)?.len();
+    db.close().await;
+    if rows > 0 || positions > 0 {
+        return Err(usage(format!(
+            "the demo needs an empty database, but {qualified} has {rows} rows and handler {handler} has \
+             {positions} stored offsets: pass a fresh --database (or leave it out for a new SQLite file)"
+        )));
+    }
+    Ok(())
+}
+
 /// Runs a host until its stored offsets reach `ends`, then drains it.
 async fn consume_until(config: &Config, ends: &HashMap<i32, i64>) -> Result<Snapshot, CliError> {
     let host = Host::start(config).await.map_err(failed)?;
@@ -208,19 +226,15 @@ async fn consume_until(config: &Config, ends: &HashMap<i32, i64>) -> Result<Snap
     Ok(stats.snapshot())
 }
 
-async fn wait_for_offsets(
-    db: &Database,
-    handler: &str,
-    ends: &HashMap<i32, i64>,
-) -> Result<(), CliError> {
+async fn wait_for_offsets(db: &Database, handler: &str, ends: &HashMap<i32, i64>) -> Result<(), CliError> {
     let started = Instant::now();
     loop {
         let stored: HashMap<i32, i64> = offsets::load_all(db, handler)
             .await
             .map_err(failed)?
             .into_iter()
-            .filter(|(topic, _, _)| topic == TOPIC)
-            .map(|(_, p, n)| (p, n))
+            .filter(|position| position.topic == TOPIC)
+            .map(|position| (position.partition, position.next_offset))
             .collect();
         if ends
             .iter()
@@ -251,8 +265,7 @@ pub async fn demo(args: DemoArgs) -> Result<(), CliError> {
     if !(1..=64).contains(&args.partitions) {
         return Err(usage("--partitions must be between 1 and 64"));
     }
-    let cluster =
-        MockCluster::new(1).map_err(|e| failed(format!("cannot start the mock broker: {e}")))?;
+    let cluster = MockCluster::new(1).map_err(|e| failed(format!("cannot start the mock broker: {e}")))?;
     cluster
         .create_topic(TOPIC, args.partitions, 1)
         .map_err(|e| failed(format!("cannot create the demo topic: {e}")))?;
@@ -275,6 +288,7 @@ pub async fn demo(args: DemoArgs) -> Result<(), CliError> {
     let mut phase2: Vec<&Order> = orders[half..].iter().collect();
     phase2.extend((0..duplicates - duplicates / 2).filter_map(|_| orders.choose(&mut rng)));
 
+    ensure_empty(&config, &table).await?;
     println!(
         "Inboxd demo: {} order events, {duplicates} re-sent copies, {} partitions",
         args.events, args.partitions
@@ -300,18 +314,14 @@ pub async fn demo(args: DemoArgs) -> Result<(), CliError> {
         second.applied, second.duplicates
     );
 
-    let db = Database::connect(&config.database.url, 1)
-        .await
-        .map_err(failed)?;
+    let db = Database::connect(&config.database.url, 1).await.map_err(failed)?;
+    let table = db.handler_table(&config.handlers[0].name, &table);
     let effects = db
         .query_i64(&format!("SELECT COUNT(*) FROM {table}"), &[])
         .await
         .map_err(|e| failed(format!("cannot count the rows of {table}: {e}")))?;
     let handler = &config.handlers[0].name;
-    let dead = dead_letters::list(&db, handler)
-        .await
-        .map_err(failed)?
-        .len();
+    let dead = dead_letters::list(&db, handler).await.map_err(failed)?.len();
     db.close().await;
 
     let sent = phase1.len() + phase2.len();

@@ -132,17 +132,11 @@ mod tests {
         assert!(claim(&mut tx, &claim_of("claimed")).await.unwrap());
         mark_dead(&mut tx, &claim_of("claimed")).await.unwrap();
         assert_eq!(
-            status(&mut tx, "billing", "fresh")
-                .await
-                .unwrap()
-                .as_deref(),
+            status(&mut tx, "billing", "fresh").await.unwrap().as_deref(),
             Some("dead")
         );
         assert_eq!(
-            status(&mut tx, "billing", "claimed")
-                .await
-                .unwrap()
-                .as_deref(),
+            status(&mut tx, "billing", "claimed").await.unwrap().as_deref(),
             Some("dead")
         );
         assert!(

@@ -6,7 +6,7 @@
 //! never silently skipped. (The host's tables use sqlx's migrator instead:
 //! sqlx keeps one history table per database, which handlers cannot share.)
 
-use super::{Database, DbError, SqlValue, now_ms};
+use super::{Backend, Database, DbError, SqlValue, handler_schema, now_ms};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 
@@ -18,12 +18,8 @@ struct MigrationFile {
 
 fn list(dir: &Path) -> Result<Vec<MigrationFile>, DbError> {
     let err = |m: String| DbError::HandlerMigration(m);
-    let entries = std::fs::read_dir(dir).map_err(|e| {
-        err(format!(
-            "cannot read migrations folder {}: {e}",
-            dir.display()
-        ))
-    })?;
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| err(format!("cannot read migrations folder {}: {e}", dir.display())))?;
     let mut files = Vec::new();
     for entry in entries {
         let path = entry.map_err(|e| err(e.to_string()))?.path();
@@ -62,11 +58,11 @@ fn list(dir: &Path) -> Result<Vec<MigrationFile>, DbError> {
 pub async fn apply_handler(db: &Database, handler: &str, dir: &Path) -> Result<usize, DbError> {
     let mut applied = 0;
     for file in list(dir)? {
-        let sql = std::fs::read_to_string(&file.path).map_err(|e| {
-            DbError::HandlerMigration(format!("cannot read {}: {e}", file.path.display()))
-        })?;
+        let sql = std::fs::read_to_string(&file.path)
+            .map_err(|e| DbError::HandlerMigration(format!("cannot read {}: {e}", file.path.display())))?;
         let checksum = format!("{:x}", Sha256::digest(sql.as_bytes()));
         let mut tx = db.begin().await?;
+        tx.lock_migrations().await?;
         let existing = tx
             .query(
                 "SELECT checksum FROM handler_migrations WHERE handler = $1 AND version = $2",
@@ -82,12 +78,19 @@ pub async fn apply_handler(db: &Database, handler: &str, dir: &Path) -> Result<u
             }
             continue;
         }
+        if db.backend() == Backend::Postgres {
+            let schema = handler_schema(handler);
+            tx.execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"), &[])
+                .await?;
+        }
+        tx.enter_handler_scope(handler).await?;
         tx.execute_script(&sql).await.map_err(|e| {
             DbError::HandlerMigration(format!(
                 "migration {} of handler {handler} failed: {e}",
                 file.name
             ))
         })?;
+        tx.leave_handler_scope().await?;
         tx.execute(
             "INSERT INTO handler_migrations (handler, version, name, checksum, applied_at) VALUES ($1, $2, $3, $4, $5)",
             &[handler.into(), file.version.into(), file.name.as_str().into(), checksum.into(), now_ms().into()],
@@ -122,16 +125,9 @@ mod tests {
         assert_eq!(apply_handler(&db, "h", dir.path()).await.unwrap(), 2);
         assert_eq!(apply_handler(&db, "h", dir.path()).await.unwrap(), 0);
         db.query("SELECT a, b FROM t", &[]).await.unwrap();
-        std::fs::write(
-            dir.path().join("0001_init.sql"),
-            "CREATE TABLE t (a INTEGER);",
-        )
-        .unwrap();
+        std::fs::write(dir.path().join("0001_init.sql"), "CREATE TABLE t (a INTEGER);").unwrap();
         let err = apply_handler(&db, "h", dir.path()).await.unwrap_err();
-        assert!(
-            err.to_string().contains("changed after it was applied"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("changed after it was applied"), "{err}");
     }
 
     #[tokio::test]

@@ -81,6 +81,20 @@ enum Pool {
     Postgres(PgPool),
 }
 
+/// The PostgreSQL schema of the host's own tables. Host connections use it as
+/// their `search_path`, so host SQL is the same text on both backends.
+pub const HOST_SCHEMA: &str = "inboxd";
+
+/// The PostgreSQL schema of a handler's own tables. Handler names are
+/// validated identifiers (`config::is_identifier`), so this is safe to splice.
+pub fn handler_schema(handler: &str) -> String {
+    format!("handler_{handler}")
+}
+
+/// Serialises schema creation and migrations between hosts starting together
+/// (an arbitrary constant, the key of a PostgreSQL advisory lock).
+const MIGRATION_LOCK_KEY: i64 = 0x1b0c_d000_0001;
+
 /// How long a connection attempt or a wait for a free connection may take
 /// before the caller sees an error (and, in the pipeline, backs off and retries).
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -107,7 +121,9 @@ impl Database {
                 .await?;
             Pool::Sqlite(pool)
         } else {
-            let options = PgConnectOptions::from_str(url)?.application_name("inboxd");
+            let options = PgConnectOptions::from_str(url)?
+                .application_name("inboxd")
+                .options([("search_path", HOST_SCHEMA)]);
             let pool = PgPoolOptions::new()
                 .max_connections(max_connections)
                 .acquire_timeout(ACQUIRE_TIMEOUT)
@@ -129,9 +145,26 @@ impl Database {
     pub async fn migrate_host(&self) -> Result<(), DbError> {
         match &self.pool {
             Pool::Sqlite(pool) => sqlx::migrate!("../migrations/sqlite").run(pool).await?,
-            Pool::Postgres(pool) => sqlx::migrate!("../migrations/postgres").run(pool).await?,
+            Pool::Postgres(pool) => {
+                // sqlx keeps its history table in the first schema of the
+                // search path, so the host schema must exist first.
+                let mut tx = self.begin().await?;
+                tx.lock_migrations().await?;
+                tx.execute(&format!("CREATE SCHEMA IF NOT EXISTS {HOST_SCHEMA}"), &[])
+                    .await?;
+                tx.commit().await?;
+                sqlx::migrate!("../migrations/postgres").run(pool).await?
+            }
         }
         Ok(())
+    }
+
+    /// How host code names a handler's table: schema-qualified on PostgreSQL.
+    pub fn handler_table(&self, handler: &str, table: &str) -> String {
+        match self.backend() {
+            Backend::Sqlite => table.to_owned(),
+            Backend::Postgres => format!("{}.{table}", handler_schema(handler)),
+        }
     }
 
     pub async fn begin(&self) -> Result<Tx, DbError> {
@@ -142,11 +175,7 @@ impl Database {
     }
 
     /// Runs one read outside any transaction.
-    pub async fn query(
-        &self,
-        sql: &str,
-        params: &[SqlValue],
-    ) -> Result<Vec<Vec<SqlValue>>, DbError> {
+    pub async fn query(&self, sql: &str, params: &[SqlValue]) -> Result<Vec<Vec<SqlValue>>, DbError> {
         let mut tx = self.begin().await?;
         let rows = tx.query(sql, params).await?;
         tx.commit().await?;

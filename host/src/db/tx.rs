@@ -53,16 +53,10 @@ impl Tx {
     }
 
     /// Runs one statement and returns every row it produced.
-    pub async fn query(
-        &mut self,
-        sql: &str,
-        params: &[SqlValue],
-    ) -> Result<Vec<Vec<SqlValue>>, DbError> {
+    pub async fn query(&mut self, sql: &str, params: &[SqlValue]) -> Result<Vec<Vec<SqlValue>>, DbError> {
         match &mut self.inner {
             Inner::Sqlite(tx) => {
-                let rows = bind_sqlite(sqlx::query(sql), params)
-                    .fetch_all(&mut **tx)
-                    .await?;
+                let rows = bind_sqlite(sqlx::query(sql), params).fetch_all(&mut **tx).await?;
                 rows.iter()
                     .map(|r| decode_sqlite(r).map_err(DbError::from))
                     .collect()
@@ -93,9 +87,7 @@ impl Tx {
 
     /// Savepoint names are the host's constants, never guest input.
     pub async fn savepoint(&mut self, name: &'static str) -> Result<(), DbError> {
-        self.execute(&format!("SAVEPOINT {name}"), &[])
-            .await
-            .map(drop)
+        self.execute(&format!("SAVEPOINT {name}"), &[]).await.map(drop)
     }
 
     pub async fn release(&mut self, name: &'static str) -> Result<(), DbError> {
@@ -108,6 +100,42 @@ impl Tx {
         self.execute(&format!("ROLLBACK TO SAVEPOINT {name}"), &[])
             .await
             .map(drop)
+    }
+
+    /// Holds the migration lock until the transaction ends (PostgreSQL; SQLite
+    /// serialises writers anyway).
+    pub async fn lock_migrations(&mut self) -> Result<(), DbError> {
+        if self.backend() == Backend::Postgres {
+            self.execute(
+                "SELECT pg_advisory_xact_lock($1)",
+                &[super::MIGRATION_LOCK_KEY.into()],
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Points unqualified table names at the handler's own tables for its
+    /// statements: on PostgreSQL its schema (the host's tables live in
+    /// `inboxd`); on SQLite everything shares one schema and this does nothing.
+    /// `SET LOCAL` ends with the transaction, or at `ROLLBACK TO` a savepoint
+    /// taken before it.
+    pub async fn enter_handler_scope(&mut self, handler: &str) -> Result<(), DbError> {
+        if self.backend() == Backend::Postgres {
+            let schema = super::handler_schema(handler);
+            self.execute(&format!("SET LOCAL search_path = {schema}"), &[])
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Back to the host's own schema, after a handler's statements.
+    pub async fn leave_handler_scope(&mut self) -> Result<(), DbError> {
+        if self.backend() == Backend::Postgres {
+            self.execute(&format!("SET LOCAL search_path = {}", super::HOST_SCHEMA), &[])
+                .await?;
+        }
+        Ok(())
     }
 
     pub async fn commit(self) -> Result<(), DbError> {

@@ -5,7 +5,10 @@
 //! are decoded by the value's runtime type; a column type the sql interface
 //! cannot represent is an error that tells the author how to cast it.
 
-use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::encode::IsNull;
+use sqlx::error::BoxDynError;
+use sqlx::postgres::types::Oid;
+use sqlx::postgres::{PgArgumentBuffer, PgArguments, PgRow, PgTypeInfo};
 use sqlx::query::Query;
 use sqlx::sqlite::{SqliteArguments, SqliteRow};
 use sqlx::{Postgres, Row, Sqlite, TypeInfo, ValueRef};
@@ -109,15 +112,30 @@ pub(crate) fn bind_sqlite<'q>(
     query
 }
 
+/// A NULL parameter whose type PostgreSQL infers from where it is used. A
+/// typed NULL (say TEXT) would be refused by a BIGINT or BYTEA column.
+struct UntypedNull;
+
+impl sqlx::Type<Postgres> for UntypedNull {
+    fn type_info() -> PgTypeInfo {
+        // OID 0: "unspecified" in the extended query protocol.
+        PgTypeInfo::with_oid(Oid(0))
+    }
+}
+
+impl sqlx::Encode<'_, Postgres> for UntypedNull {
+    fn encode_by_ref(&self, _buf: &mut PgArgumentBuffer) -> Result<IsNull, BoxDynError> {
+        Ok(IsNull::Yes)
+    }
+}
+
 pub(crate) fn bind_postgres<'q>(
     mut query: Query<'q, Postgres, PgArguments>,
     params: &'q [SqlValue],
 ) -> Query<'q, Postgres, PgArguments> {
     for param in params {
         query = match param {
-            // A typed NULL would clash with non-text columns; TEXT is what
-            // PostgreSQL itself assumes for an untyped literal NULL parameter.
-            SqlValue::Null => query.bind(None::<String>),
+            SqlValue::Null => query.bind(UntypedNull),
             SqlValue::Int64(v) => query.bind(*v),
             SqlValue::Float64(v) => query.bind(*v),
             SqlValue::Text(v) => query.bind(v.as_str()),

@@ -30,6 +30,14 @@ impl InboxContext {
     }
 }
 
+impl InboxContext {
+    /// Makes the pump re-read the partition's stored offset before its next record.
+    pub fn mark_fresh(&self, topic: &str, partition: i32) {
+        let mut fresh = self.fresh.lock().unwrap_or_else(|p| p.into_inner());
+        fresh.insert((topic.to_owned(), partition));
+    }
+}
+
 impl ClientContext for InboxContext {}
 
 impl ConsumerContext for InboxContext {

@@ -9,7 +9,7 @@
 use super::consumer::InboxConsumer;
 use crate::config::RetryConfig;
 use crate::db::offsets;
-use crate::pipeline::{Pipeline, PipelineError, backoff};
+use crate::pipeline::{Outcome, Pipeline, PipelineError, backoff};
 use crate::record::Record;
 use rdkafka::Message;
 use rdkafka::consumer::{CommitMode, Consumer};
@@ -35,12 +35,7 @@ fn to_record(message: &BorrowedMessage<'_>) -> Record {
         .headers()
         .map(|hs| {
             hs.iter()
-                .map(|h| {
-                    (
-                        h.key.to_owned(),
-                        h.value.map(<[u8]>::to_vec).unwrap_or_default(),
-                    )
-                })
+                .map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec).unwrap_or_default()))
                 .collect()
         })
         .unwrap_or_default();
@@ -57,11 +52,7 @@ fn to_record(message: &BorrowedMessage<'_>) -> Record {
 
 /// Retries a host-side database step until it succeeds or shutdown begins,
 /// logging the start and the end of an outage once each.
-async fn with_db_retry<T, F, Fut>(
-    what: &str,
-    shutdown: &CancellationToken,
-    mut step: F,
-) -> Option<T>
+async fn with_db_retry<T, F, Fut>(what: &str, shutdown: &CancellationToken, mut step: F) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, PipelineError>>,
@@ -84,9 +75,7 @@ where
             Err(error) => {
                 if failures == 0 {
                     since = Instant::now();
-                    tracing::warn!(
-                        "{what} failed, retrying with backoff until it succeeds: {error}"
-                    );
+                    tracing::warn!("{what} failed, retrying with backoff until it succeeds: {error}");
                 }
                 failures += 1;
                 tokio::select! {
@@ -123,10 +112,7 @@ pub async fn run_pump(consumer: InboxConsumer, pipeline: Pipeline, shutdown: Can
             }
         };
         let key = (record.topic.clone(), record.partition);
-        if consumer
-            .context()
-            .take_fresh(&record.topic, record.partition)
-        {
+        if consumer.context().take_fresh(&record.topic, record.partition) {
             positions.remove(&key);
             let stored = with_db_retry("reading the stored offset", &shutdown, || async {
                 offsets::load(pipeline.db(), &handler, &record.topic, record.partition)
@@ -166,18 +152,24 @@ pub async fn run_pump(consumer: InboxConsumer, pipeline: Pipeline, shutdown: Can
                 }
             }
         }
-        if positions
-            .get(&key)
-            .is_some_and(|&next| record.offset < next)
-        {
+        if positions.get(&key).is_some_and(|&next| record.offset < next) {
             continue;
         }
+        let expected = positions.get(&key).copied();
         let outcome = with_db_retry("processing a record", &shutdown, || {
-            pipeline.process(&record, &shutdown)
+            pipeline.process(&record, expected, &shutdown)
         })
         .await;
-        if outcome.is_none() {
-            break;
+        match outcome {
+            None => break,
+            Some(Outcome::Fenced) => {
+                // Someone else owns (or owned) this partition's position: drop
+                // ours and re-read it from the database on the next record.
+                positions.remove(&key);
+                consumer.context().mark_fresh(&record.topic, record.partition);
+                continue;
+            }
+            Some(_) => {}
         }
         positions.insert(key, record.offset + 1);
         // Only now, after the database commit, may Kafka hear about it.
@@ -206,11 +198,7 @@ pub async fn run_pump(consumer: InboxConsumer, pipeline: Pipeline, shutdown: Can
 /// `store_offset` adds one to what it is given (it wants the last processed offset).
 fn store_next_offset(consumer: &InboxConsumer, record: &Record) -> rdkafka::error::KafkaResult<()> {
     let mut list = TopicPartitionList::new();
-    list.add_partition_offset(
-        &record.topic,
-        record.partition,
-        Offset::Offset(record.offset + 1),
-    )?;
+    list.add_partition_offset(&record.topic, record.partition, Offset::Offset(record.offset + 1))?;
     consumer.store_offsets(&list)
 }
 

@@ -8,7 +8,7 @@ use super::bindings::{Event, HandlerError, HandlerPre};
 use super::engine::WasmEngine;
 use super::limits::{LimitExceeded, Limits};
 use super::state::StoreState;
-use crate::db::Tx;
+use crate::db::{DbError, Tx};
 use crate::record::Record;
 use sha2::{Digest, Sha256};
 use std::path::Path;
@@ -25,10 +25,7 @@ const MAX_REASON_BYTES: usize = 2048;
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     #[error("cannot read component {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
+    Read { path: String, source: std::io::Error },
     #[error(
         "{path} is a core WebAssembly module, not a component: build it for wasm32-wasip2 (or run `wasm-tools component new`)"
     )]
@@ -65,6 +62,16 @@ impl std::fmt::Display for GuestFailure {
     }
 }
 
+/// What one guest call left behind.
+pub struct Invocation {
+    /// The event's transaction, handed back; `None` only if the call had to be
+    /// abandoned mid-statement.
+    pub tx: Option<Tx>,
+    pub result: Result<(), GuestFailure>,
+    /// The database itself failed under the guest: the host's problem, whatever `result` says.
+    pub host_error: Option<DbError>,
+}
+
 pub struct HandlerComponent {
     name: Arc<str>,
     version: String,
@@ -74,12 +81,7 @@ pub struct HandlerComponent {
 }
 
 impl HandlerComponent {
-    pub fn load(
-        engine: &WasmEngine,
-        name: &str,
-        path: &Path,
-        limits: Limits,
-    ) -> Result<Self, LoadError> {
+    pub fn load(engine: &WasmEngine, name: &str, path: &Path, limits: Limits) -> Result<Self, LoadError> {
         let shown = path.display().to_string();
         let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
             path: shown.clone(),
@@ -101,11 +103,9 @@ impl HandlerComponent {
             });
         }
         let component =
-            wasmtime::component::Component::new(&engine.engine, bytes).map_err(|e| {
-                LoadError::Invalid {
-                    path: shown.to_owned(),
-                    message: format!("{e:#}"),
-                }
+            wasmtime::component::Component::new(&engine.engine, bytes).map_err(|e| LoadError::Invalid {
+                path: shown.to_owned(),
+                message: format!("{e:#}"),
             })?;
         let link = |e: wasmtime::Error| LoadError::Link {
             path: shown.to_owned(),
@@ -133,15 +133,8 @@ impl HandlerComponent {
         &self.version
     }
 
-    /// Runs the guest for one event inside `tx`, and hands `tx` back. The
-    /// transaction is `None` only if the call had to be abandoned mid-statement.
-    pub async fn invoke(
-        &self,
-        tx: Tx,
-        record: &Record,
-        event_id: &str,
-        attempt: u32,
-    ) -> (Option<Tx>, Result<(), GuestFailure>) {
+    /// Runs the guest for one event inside `tx`, and hands `tx` back.
+    pub async fn invoke(&self, tx: Tx, record: &Record, event_id: &str, attempt: u32) -> Invocation {
         let state = StoreState::new(tx, &self.limits, self.name.clone(), event_id.to_owned());
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
@@ -167,6 +160,7 @@ impl HandlerComponent {
         };
         let state = store.data_mut();
         let tx = state.sql.take_tx();
+        let host_error = state.sql.take_host_error();
         let stderr = self.forward_output(state, event_id);
         let result = match outcome {
             Ok(Ok(Ok(()))) => Ok(()),
@@ -175,7 +169,11 @@ impl HandlerComponent {
             Ok(Err(error)) => Err(self.classify_trap(state, &error, &stderr)),
             Err(_elapsed) => Err(GuestFailure::Limit(self.timeout_exceeded())),
         };
-        (tx, result)
+        Invocation {
+            tx,
+            result,
+            host_error,
+        }
     }
 
     fn timeout_exceeded(&self) -> LimitExceeded {
@@ -188,12 +186,7 @@ impl HandlerComponent {
         }
     }
 
-    fn classify_trap(
-        &self,
-        state: &StoreState,
-        error: &wasmtime::Error,
-        stderr: &str,
-    ) -> GuestFailure {
+    fn classify_trap(&self, state: &StoreState, error: &wasmtime::Error, stderr: &str) -> GuestFailure {
         // A failed memory.grow usually surfaces as a generic trap (an allocator
         // abort), so the limiter's record is checked first.
         if let Some(exceeded) = state.limiter.exceeded() {

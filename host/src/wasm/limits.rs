@@ -121,10 +121,7 @@ mod tests {
         assert!(!limiter.memory_growing(3 << 20, 5 << 20, None).unwrap());
         let exceeded = limiter.exceeded().unwrap();
         assert_eq!(exceeded.key, "limits.memory_mb");
-        assert!(
-            exceeded.to_string().contains("limit is 10 MiB"),
-            "{exceeded}"
-        );
+        assert!(exceeded.to_string().contains("limit is 10 MiB"), "{exceeded}");
     }
 
     #[test]

@@ -12,6 +12,6 @@ pub mod limits;
 mod output;
 pub(crate) mod state;
 
-pub use component::{GuestFailure, HandlerComponent, LoadError};
+pub use component::{GuestFailure, HandlerComponent, Invocation, LoadError};
 pub use engine::WasmEngine;
 pub use limits::{LimitExceeded, Limits};

@@ -64,11 +64,7 @@ impl StdoutStream for GuestOutput {
 }
 
 impl tokio::io::AsyncWrite for GuestOutput {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
+    fn poll_write(self: Pin<&mut Self>, _cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
         self.write(buf);
         Poll::Ready(Ok(buf.len()))
     }
