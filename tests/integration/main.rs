@@ -8,4 +8,5 @@ mod bad_input;
 mod crash;
 mod delivery;
 mod limits;
+mod postgres;
 mod support;

@@ -1,0 +1,130 @@
+//! PostgreSQL-only behaviour: the server restarting mid-stream, and two hosts
+//! sharing one consumer group and one database.
+
+use crate::support::*;
+use std::time::Duration;
+
+fn orders_with_duplicates(unique_events: usize, every: usize) -> (Vec<String>, Vec<Send>) {
+    let ids: Vec<String> = (0..unique_events).map(|_| new_id()).collect();
+    let mut records: Vec<Send> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| Send::order(id, &format!("o{i}")))
+        .collect();
+    records.extend(
+        ids.iter()
+            .enumerate()
+            .step_by(every)
+            .map(|(i, id)| Send::order(id, &format!("o{i}"))),
+    );
+    (ids, records)
+}
+
+/// Regression: a restart must cost a pause and one log line per outage, never a
+/// skipped record, a doubled one, or a dead letter for a healthy event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_restart_mid_stream_pauses_and_resumes_exactly_once() {
+    let cluster = PgCluster::start();
+    let topic = unique("orders");
+    create_topic(&topic, 3).await;
+    let db_url = create_postgres_database(&cluster.admin_url).await;
+    let env = TestEnv::with_database(tempfile::tempdir().unwrap(), db_url, "billing", &topic, "");
+    let unique_events = 3_000;
+    let (_, records) = orders_with_duplicates(unique_events, 5);
+    let ends = produce(&topic, &records).await;
+    let total: i64 = ends.values().sum();
+
+    let mut host = env.spawn_host();
+    let db = env.db().await;
+    let started = poll_until(Duration::from_secs(120), || {
+        let (db, handler, topic) = (db.clone(), env.handler.clone(), topic.clone());
+        async move { progress(&db, &handler, &topic).await.values().sum::<i64>() >= total / 10 }
+    })
+    .await;
+    assert!(started, "no progress before the restart:\n{}", host.log());
+    cluster.restart();
+    let after_restart: i64 = stored_offsets(&env.db().await, &env.handler, &topic)
+        .await
+        .values()
+        .sum();
+    assert!(
+        after_restart < total,
+        "the restart came after the end; the test proved nothing"
+    );
+
+    env.wait_for_offsets(&ends, Duration::from_secs(180), &mut host)
+        .await;
+    assert!(host.is_running(), "the host must survive a database restart");
+    assert_eq!(host.terminate(Duration::from_secs(30)).await, Some(0));
+    env.assert_exactly_once("invoices", unique_events, &ends).await;
+    let db = env.db().await;
+    assert_eq!(
+        count(&db, "SELECT COUNT(*) FROM dead_letters").await,
+        0,
+        "no healthy event dead-lettered"
+    );
+
+    let log = host.log();
+    let outage_lines = log
+        .lines()
+        .filter(|l| l.contains("retrying with backoff until it succeeds"))
+        .count();
+    assert!(
+        (1..=2).contains(&outage_lines),
+        "expected one outage line (two at most), got {outage_lines}:\n{log}"
+    );
+    assert!(log.contains("database is back"), "the recovery is logged:\n{log}");
+}
+
+/// Two hosts in one group: partitions split, a rebalance happens while both
+/// process, and every offset range is committed by exactly one transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hosts_in_one_group_split_partitions_and_stay_exactly_once() {
+    let topic = unique("orders");
+    create_topic(&topic, 4).await;
+    let env = TestEnv::new(Backend::Postgres, "billing", &topic, "").await;
+    let unique_events = 5_000;
+    let (_, records) = orders_with_duplicates(unique_events, 5);
+    let ends = produce(&topic, &records).await;
+    let total: i64 = ends.values().sum();
+
+    let mut first = env.spawn_host();
+    let db = env.db().await;
+    let started = poll_until(Duration::from_secs(120), || {
+        let (db, handler, topic) = (db.clone(), env.handler.clone(), topic.clone());
+        async move { progress(&db, &handler, &topic).await.values().sum::<i64>() >= total / 20 }
+    })
+    .await;
+    assert!(
+        started,
+        "no progress before the second host joined:\n{}",
+        first.log()
+    );
+    let mut second = env.spawn_host();
+    let joined = poll_until(Duration::from_secs(60), || {
+        let log = second.log();
+        async move {
+            log.lines()
+                .any(|l| l.contains("partitions assigned") && !l.contains("partitions=[]"))
+        }
+    })
+    .await;
+    let at_join: i64 = stored_offsets(&db, &env.handler, &topic).await.values().sum();
+    assert!(joined, "the second host never got partitions:\n{}", second.log());
+    assert!(
+        at_join < total,
+        "the first host finished before the rebalance; the test proved nothing"
+    );
+
+    env.wait_for_offsets(&ends, Duration::from_secs(240), &mut first)
+        .await;
+    assert!(
+        first.log().contains("partitions revoked"),
+        "the first host gave partitions up:\n{}",
+        first.log()
+    );
+    assert!(second.is_running() && first.is_running());
+    assert_eq!(first.terminate(Duration::from_secs(30)).await, Some(0));
+    assert_eq!(second.terminate(Duration::from_secs(30)).await, Some(0));
+    env.assert_exactly_once("invoices", unique_events, &ends).await;
+}
