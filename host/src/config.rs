@@ -9,6 +9,7 @@ use crate::event_id::{EventIdFormat, EventIdSource};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// Every default value, in one place.
 pub mod defaults {
@@ -28,6 +29,13 @@ pub mod defaults {
     pub const BACKOFF_INITIAL_MS: u64 = 100;
     pub const BACKOFF_MAX_MS: u64 = 30_000;
     pub const SESSION_TIMEOUT_MS: u32 = 10_000;
+    /// Kafka's usual replay window: an inbox row must outlive every copy of
+    /// its event that the broker can still deliver.
+    pub const RETENTION: &str = "14d";
+    pub const PURGE_INTERVAL: &str = "1h";
+    /// Rows deleted per purge transaction: small enough that no lock is held
+    /// for more than milliseconds, large enough that 1M rows take seconds.
+    pub const PURGE_BATCH_SIZE: u32 = 5_000;
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -54,7 +62,58 @@ pub struct Config {
     pub database: DatabaseConfig,
     pub kafka: KafkaConfig,
     #[serde(default)]
+    pub inbox: InboxConfig,
+    #[serde(default)]
     pub handlers: Vec<HandlerConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InboxConfig {
+    /// Inbox rows older than this are purged (a duplicate arriving later is applied again).
+    #[serde(default = "default_retention", deserialize_with = "duration")]
+    pub retention: Duration,
+    #[serde(default = "default_purge_interval", deserialize_with = "duration")]
+    pub purge_interval: Duration,
+    #[serde(default = "default_purge_batch_size")]
+    pub purge_batch_size: u32,
+    #[serde(default)]
+    pub partitioning: InboxPartitioning,
+}
+
+impl Default for InboxConfig {
+    fn default() -> Self {
+        Self {
+            retention: default_retention(),
+            purge_interval: default_purge_interval(),
+            purge_batch_size: defaults::PURGE_BATCH_SIZE,
+            partitioning: InboxPartitioning::default(),
+        }
+    }
+}
+
+/// How PostgreSQL stores the inbox (SQLite always uses one table).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InboxPartitioning {
+    /// One table; purged in small batches of rows.
+    #[default]
+    None,
+    /// One partition per UTC day of the UUIDv7 event id's timestamp, dropped
+    /// whole past retention; other ids share a default partition purged by rows.
+    Daily,
+}
+
+/// Parses "14d", "90m", "1h 30m" (humantime's format).
+fn duration<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    parse_duration(&text).map_err(serde::de::Error::custom)
+}
+
+/// Parses a duration such as "14d" or "90m", with an error that shows the format.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text.trim())
+        .map_err(|e| format!("{text:?} is not a duration like \"14d\", \"36h\" or \"90m\" ({e})"))
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -186,6 +245,15 @@ impl Default for RetryConfig {
     }
 }
 
+fn default_retention() -> Duration {
+    parse_duration(defaults::RETENTION).expect("default retention parses")
+}
+fn default_purge_interval() -> Duration {
+    parse_duration(defaults::PURGE_INTERVAL).expect("default purge interval parses")
+}
+fn default_purge_batch_size() -> u32 {
+    defaults::PURGE_BATCH_SIZE
+}
 fn default_database_url() -> String {
     defaults::DATABASE_URL.to_owned()
 }
@@ -301,6 +369,21 @@ impl Config {
                     "is set by inboxd itself and cannot be overridden",
                 ));
             }
+        }
+        if self.inbox.retention < Duration::from_secs(60) {
+            return Err(invalid("inbox.retention", "must be at least 1m"));
+        }
+        if self.inbox.purge_interval < Duration::from_secs(1) {
+            return Err(invalid("inbox.purge_interval", "must be at least 1s"));
+        }
+        if !(1..=100_000).contains(&self.inbox.purge_batch_size) {
+            return Err(invalid("inbox.purge_batch_size", "must be between 1 and 100000"));
+        }
+        if self.inbox.partitioning == InboxPartitioning::Daily && url.starts_with("sqlite:") {
+            return Err(invalid(
+                "inbox.partitioning",
+                "\"daily\" needs PostgreSQL; SQLite keeps one table",
+            ));
         }
         if self.handlers.is_empty() {
             return Err(invalid(
@@ -483,6 +566,29 @@ mod tests {
         assert!(err.contains("topics"), "{err}");
         let err = load(&with_component("[handlers.event_id]\nsource = \"cookie\"")).unwrap_err();
         assert!(err.contains("cookie") && err.contains("source"), "{err}");
+    }
+
+    #[test]
+    fn inbox_retention_parses_durations_and_names_bad_ones() {
+        let text = with_component("").replace("[[handlers]]", "[inbox]\nretention = \"36h\"\n[[handlers]]");
+        assert_eq!(
+            load(&text).unwrap().inbox.retention,
+            Duration::from_secs(36 * 3600)
+        );
+        assert_eq!(
+            load(&with_component("")).unwrap().inbox.retention,
+            Duration::from_secs(14 * 86_400)
+        );
+        let text =
+            with_component("").replace("[[handlers]]", "[inbox]\nretention = \"two weeks\"\n[[handlers]]");
+        let err = load(&text).unwrap_err();
+        assert!(
+            err.contains("retention") && err.contains("not a duration"),
+            "{err}"
+        );
+        let text =
+            with_component("").replace("[[handlers]]", "[inbox]\npartitioning = \"daily\"\n[[handlers]]");
+        assert!(load(&text).unwrap_err().contains("`inbox.partitioning`"));
     }
 
     #[test]

@@ -121,6 +121,24 @@ fn validate(format: EventIdFormat, raw: Vec<u8>, origin: String) -> Result<Strin
     }
 }
 
+const MS_PER_DAY: u64 = 86_400_000;
+
+/// The UTC day (since the Unix epoch) of a UUIDv7 id's timestamp, or 0 for any
+/// other id. A pure function of the id, so every copy of an event lands in the
+/// same inbox partition.
+pub fn id_day(event_id: &str) -> i32 {
+    match uuid::Uuid::try_parse(event_id) {
+        Ok(id) if id.get_version_num() == 7 => id
+            .get_timestamp()
+            .map(|ts| {
+                let (secs, nanos) = ts.to_unix();
+                ((secs * 1000 + u64::from(nanos) / 1_000_000) / MS_PER_DAY) as i32
+            })
+            .unwrap_or(0),
+        _ => 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,6 +155,20 @@ mod tests {
 
     fn header(value: &str) -> Vec<(String, Vec<u8>)> {
         vec![("event_id".into(), value.as_bytes().to_vec())]
+    }
+
+    #[test]
+    fn id_day_is_the_uuidv7_day_and_zero_otherwise() {
+        // 2024-09-12T10:10:42Z is day 19978 since the epoch.
+        let v7 = uuid::Uuid::new_v7(uuid::Timestamp::from_unix(uuid::NoContext, 1_726_135_842, 0));
+        assert_eq!(id_day(&v7.to_string()), 19_978);
+        assert_eq!(
+            id_day(ID),
+            19_977,
+            "the fixture id is a v7 id from the day before"
+        );
+        assert_eq!(id_day(&uuid::Uuid::new_v4().to_string()), 0);
+        assert_eq!(id_day("order-17"), 0);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! migrate, compile and link components, create consumers) before any record
 //! is consumed, so a broken deployment fails fast with a clear error.
 
-use crate::config::{Config, HandlerConfig};
+use crate::config::{Config, HandlerConfig, InboxConfig};
 use crate::db::{Database, DbError, migrate};
 use crate::kafka::{InboxConsumer, create_consumer, run_pump};
 use crate::pipeline::Pipeline;
@@ -38,6 +38,7 @@ struct Running {
 
 pub struct Host {
     db: Database,
+    inbox: InboxConfig,
     handlers: Vec<Running>,
     stats: BTreeMap<String, Arc<Stats>>,
 }
@@ -85,7 +86,15 @@ impl Host {
             stats.insert(handler.name.clone(), running.1);
             handlers.push(running.0);
         }
-        Ok(Self { db, handlers, stats })
+        crate::retention::ensure_partitions(&db, &config.inbox)
+            .await
+            .map_err(StartError::Migrate)?;
+        Ok(Self {
+            db,
+            inbox: config.inbox.clone(),
+            handlers,
+            stats,
+        })
     }
 
     fn start_handler(
@@ -136,6 +145,11 @@ impl Host {
 
     /// Runs every handler's pump until `shutdown` is cancelled and all have drained.
     pub async fn run(self, shutdown: CancellationToken) {
+        let purger = tokio::spawn(crate::retention::run_scheduled(
+            self.db.clone(),
+            self.inbox.clone(),
+            shutdown.clone(),
+        ));
         let mut pumps = tokio::task::JoinSet::new();
         for running in self.handlers {
             pumps.spawn(run_pump(running.consumer, running.pipeline, shutdown.clone()));
@@ -146,6 +160,8 @@ impl Host {
                 shutdown.cancel();
             }
         }
+        shutdown.cancel();
+        let _ = purger.await;
         self.db.close().await;
     }
 }

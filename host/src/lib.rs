@@ -14,6 +14,7 @@ pub mod host;
 pub mod kafka;
 pub mod pipeline;
 pub mod record;
+pub mod retention;
 pub mod shutdown;
 pub mod stats;
 pub mod telemetry;

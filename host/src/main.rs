@@ -3,7 +3,7 @@
 //! 1: failure, 0: success).
 
 use clap::Parser;
-use inboxd::cli::{Cli, CliError, Command, demo, run};
+use inboxd::cli::{Cli, CliError, Command, demo, purge, run};
 
 #[tokio::main]
 async fn main() {
@@ -16,6 +16,7 @@ async fn main() {
     let result: Result<(), CliError> = match cli.command {
         Command::Run { config } => run::run(&config).await,
         Command::Migrate { config } => run::migrate(&config).await,
+        Command::Purge(args) => purge::purge(args).await,
         Command::Demo(args) => demo::demo(args).await,
     };
     if let Err(error) = result {

@@ -1,6 +1,13 @@
 -- Host-owned tables (design §6), mirroring migrations/sqlite. Guests can never
 -- read or write these. Times are Unix milliseconds, the same on every backend.
 
+-- Partitioned by id_day, the UTC day of a UUIDv7 event id's timestamp (0 for
+-- any other id). A partitioned table's unique key must include the partition
+-- column; id_day is a pure function of event_id, so (handler, event_id, id_day)
+-- is unique exactly when (handler, event_id) is, and dedup stays exact however
+-- the partitions are laid out. Rows go to the DEFAULT partition unless the host
+-- created a daily partition for their day (inbox.partitioning = "daily"), and
+-- such daily partitions are dropped whole once past retention.
 CREATE TABLE inbox (
     handler         TEXT   NOT NULL,
     event_id        TEXT   NOT NULL,
@@ -10,8 +17,11 @@ CREATE TABLE inbox (
     "offset"        BIGINT NOT NULL,
     handler_version TEXT   NOT NULL,
     processed_at    BIGINT NOT NULL,
-    PRIMARY KEY (handler, event_id)
-);
+    id_day          INTEGER NOT NULL,
+    PRIMARY KEY (handler, event_id, id_day)
+) PARTITION BY RANGE (id_day);
+
+CREATE TABLE inbox_default PARTITION OF inbox DEFAULT;
 
 CREATE INDEX inbox_processed_at ON inbox (processed_at);
 

@@ -12,6 +12,9 @@ CREATE TABLE inbox (
     "offset"        INTEGER NOT NULL,
     handler_version TEXT    NOT NULL,
     processed_at    INTEGER NOT NULL,
+    -- The UTC day of a UUIDv7 event id's timestamp (0 for other ids). Only
+    -- PostgreSQL partitions on it; kept here so the host's SQL is one text.
+    id_day          INTEGER NOT NULL,
     PRIMARY KEY (handler, event_id)
 ) WITHOUT ROWID;
 

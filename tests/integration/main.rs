@@ -9,4 +9,5 @@ mod crash;
 mod delivery;
 mod limits;
 mod postgres;
+mod retention;
 mod support;

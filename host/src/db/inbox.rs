@@ -4,7 +4,7 @@
 //! tells "first time" from "duplicate". There is no SELECT first, so two
 //! concurrent copies of one event cannot both win.
 
-use super::{DbError, SqlValue, Tx, now_ms};
+use super::{Database, DbError, SqlValue, Tx, now_ms};
 
 /// Where an event came from and which handler version ran it.
 pub struct Claim<'a> {
@@ -27,13 +27,17 @@ impl Claim<'_> {
             self.offset.into(),
             self.handler_version.into(),
             now_ms().into(),
+            crate::event_id::id_day(self.event_id).into(),
         ]
     }
 }
 
-const INSERT: &str = r#"INSERT INTO inbox (handler, event_id, status, topic, partition, "offset", handler_version, processed_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-ON CONFLICT (handler, event_id) DO NOTHING"#;
+// No conflict target: the key is (handler, event_id) on SQLite and
+// (handler, event_id, id_day) on partitioned PostgreSQL, the same uniqueness.
+const INSERT: &str = r#"INSERT INTO inbox
+(handler, event_id, status, topic, partition, "offset", handler_version, processed_at, id_day)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+ON CONFLICT DO NOTHING"#;
 
 /// Claims the event for the handler. `true`: first time, run the handler.
 /// `false`: already applied or dead-lettered, skip it.
@@ -66,6 +70,30 @@ pub async fn status(tx: &mut Tx, handler: &str, event_id: &str) -> Result<Option
         Some(SqlValue::Text(s)) => Some(s),
         _ => None,
     }))
+}
+
+/// Deletes at most `limit` rows processed before `cutoff_ms`, in one short
+/// transaction; returns how many. Callers loop until fewer than `limit` go.
+pub async fn purge_batch(db: &Database, cutoff_ms: i64, limit: i64) -> Result<u64, DbError> {
+    let mut tx = db.begin().await?;
+    let deleted = tx
+        .execute(
+            "DELETE FROM inbox WHERE (handler, event_id) IN
+             (SELECT handler, event_id FROM inbox WHERE processed_at < $1 LIMIT $2)",
+            &[cutoff_ms.into(), limit.into()],
+        )
+        .await?;
+    tx.commit().await?;
+    Ok(deleted)
+}
+
+/// How many rows a purge with this cutoff would delete (dry runs).
+pub async fn count_older(db: &Database, cutoff_ms: i64) -> Result<i64, DbError> {
+    db.query_i64(
+        "SELECT COUNT(*) FROM inbox WHERE processed_at < $1",
+        &[cutoff_ms.into()],
+    )
+    .await
 }
 
 #[cfg(test)]
@@ -122,6 +150,40 @@ mod tests {
         tx.rollback().await.unwrap();
         let mut tx = db.begin().await.unwrap();
         assert!(claim(&mut tx, &claim_of("e1")).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn purge_deletes_only_old_rows_in_batches() {
+        let db = memory_db().await;
+        let mut tx = db.begin().await.unwrap();
+        for i in 0..25 {
+            claim(&mut tx, &claim_of(&format!("e{i}"))).await.unwrap();
+        }
+        tx.commit().await.unwrap();
+        let cutoff = now_ms() + 1;
+        let mut tx = db.begin().await.unwrap();
+        assert!(claim(&mut tx, &claim_of("fresh")).await.unwrap());
+        tx.execute(
+            "UPDATE inbox SET processed_at = $1 WHERE event_id = 'fresh'",
+            &[(cutoff + 10).into()],
+        )
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(count_older(&db, cutoff).await.unwrap(), 25);
+        assert_eq!(purge_batch(&db, cutoff, 10).await.unwrap(), 10);
+        assert_eq!(purge_batch(&db, cutoff, 10).await.unwrap(), 10);
+        assert_eq!(purge_batch(&db, cutoff, 10).await.unwrap(), 5);
+        assert_eq!(purge_batch(&db, cutoff, 10).await.unwrap(), 0);
+        let mut tx = db.begin().await.unwrap();
+        assert_eq!(
+            status(&mut tx, "billing", "fresh").await.unwrap().as_deref(),
+            Some("done")
+        );
+        assert!(
+            claim(&mut tx, &claim_of("e3")).await.unwrap(),
+            "a purged id can be claimed again"
+        );
     }
 
     #[tokio::test]

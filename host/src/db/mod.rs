@@ -10,6 +10,7 @@ pub mod dead_letters;
 pub mod inbox;
 pub mod migrate;
 pub mod offsets;
+pub mod partitions;
 mod tx;
 mod value;
 
