@@ -10,7 +10,8 @@ async fn main() {
     let cli = Cli::parse();
     let default_log = match cli.command {
         Command::Demo(_) => "warn,inboxd=info",
-        _ => "info",
+        // sqlx reports PostgreSQL's "already exists, skipping" notices at info.
+        _ => "info,sqlx::postgres::notice=warn",
     };
     inboxd::telemetry::init(default_log);
     let result: Result<(), CliError> = match cli.command {
