@@ -25,6 +25,14 @@ pub mod defaults {
     pub const MEMORY_MB: u64 = 128;
     /// Guest stdout and stderr kept per event and copied into the host log.
     pub const OUTPUT_BYTES: usize = 16 * 1024;
+    /// SQL statements one event may run: far above any real handler, low
+    /// enough to stop a guest that loops over the database.
+    pub const MAX_STATEMENTS: u32 = 1_000;
+    /// Rows one query may return.
+    pub const MAX_ROWS: usize = 10_000;
+    pub const MAX_STATEMENT_BYTES: usize = 64 * 1024;
+    /// Larger events are dead-lettered without running the handler.
+    pub const MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
     pub const MAX_ATTEMPTS: u32 = 5;
     pub const BACKOFF_INITIAL_MS: u64 = 100;
     pub const BACKOFF_MAX_MS: u64 = 30_000;
@@ -211,6 +219,14 @@ pub struct LimitsConfig {
     pub memory_mb: u64,
     #[serde(default = "default_output_bytes")]
     pub output_bytes: usize,
+    #[serde(default = "default_max_statements")]
+    pub max_statements: u32,
+    #[serde(default = "default_max_rows")]
+    pub max_rows: usize,
+    #[serde(default = "default_max_statement_bytes")]
+    pub max_statement_bytes: usize,
+    #[serde(default = "default_max_payload_bytes")]
+    pub max_payload_bytes: usize,
 }
 
 impl Default for LimitsConfig {
@@ -219,6 +235,10 @@ impl Default for LimitsConfig {
             timeout_ms: defaults::TIMEOUT_MS,
             memory_mb: defaults::MEMORY_MB,
             output_bytes: defaults::OUTPUT_BYTES,
+            max_statements: defaults::MAX_STATEMENTS,
+            max_rows: defaults::MAX_ROWS,
+            max_statement_bytes: defaults::MAX_STATEMENT_BYTES,
+            max_payload_bytes: defaults::MAX_PAYLOAD_BYTES,
         }
     }
 }
@@ -277,6 +297,18 @@ fn default_memory_mb() -> u64 {
 }
 fn default_output_bytes() -> usize {
     defaults::OUTPUT_BYTES
+}
+fn default_max_statements() -> u32 {
+    defaults::MAX_STATEMENTS
+}
+fn default_max_rows() -> usize {
+    defaults::MAX_ROWS
+}
+fn default_max_statement_bytes() -> usize {
+    defaults::MAX_STATEMENT_BYTES
+}
+fn default_max_payload_bytes() -> usize {
+    defaults::MAX_PAYLOAD_BYTES
 }
 fn default_max_attempts() -> u32 {
     defaults::MAX_ATTEMPTS
@@ -457,6 +489,17 @@ impl HandlerConfig {
                 format!("{key}.limits.memory_mb"),
                 "must be between 1 and 4096",
             ));
+        }
+        for (value, name) in [
+            (limits.max_statements as usize, "max_statements"),
+            (limits.max_rows, "max_rows"),
+            (limits.max_statement_bytes, "max_statement_bytes"),
+            (limits.max_payload_bytes, "max_payload_bytes"),
+            (limits.output_bytes, "output_bytes"),
+        ] {
+            if value == 0 {
+                return Err(invalid(format!("{key}.limits.{name}"), "must be at least 1"));
+            }
         }
         if self.retry.max_attempts == 0 {
             return Err(invalid(format!("{key}.retry.max_attempts"), "must be at least 1"));

@@ -5,9 +5,10 @@
 //! is consumed, so a broken deployment fails fast with a clear error.
 
 use crate::config::{Config, HandlerConfig, InboxConfig};
-use crate::db::{Database, DbError, migrate};
+use crate::db::{Backend, Database, DbError, handler_schema, migrate};
 use crate::kafka::{InboxConsumer, create_consumer, run_pump};
 use crate::pipeline::Pipeline;
+use crate::sandbox::Guard;
 use crate::stats::Stats;
 use crate::wasm::{HandlerComponent, Limits, LoadError, WasmEngine};
 use std::collections::BTreeMap;
@@ -66,6 +67,9 @@ pub async fn open_database(config: &Config) -> Result<Database, StartError> {
         })?;
     db.migrate_host().await.map_err(StartError::Migrate)?;
     for handler in &config.handlers {
+        migrate::prepare_handler(&db, &handler.name)
+            .await
+            .map_err(StartError::Migrate)?;
         if let Some(dir) = &handler.migrations {
             migrate::apply_handler(&db, &handler.name, dir)
                 .await
@@ -82,7 +86,7 @@ impl Host {
         let mut handlers = Vec::new();
         let mut stats = BTreeMap::new();
         for handler in &config.handlers {
-            let running = Self::start_handler(&db, &engine, config, handler)?;
+            let running = Self::start_handler(&db, &engine, config, handler).await?;
             stats.insert(handler.name.clone(), running.1);
             handlers.push(running.0);
         }
@@ -97,17 +101,31 @@ impl Host {
         })
     }
 
-    fn start_handler(
+    async fn start_handler(
         db: &Database,
         engine: &WasmEngine,
         config: &Config,
         handler: &HandlerConfig,
     ) -> Result<(Running, Arc<Stats>), StartError> {
+        let own_tables = migrate::own_tables(db, &handler.name)
+            .await
+            .map_err(StartError::Migrate)?;
+        let own_schema = match db.backend() {
+            Backend::Sqlite => "main".to_owned(),
+            Backend::Postgres => handler_schema(&handler.name),
+        };
+        let guard = Guard::new(
+            db.backend(),
+            &own_schema,
+            &own_tables,
+            handler.limits.max_statement_bytes,
+        );
         let component = HandlerComponent::load(
             engine,
             &handler.name,
             &handler.component,
             Limits::from(&handler.limits),
+            guard,
         )
         .map_err(|source| StartError::Load {
             handler: handler.name.clone(),
@@ -116,6 +134,7 @@ impl Host {
         tracing::info!(
             handler = handler.name,
             version = component.version(),
+            tables = ?own_tables,
             "handler loaded"
         );
         let stats = Arc::new(Stats::default());

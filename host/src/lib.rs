@@ -15,6 +15,7 @@ pub mod kafka;
 pub mod pipeline;
 pub mod record;
 pub mod retention;
+pub mod sandbox;
 pub mod shutdown;
 pub mod stats;
 pub mod telemetry;

@@ -14,9 +14,10 @@
 use crate::config::{EventIdConfig, RetryConfig};
 use crate::db::dead_letters::{self, DeadLetter, ReasonKind};
 use crate::db::inbox::{self, Claim};
-use crate::db::{Database, DbError, Tx, now_ms, offsets};
+use crate::db::{Database, DbError, Tx, invariants, now_ms, offsets};
 use crate::event_id;
 use crate::record::Record;
+use crate::sandbox::authorizer::Scope;
 use crate::stats::Stats;
 use crate::wasm::{GuestFailure, HandlerComponent};
 use rand::Rng;
@@ -36,6 +37,14 @@ pub enum Outcome {
     /// Another consumer committed this partition past `expected` first: this
     /// record's work was rolled back, and the caller must re-read the position.
     Fenced,
+}
+
+/// Why and how an event is parked.
+struct Park<'a> {
+    kind: ReasonKind,
+    reason: &'a str,
+    attempts: u32,
+    first_failed_at: i64,
 }
 
 /// The host's own failures. None of them is counted against the handler: the
@@ -119,26 +128,61 @@ impl Pipeline {
                 tracing::debug!(handler = claim.handler, event_id, "duplicate skipped");
                 return Ok(Outcome::Duplicate);
             }
+            let max_payload = self.handler.limits().max_payload_bytes;
+            if record.payload.len() > max_payload {
+                let reason = format!(
+                    "limit limits.max_payload_bytes exceeded: the payload is {} bytes; the limit is {max_payload}",
+                    record.payload.len()
+                );
+                let park = Park {
+                    kind: ReasonKind::Limit,
+                    reason: &reason,
+                    attempts: 0,
+                    first_failed_at: now_ms(),
+                };
+                return self.park_claimed(tx, &claim, record, expected, park).await;
+            }
             tx.savepoint(GUEST_SAVEPOINT).await?;
-            tx.enter_handler_scope(claim.handler).await?;
+            tx.enter_handler_scope(claim.handler, Scope::Guest).await?;
             let invocation = self.handler.invoke(tx, record, &event_id, attempt).await;
+            let Some(mut tx) = invocation.tx else {
+                return Err(PipelineError::LostTransaction);
+            };
+            let succeeded = invocation.result.is_ok() && invocation.host_error.is_none();
+            let exited = tx.exit_handler_scope(GUEST_SAVEPOINT, succeeded).await;
             if let Some(error) = invocation.host_error {
                 // Dropping the transaction rolls it back; the caller retries the record.
                 return Err(error.into());
             }
-            let (tx, failure) = match (invocation.tx, invocation.result) {
-                (Some(mut tx), Ok(())) => {
-                    tx.release(GUEST_SAVEPOINT).await?;
-                    tx.leave_handler_scope().await?;
+            exited?;
+            let failure = match invocation.result {
+                Ok(()) => {
+                    if let Some(violation) = invariants::violation(&mut tx, &claim, expected).await? {
+                        // Nothing of this transaction may commit; park the event afresh.
+                        tx.rollback().await?;
+                        let reason = format!("sandbox violation: {violation}");
+                        tracing::error!(handler = claim.handler, event_id, "{reason}");
+                        let park = Park {
+                            kind: ReasonKind::SandboxViolation,
+                            reason: &reason,
+                            attempts: attempt,
+                            first_failed_at: now_ms(),
+                        };
+                        let mut tx = self.db.begin().await?;
+                        if !inbox::claim(&mut tx, &claim).await? {
+                            return Err(PipelineError::LostTransaction);
+                        }
+                        return self.park_claimed(tx, &claim, record, expected, park).await;
+                    }
                     if !self.finish(tx, record, expected).await? {
                         return Ok(Outcome::Fenced);
                     }
                     self.stats.applied();
                     return Ok(Outcome::Applied);
                 }
-                (None, Ok(())) => return Err(PipelineError::LostTransaction),
-                (tx, Err(failure)) => (tx, failure),
+                Err(failure) => failure,
             };
+            // The guest's writes are undone; the claim stays for the dead letter.
             self.stats.guest_failure();
             let first = *first_failed_at.get_or_insert_with(now_ms);
             let final_kind = match failure {
@@ -147,9 +191,7 @@ impl Pipeline {
                 _ => None,
             };
             let Some(kind) = final_kind else {
-                if let Some(tx) = tx {
-                    tx.rollback().await?;
-                }
+                tx.rollback().await?;
                 let delay = backoff(&self.retry, attempt);
                 tracing::warn!(
                     handler = claim.handler,
@@ -165,47 +207,54 @@ impl Pipeline {
                 attempt += 1;
                 continue;
             };
-            // Undo the guest's writes but keep the claim; or, if the call was
-            // abandoned mid-statement, start over with a fresh claim.
-            let mut tx = match tx {
-                Some(mut tx) => {
-                    tx.rollback_to(GUEST_SAVEPOINT).await?;
-                    tx
-                }
-                None => {
-                    let mut tx = self.db.begin().await?;
-                    inbox::claim(&mut tx, &claim).await?;
-                    tx
-                }
-            };
             let reason = failure.to_string();
-            inbox::mark_dead(&mut tx, &claim).await?;
-            dead_letters::insert(
-                &mut tx,
-                &DeadLetter {
-                    event_id: Some(&event_id),
-                    kind,
-                    reason: &reason,
-                    attempts: attempt,
-                    handler_version: Some(self.handler.version()),
-                    first_failed_at: first,
-                    ..self.letter(record)
-                },
-            )
-            .await?;
-            if !self.finish(tx, record, expected).await? {
-                return Ok(Outcome::Fenced);
-            }
-            self.stats.dead_lettered();
-            tracing::warn!(
-                handler = claim.handler,
-                event_id,
-                kind = kind.as_str(),
-                attempt,
-                "dead-lettered: {reason}"
-            );
-            return Ok(Outcome::DeadLettered);
+            let park = Park {
+                kind,
+                reason: &reason,
+                attempts: attempt,
+                first_failed_at: first,
+            };
+            return self.park_claimed(tx, &claim, record, expected, park).await;
         }
+    }
+
+    /// Parks a claimed event: the inbox row says `dead`, the dead letter says
+    /// why, and the offset moves on, all in the claim's transaction.
+    async fn park_claimed(
+        &self,
+        mut tx: Tx,
+        claim: &Claim<'_>,
+        record: &Record,
+        expected: Option<i64>,
+        park: Park<'_>,
+    ) -> Result<Outcome, PipelineError> {
+        inbox::mark_dead(&mut tx, claim).await?;
+        dead_letters::insert(
+            &mut tx,
+            &DeadLetter {
+                event_id: Some(claim.event_id),
+                kind: park.kind,
+                reason: park.reason,
+                attempts: park.attempts,
+                handler_version: Some(self.handler.version()),
+                first_failed_at: park.first_failed_at,
+                ..self.letter(record)
+            },
+        )
+        .await?;
+        if !self.finish(tx, record, expected).await? {
+            return Ok(Outcome::Fenced);
+        }
+        self.stats.dead_lettered();
+        tracing::warn!(
+            handler = claim.handler,
+            event_id = claim.event_id,
+            kind = park.kind.as_str(),
+            attempts = park.attempts,
+            "dead-lettered: {}",
+            park.reason
+        );
+        Ok(Outcome::DeadLettered)
     }
 
     /// A record without a usable event id can never be deduplicated, so it is

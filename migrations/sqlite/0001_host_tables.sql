@@ -66,3 +66,11 @@ CREATE TABLE handler_migrations (
     applied_at INTEGER NOT NULL,
     PRIMARY KEY (handler, version)
 );
+
+-- The tables each handler's migrations created: the only tables its SQL may
+-- touch. (PostgreSQL needs no such list: a handler's tables are its schema.)
+CREATE TABLE handler_tables (
+    handler    TEXT NOT NULL,
+    table_name TEXT NOT NULL,
+    PRIMARY KEY (handler, table_name)
+);

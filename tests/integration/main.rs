@@ -10,4 +10,5 @@ mod delivery;
 mod limits;
 mod postgres;
 mod retention;
+mod sandbox;
 mod support;

@@ -8,6 +8,10 @@
 //! - `panic`: trap with a message on stderr
 //! - `stdout`: write `bytes` bytes to stdout, then succeed
 //! - `sql`: run `statement` and reject with the error text if it is refused
+//! - `query`: the same through `sql.query`
+//! - `repeat`: run `statement` `times` times, rejecting at the first error
+//! - `recurse`: recurse without end (the stack overflows)
+//! - `probe-env` / `probe-fs` / `probe-net`: report what WASI lets it see, as a rejection
 //! - `retry` / `reject`: return that handler error
 
 wit_bindgen::generate!({ world: "handler", path: "../../wit" });
@@ -16,6 +20,13 @@ use inboxd::handler::sql::{self, Value};
 use std::io::Write;
 
 struct Hostile;
+
+/// Each frame keeps a buffer alive so the optimiser cannot turn this into a loop.
+#[allow(unconditional_recursion, reason = "the attack is to overflow the stack")]
+fn recurse(depth: u64) -> u64 {
+    let frame = std::hint::black_box([depth; 64]);
+    recurse(depth + 1) + frame[depth as usize % 64]
+}
 
 fn field<'a>(payload: &'a serde_json::Value, name: &str) -> Option<&'a serde_json::Value> {
     payload.get(name)
@@ -68,6 +79,37 @@ impl Guest for Hostile {
                 sql::execute(statement, &[])
                     .map(|_| ())
                     .map_err(|e| HandlerError::Reject(format!("{e:?}")))
+            }
+            "query" => {
+                let statement = field(&payload, "statement").and_then(|s| s.as_str()).unwrap_or("");
+                sql::query(statement, &[])
+                    .map(|_| ())
+                    .map_err(|e| HandlerError::Reject(format!("{e:?}")))
+            }
+            "repeat" => {
+                let statement = field(&payload, "statement").and_then(|s| s.as_str()).unwrap_or("");
+                let times = field(&payload, "times").and_then(|t| t.as_u64()).unwrap_or(1);
+                for _ in 0..times {
+                    sql::execute(statement, &[]).map_err(|e| HandlerError::Reject(format!("{e:?}")))?;
+                }
+                Ok(())
+            }
+            "recurse" => Err(HandlerError::Reject(format!("depth {}", recurse(0)))),
+            "probe-env" => {
+                let vars = std::env::vars().count();
+                let args = std::env::args().count();
+                Err(HandlerError::Reject(format!("env={vars} args={args}")))
+            }
+            "probe-fs" => {
+                let list = std::fs::read_dir("/").map(|_| "ok").unwrap_or("err");
+                let read = std::fs::read_to_string("/etc/passwd").map(|_| "ok").unwrap_or("err");
+                let create = std::fs::write("/tmp/inboxd-hostile", b"x").map(|_| "ok").unwrap_or("err");
+                Err(HandlerError::Reject(format!("fs list={list} read={read} create={create}")))
+            }
+            "probe-net" => {
+                let target = field(&payload, "address").and_then(|a| a.as_str()).unwrap_or("127.0.0.1:5432");
+                let connect = std::net::TcpStream::connect(target).map(|_| "ok").unwrap_or("err");
+                Err(HandlerError::Reject(format!("net connect={connect}")))
             }
             "retry" => Err(HandlerError::Retry("asked to retry".into())),
             "reject" => Err(HandlerError::Reject("asked to reject".into())),

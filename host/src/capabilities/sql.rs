@@ -2,15 +2,24 @@
 //!
 //! The transaction is moved in for the call and taken back after it; the
 //! guest never sees a connection, so it cannot begin, commit or roll back.
-//! Database errors come back to the guest as typed `sql-error` values.
+//! Every statement passes the statement guard and the per-event limits first.
+//! Refusals and database errors come back to the guest as typed `sql-error`
+//! values; only a failure of the database itself is kept for the host.
 
 use crate::db::{Backend, DbError, SqlValue, Tx};
+use crate::sandbox::{Guard, Refusal};
+use crate::wasm::Limits;
 use crate::wasm::bindings::{SqlDialect, SqlError, Value, sql_api};
+use std::sync::Arc;
 use wasmtime::component::HasData;
 
 pub struct SqlState {
     tx: Option<Tx>,
     backend: Backend,
+    guard: Arc<Guard>,
+    statements_left: u32,
+    max_statements: u32,
+    max_rows: usize,
     /// A failure of the database itself (connection lost, server restarting)
     /// during a guest statement. It is the host's to retry, never counted
     /// against the handler, whatever the guest made of its error value.
@@ -18,23 +27,27 @@ pub struct SqlState {
 }
 
 impl SqlState {
-    pub fn new(tx: Tx) -> Self {
+    pub fn new(tx: Tx, guard: Arc<Guard>, limits: &Limits) -> Self {
         let backend = tx.backend();
         Self {
             tx: Some(tx),
             backend,
+            guard,
+            statements_left: limits.max_statements,
+            max_statements: limits.max_statements,
+            max_rows: limits.max_rows,
             host_error: None,
         }
-    }
-
-    pub fn take_host_error(&mut self) -> Option<DbError> {
-        self.host_error.take()
     }
 
     /// Takes the transaction back after the call. `None` only if a call was
     /// cancelled mid-statement, in which case the transaction is gone.
     pub fn take_tx(&mut self) -> Option<Tx> {
         self.tx.take()
+    }
+
+    pub fn take_host_error(&mut self) -> Option<DbError> {
+        self.host_error.take()
     }
 }
 
@@ -80,11 +93,19 @@ fn to_sql_error(err: &DbError) -> SqlError {
                 | sqlx::error::ErrorKind::ForeignKeyViolation
                 | sqlx::error::ErrorKind::NotNullViolation
                 | sqlx::error::ErrorKind::CheckViolation => SqlError::Constraint(message),
+                // The second wall (a role without privileges, the SQLite
+                // authorizer) refused what the guard let through.
+                _ if ["permission denied", "not authorized", "prohibited"]
+                    .iter()
+                    .any(|m| message.contains(m)) =>
+                {
+                    SqlError::Forbidden(message)
+                }
                 _ => SqlError::Database(message),
             }
         }
-        DbError::Decode(_) => SqlError::Invalid(err.to_string()),
-        DbError::Sqlx(sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_)) => {
+        DbError::TooManyRows { .. } => SqlError::Limit(err.to_string()),
+        DbError::Decode(_) | DbError::Sqlx(sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_)) => {
             SqlError::Invalid(err.to_string())
         }
         _ => SqlError::Database(err.to_string()),
@@ -92,12 +113,30 @@ fn to_sql_error(err: &DbError) -> SqlError {
 }
 
 impl SqlView<'_> {
-    fn tx(&mut self) -> Result<&mut Tx, SqlError> {
+    /// The walls before any statement: the per-event statement budget, then the guard.
+    fn admit(&mut self, statement: &str) -> Result<(), SqlError> {
         if self.state.host_error.is_some() {
             return Err(SqlError::Database(
                 "the database connection failed; the host will retry this event".into(),
             ));
         }
+        if self.state.statements_left == 0 {
+            return Err(SqlError::Limit(format!(
+                "limits.max_statements: this event already ran {} statements",
+                self.state.max_statements
+            )));
+        }
+        self.state.statements_left -= 1;
+        self.state
+            .guard
+            .check(statement)
+            .map_err(|refusal| match refusal {
+                Refusal::Forbidden(m) => SqlError::Forbidden(m),
+                Refusal::Limit(m) => SqlError::Limit(m),
+            })
+    }
+
+    fn tx(&mut self) -> Result<&mut Tx, SqlError> {
         self.state
             .tx
             .as_mut()
@@ -124,16 +163,19 @@ impl sql_api::Host for SqlView<'_> {
     }
 
     async fn execute(&mut self, statement: String, params: Vec<Value>) -> Result<u64, SqlError> {
+        self.admit(&statement)?;
         let params: Vec<SqlValue> = params.into_iter().map(to_sql).collect();
-        match self.tx()?.execute(&statement, &params).await {
+        match self.tx()?.guest_execute(&statement, &params).await {
             Ok(changed) => Ok(changed),
             Err(error) => Err(self.fail(error)),
         }
     }
 
     async fn query(&mut self, statement: String, params: Vec<Value>) -> Result<Vec<Vec<Value>>, SqlError> {
+        self.admit(&statement)?;
         let params: Vec<SqlValue> = params.into_iter().map(to_sql).collect();
-        let rows = match self.tx()?.query(&statement, &params).await {
+        let max_rows = self.state.max_rows;
+        let rows = match self.tx()?.guest_query(&statement, &params, max_rows).await {
             Ok(rows) => rows,
             Err(error) => return Err(self.fail(error)),
         };

@@ -15,6 +15,10 @@ pub enum ReasonKind {
     Rejected,
     /// The handler kept failing with `retry`, a trap or a limit until `max_attempts`.
     RetriesExhausted,
+    /// The event broke a limit before the handler ran (its payload size).
+    Limit,
+    /// The host's own rows were not intact after the handler ran.
+    SandboxViolation,
 }
 
 impl ReasonKind {
@@ -23,6 +27,8 @@ impl ReasonKind {
             ReasonKind::EventId => "event-id",
             ReasonKind::Rejected => "rejected",
             ReasonKind::RetriesExhausted => "retries-exhausted",
+            ReasonKind::Limit => "limit",
+            ReasonKind::SandboxViolation => "sandbox-violation",
         }
     }
 }

@@ -6,7 +6,8 @@
 //! never silently skipped. (The host's tables use sqlx's migrator instead:
 //! sqlx keeps one history table per database, which handlers cannot share.)
 
-use super::{Backend, Database, DbError, SqlValue, handler_schema, now_ms};
+use super::{Backend, Database, DbError, SqlValue, Tx, handler_role, handler_schema, now_ms};
+use crate::sandbox::authorizer::Scope;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 
@@ -54,7 +55,83 @@ fn list(dir: &Path) -> Result<Vec<MigrationFile>, DbError> {
     Ok(files)
 }
 
+/// Tables and views in an SQLite database (empty on PostgreSQL, where a
+/// handler's tables are simply those in its schema).
+async fn sqlite_tables(tx: &mut Tx) -> Result<Vec<String>, DbError> {
+    if tx.backend() != Backend::Sqlite {
+        return Ok(Vec::new());
+    }
+    let rows = tx
+        .query(
+            "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')",
+            &[],
+        )
+        .await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|r| r.first().and_then(SqlValue::as_str).map(str::to_owned))
+        .collect())
+}
+
+/// Gives a handler its walls before anything of it runs. PostgreSQL: a role
+/// (NOLOGIN, no privileges on the host's schema) that owns the handler's
+/// schema; the host's user joins it so it can `SET LOCAL ROLE`. Idempotent,
+/// and safe when several hosts (or databases on one server) do it at once.
+pub async fn prepare_handler(db: &Database, handler: &str) -> Result<(), DbError> {
+    if db.backend() != Backend::Postgres {
+        return Ok(());
+    }
+    let (role, schema) = (handler_role(handler), handler_schema(handler));
+    let mut tx = db.begin().await?;
+    tx.lock_migrations().await?;
+    // Roles are shared by every database on the server, so another database's
+    // host may create the same one concurrently: that is not an error.
+    let create_role = format!(
+        "DO $$ BEGIN CREATE ROLE {role} NOLOGIN; \
+         EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$"
+    );
+    tx.execute(&create_role, &[]).await?;
+    let join_role = format!(
+        "DO $$ BEGIN IF NOT pg_has_role(current_user, '{role}', 'MEMBER') THEN \
+         EXECUTE format('GRANT {role} TO %I', current_user); END IF; END $$"
+    );
+    tx.execute(&join_role, &[]).await?;
+    tx.execute(
+        &format!("CREATE SCHEMA IF NOT EXISTS {schema} AUTHORIZATION {role}"),
+        &[],
+    )
+    .await?;
+    tx.commit().await
+}
+
+/// The tables a handler's SQL may touch: what its migrations created.
+pub async fn own_tables(db: &Database, handler: &str) -> Result<Vec<String>, DbError> {
+    let rows = match db.backend() {
+        Backend::Sqlite => {
+            db.query(
+                "SELECT table_name FROM handler_tables WHERE handler = $1",
+                &[handler.into()],
+            )
+            .await?
+        }
+        Backend::Postgres => {
+            db.query(
+                "SELECT tablename::text FROM pg_tables WHERE schemaname = $1
+                 UNION SELECT viewname::text FROM pg_views WHERE schemaname = $1",
+                &[handler_schema(handler).into()],
+            )
+            .await?
+        }
+    };
+    Ok(rows
+        .into_iter()
+        .filter_map(|r| r.first().and_then(SqlValue::as_str).map(str::to_owned))
+        .collect())
+}
+
 /// Applies every migration in `dir` that `handler` has not applied yet; returns how many ran.
+/// Each runs inside the handler's walls (its role, or the SQLite authorizer in
+/// migration mode), so a migration cannot reach the host's tables either.
 pub async fn apply_handler(db: &Database, handler: &str, dir: &Path) -> Result<usize, DbError> {
     let mut applied = 0;
     for file in list(dir)? {
@@ -78,19 +155,27 @@ pub async fn apply_handler(db: &Database, handler: &str, dir: &Path) -> Result<u
             }
             continue;
         }
-        if db.backend() == Backend::Postgres {
-            let schema = handler_schema(handler);
-            tx.execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"), &[])
-                .await?;
-        }
-        tx.enter_handler_scope(handler).await?;
-        tx.execute_script(&sql).await.map_err(|e| {
+        let before = sqlite_tables(&mut tx).await?;
+        tx.enter_handler_scope(handler, Scope::Migration).await?;
+        let outcome = tx.execute_script(&sql).await;
+        tx.leave_handler_scope().await?;
+        outcome.map_err(|e| {
             DbError::HandlerMigration(format!(
                 "migration {} of handler {handler} failed: {e}",
                 file.name
             ))
         })?;
-        tx.leave_handler_scope().await?;
+        for table in sqlite_tables(&mut tx)
+            .await?
+            .into_iter()
+            .filter(|t| !before.contains(t))
+        {
+            tx.execute(
+                "INSERT INTO handler_tables (handler, table_name) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                &[handler.into(), table.into()],
+            )
+            .await?;
+        }
         tx.execute(
             "INSERT INTO handler_migrations (handler, version, name, checksum, applied_at) VALUES ($1, $2, $3, $4, $5)",
             &[handler.into(), file.version.into(), file.name.as_str().into(), checksum.into(), now_ms().into()],
@@ -124,10 +209,49 @@ mod tests {
         .unwrap();
         assert_eq!(apply_handler(&db, "h", dir.path()).await.unwrap(), 2);
         assert_eq!(apply_handler(&db, "h", dir.path()).await.unwrap(), 0);
+        let mut tables = own_tables(&db, "h").await.unwrap();
+        tables.sort();
+        assert_eq!(tables, ["t", "u"]);
         db.query("SELECT a, b FROM t", &[]).await.unwrap();
         std::fs::write(dir.path().join("0001_init.sql"), "CREATE TABLE t (a INTEGER);").unwrap();
         let err = apply_handler(&db, "h", dir.path()).await.unwrap_err();
         assert!(err.to_string().contains("changed after it was applied"), "{err}");
+    }
+
+    /// Regression: a trigger planted by a migration on the handler's own
+    /// table must not let the handler's statements reach the host's tables.
+    #[tokio::test]
+    async fn a_planted_trigger_cannot_reach_the_host_tables() {
+        let db = memory_db().await;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("0001_sneaky.sql"),
+            "CREATE TABLE t (a TEXT); CREATE TRIGGER x AFTER INSERT ON t BEGIN DELETE FROM offsets; END;",
+        )
+        .unwrap();
+        // SQLite checks a trigger's body when a statement that fires it is prepared.
+        if apply_handler(&db, "h", dir.path()).await.is_err() {
+            return;
+        }
+        let mut tx = db.begin().await.unwrap();
+        let advance = crate::db::offsets::Advance {
+            handler: "h",
+            topic: "t",
+            partition: 0,
+            expected: None,
+            next_offset: 5,
+            records: 5,
+        };
+        crate::db::offsets::advance(&mut tx, &advance).await.unwrap();
+        tx.enter_handler_scope("h", Scope::Guest).await.unwrap();
+        let err = tx
+            .guest_execute("INSERT INTO t (a) VALUES ('x')", &[])
+            .await
+            .unwrap_err();
+        tx.leave_handler_scope().await.unwrap();
+        assert!(err.to_string().contains("not authorized"), "{err}");
+        tx.commit().await.unwrap();
+        assert_eq!(crate::db::offsets::load(&db, "h", "t", 0).await.unwrap(), Some(5));
     }
 
     #[tokio::test]

@@ -8,6 +8,7 @@
 
 pub mod dead_letters;
 pub mod inbox;
+pub mod invariants;
 pub mod migrate;
 pub mod offsets;
 pub mod partitions;
@@ -40,6 +41,8 @@ pub enum DbError {
     HostMigration(#[from] sqlx::migrate::MigrateError),
     #[error("{0}")]
     HandlerMigration(String),
+    #[error("limits.max_rows: the query returned more than {limit} rows")]
+    TooManyRows { limit: usize },
 }
 
 impl DbError {
@@ -92,6 +95,12 @@ pub fn handler_schema(handler: &str) -> String {
     format!("handler_{handler}")
 }
 
+/// The PostgreSQL role a handler's SQL runs as: it owns the handler's schema
+/// and has no privileges on the host's.
+pub fn handler_role(handler: &str) -> String {
+    format!("inboxd_handler_{handler}")
+}
+
 /// Serialises schema creation and migrations between hosts starting together
 /// (an arbitrary constant, the key of a PostgreSQL advisory lock).
 const MIGRATION_LOCK_KEY: i64 = 0x1b0c_d000_0001;
@@ -118,6 +127,16 @@ impl Database {
             let pool = SqlitePoolOptions::new()
                 .max_connections(max_connections)
                 .acquire_timeout(ACQUIRE_TIMEOUT)
+                // The authorizer is per connection, not per transaction: make
+                // sure no connection leaves a failed guest call still wearing it.
+                .before_acquire(|conn, _| {
+                    Box::pin(async move {
+                        let mut handle = conn.lock_handle().await?;
+                        // SAFETY: the locked handle is ours alone while it lives.
+                        unsafe { crate::sandbox::authorizer::set(handle.as_raw_handle().as_ptr(), None) };
+                        Ok(true)
+                    })
+                })
                 .connect_with(options)
                 .await?;
             Pool::Sqlite(pool)

@@ -5,8 +5,14 @@
 //! guest's statements land in it and in nothing else.
 
 use super::value::{bind_postgres, bind_sqlite, decode_postgres, decode_sqlite};
-use super::{Backend, DbError, SqlValue};
+use super::{Backend, DbError, HOST_SCHEMA, SqlValue, handler_role, handler_schema};
+use crate::sandbox::authorizer::{self, Scope};
+use futures_util::TryStreamExt;
 use sqlx::{Postgres, Sqlite, Transaction};
+
+/// Wraps each guest statement on PostgreSQL, where a failed statement would
+/// otherwise abort the whole transaction (SQLite undoes just the statement).
+const STATEMENT_SAVEPOINT: &str = "inboxd_statement";
 
 pub struct Tx {
     inner: Inner,
@@ -37,39 +43,104 @@ impl Tx {
         }
     }
 
-    /// Runs one statement and returns the number of rows it changed.
+    /// Runs one of the host's statements and returns the number of rows it changed.
     pub async fn execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, DbError> {
+        self.run(sql, params, true).await
+    }
+
+    /// Runs one of the host's statements and returns every row it produced.
+    pub async fn query(&mut self, sql: &str, params: &[SqlValue]) -> Result<Vec<Vec<SqlValue>>, DbError> {
+        self.fetch(sql, params, usize::MAX, true).await
+    }
+
+    /// Runs a guest's statement: never from the statement cache (so SQLite's
+    /// authorizer sees it prepared), and on PostgreSQL inside a savepoint so a
+    /// failure leaves the transaction usable, as it does on SQLite.
+    pub async fn guest_execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, DbError> {
+        self.statement_savepoint().await?;
+        let result = self.run(sql, params, false).await;
+        self.end_statement_savepoint(result.is_ok()).await?;
+        result
+    }
+
+    /// As [`Tx::guest_execute`], returning rows; more than `max_rows` is [`DbError::TooManyRows`].
+    pub async fn guest_query(
+        &mut self,
+        sql: &str,
+        params: &[SqlValue],
+        max_rows: usize,
+    ) -> Result<Vec<Vec<SqlValue>>, DbError> {
+        self.statement_savepoint().await?;
+        let result = self.fetch(sql, params, max_rows, false).await;
+        self.end_statement_savepoint(result.is_ok()).await?;
+        result
+    }
+
+    async fn statement_savepoint(&mut self) -> Result<(), DbError> {
+        if self.backend() == Backend::Postgres {
+            self.savepoint(STATEMENT_SAVEPOINT).await?;
+        }
+        Ok(())
+    }
+
+    async fn end_statement_savepoint(&mut self, succeeded: bool) -> Result<(), DbError> {
+        if self.backend() == Backend::Postgres {
+            if succeeded {
+                self.release(STATEMENT_SAVEPOINT).await?;
+            } else {
+                self.rollback_to(STATEMENT_SAVEPOINT).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn run(&mut self, sql: &str, params: &[SqlValue], persistent: bool) -> Result<u64, DbError> {
         let done = match &mut self.inner {
-            Inner::Sqlite(tx) => bind_sqlite(sqlx::query(sql), params)
-                .execute(&mut **tx)
-                .await?
-                .rows_affected(),
-            Inner::Postgres(tx) => bind_postgres(sqlx::query(sql), params)
-                .execute(&mut **tx)
-                .await?
-                .rows_affected(),
+            Inner::Sqlite(tx) => {
+                let query = bind_sqlite(sqlx::query(sql), params).persistent(persistent);
+                query.execute(&mut **tx).await?.rows_affected()
+            }
+            Inner::Postgres(tx) => {
+                let query = bind_postgres(sqlx::query(sql), params).persistent(persistent);
+                query.execute(&mut **tx).await?.rows_affected()
+            }
         };
         Ok(done)
     }
 
-    /// Runs one statement and returns every row it produced.
-    pub async fn query(&mut self, sql: &str, params: &[SqlValue]) -> Result<Vec<Vec<SqlValue>>, DbError> {
+    async fn fetch(
+        &mut self,
+        sql: &str,
+        params: &[SqlValue],
+        max_rows: usize,
+        persistent: bool,
+    ) -> Result<Vec<Vec<SqlValue>>, DbError> {
+        let mut rows = Vec::new();
+        // Rows are decoded as they stream in, so an oversized result stops at
+        // the limit instead of being buffered whole.
         match &mut self.inner {
             Inner::Sqlite(tx) => {
-                let rows = bind_sqlite(sqlx::query(sql), params).fetch_all(&mut **tx).await?;
-                rows.iter()
-                    .map(|r| decode_sqlite(r).map_err(DbError::from))
-                    .collect()
+                let query = bind_sqlite(sqlx::query(sql), params).persistent(persistent);
+                let mut stream = query.fetch(&mut **tx);
+                while let Some(row) = stream.try_next().await? {
+                    if rows.len() == max_rows {
+                        return Err(DbError::TooManyRows { limit: max_rows });
+                    }
+                    rows.push(decode_sqlite(&row)?);
+                }
             }
             Inner::Postgres(tx) => {
-                let rows = bind_postgres(sqlx::query(sql), params)
-                    .fetch_all(&mut **tx)
-                    .await?;
-                rows.iter()
-                    .map(|r| decode_postgres(r).map_err(DbError::from))
-                    .collect()
+                let query = bind_postgres(sqlx::query(sql), params).persistent(persistent);
+                let mut stream = query.fetch(&mut **tx);
+                while let Some(row) = stream.try_next().await? {
+                    if rows.len() == max_rows {
+                        return Err(DbError::TooManyRows { limit: max_rows });
+                    }
+                    rows.push(decode_postgres(&row)?);
+                }
             }
         }
+        Ok(rows)
     }
 
     /// Runs a script of several statements without parameters (migrations only).
@@ -115,25 +186,68 @@ impl Tx {
         Ok(())
     }
 
-    /// Points unqualified table names at the handler's own tables for its
-    /// statements: on PostgreSQL its schema (the host's tables live in
-    /// `inboxd`); on SQLite everything shares one schema and this does nothing.
-    /// `SET LOCAL` ends with the transaction, or at `ROLLBACK TO` a savepoint
-    /// taken before it.
-    pub async fn enter_handler_scope(&mut self, handler: &str) -> Result<(), DbError> {
-        if self.backend() == Backend::Postgres {
-            let schema = super::handler_schema(handler);
-            self.execute(&format!("SET LOCAL search_path = {schema}"), &[])
+    /// Enters the handler's walls for its SQL. PostgreSQL: its schema as the
+    /// search path and its role (which cannot see the host's schema), both
+    /// `LOCAL`, so they end with the transaction or at `ROLLBACK TO` a savepoint
+    /// taken before. SQLite: the authorizer, until [`Tx::leave_handler_scope`].
+    pub async fn enter_handler_scope(&mut self, handler: &str, scope: Scope) -> Result<(), DbError> {
+        match &mut self.inner {
+            Inner::Postgres(_) => {
+                let params = [handler_schema(handler).into(), handler_role(handler).into()];
+                self.execute(
+                    "SELECT set_config('search_path', $1, true), set_config('role', $2, true)",
+                    &params,
+                )
                 .await?;
+            }
+            Inner::Sqlite(tx) => {
+                let mut handle = tx.lock_handle().await?;
+                // SAFETY: the handle is locked for us, so no other thread uses the connection.
+                unsafe { authorizer::set(handle.as_raw_handle().as_ptr(), Some(scope)) };
+            }
         }
         Ok(())
     }
 
-    /// Back to the host's own schema, after a handler's statements.
+    /// Ends a guest call that started with `SAVEPOINT savepoint` and
+    /// [`Tx::enter_handler_scope`]: keeps its work (`succeeded`) or undoes it,
+    /// and leaves the walls. Every guest call ends here, whatever happened.
+    /// The order matters: SQLite's authorizer would refuse the host's own
+    /// savepoint statement, so it comes off first; on PostgreSQL a rollback to
+    /// the savepoint also ends the role and search path.
+    pub async fn exit_handler_scope(
+        &mut self,
+        savepoint: &'static str,
+        succeeded: bool,
+    ) -> Result<(), DbError> {
+        match (self.backend(), succeeded) {
+            (Backend::Postgres, false) => self.rollback_to(savepoint).await,
+            (_, true) => {
+                self.leave_handler_scope().await?;
+                self.release(savepoint).await
+            }
+            (Backend::Sqlite, false) => {
+                self.leave_handler_scope().await?;
+                self.rollback_to(savepoint).await
+            }
+        }
+    }
+
+    /// Leaves the handler's walls; always called after its SQL, whatever happened.
     pub async fn leave_handler_scope(&mut self) -> Result<(), DbError> {
-        if self.backend() == Backend::Postgres {
-            self.execute(&format!("SET LOCAL search_path = {}", super::HOST_SCHEMA), &[])
+        match &mut self.inner {
+            Inner::Postgres(_) => {
+                self.execute(
+                    "SELECT set_config('role', 'none', true), set_config('search_path', $1, true)",
+                    &[HOST_SCHEMA.into()],
+                )
                 .await?;
+            }
+            Inner::Sqlite(tx) => {
+                let mut handle = tx.lock_handle().await?;
+                // SAFETY: as in enter_handler_scope.
+                unsafe { authorizer::set(handle.as_raw_handle().as_ptr(), None) };
+            }
         }
         Ok(())
     }

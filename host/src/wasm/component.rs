@@ -10,6 +10,7 @@ use super::limits::{LimitExceeded, Limits};
 use super::state::StoreState;
 use crate::db::{DbError, Tx};
 use crate::record::Record;
+use crate::sandbox::Guard;
 use sha2::{Digest, Sha256};
 use std::path::Path;
 use std::sync::Arc;
@@ -78,16 +79,23 @@ pub struct HandlerComponent {
     pre: HandlerPre<StoreState>,
     engine: wasmtime::Engine,
     limits: Limits,
+    guard: Arc<Guard>,
 }
 
 impl HandlerComponent {
-    pub fn load(engine: &WasmEngine, name: &str, path: &Path, limits: Limits) -> Result<Self, LoadError> {
+    pub fn load(
+        engine: &WasmEngine,
+        name: &str,
+        path: &Path,
+        limits: Limits,
+        guard: Guard,
+    ) -> Result<Self, LoadError> {
         let shown = path.display().to_string();
         let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
             path: shown.clone(),
             source,
         })?;
-        Self::from_bytes(engine, name, &shown, &bytes, limits)
+        Self::from_bytes(engine, name, &shown, &bytes, limits, guard)
     }
 
     pub fn from_bytes(
@@ -96,6 +104,7 @@ impl HandlerComponent {
         shown: &str,
         bytes: &[u8],
         limits: Limits,
+        guard: Guard,
     ) -> Result<Self, LoadError> {
         if is_core_module(bytes) {
             return Err(LoadError::CoreModule {
@@ -116,12 +125,17 @@ impl HandlerComponent {
         let digest = Sha256::digest(bytes);
         let version = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
         Ok(Self {
+            guard: Arc::new(guard),
             name: name.into(),
             version,
             pre,
             engine: engine.engine.clone(),
             limits,
         })
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
     }
 
     pub fn name(&self) -> &str {
@@ -135,7 +149,13 @@ impl HandlerComponent {
 
     /// Runs the guest for one event inside `tx`, and hands `tx` back.
     pub async fn invoke(&self, tx: Tx, record: &Record, event_id: &str, attempt: u32) -> Invocation {
-        let state = StoreState::new(tx, &self.limits, self.name.clone(), event_id.to_owned());
+        let state = StoreState::new(
+            tx,
+            self.guard.clone(),
+            &self.limits,
+            self.name.clone(),
+            event_id.to_owned(),
+        );
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
         store.set_epoch_deadline(self.limits.deadline_ticks());

@@ -18,6 +18,9 @@ pub struct Limits {
     pub timeout: Duration,
     pub memory_bytes: usize,
     pub output_bytes: usize,
+    pub max_statements: u32,
+    pub max_rows: usize,
+    pub max_payload_bytes: usize,
 }
 
 impl From<&LimitsConfig> for Limits {
@@ -26,6 +29,9 @@ impl From<&LimitsConfig> for Limits {
             timeout: Duration::from_millis(c.timeout_ms),
             memory_bytes: (c.memory_mb as usize) << 20,
             output_bytes: c.output_bytes,
+            max_statements: c.max_statements,
+            max_rows: c.max_rows,
+            max_payload_bytes: c.max_payload_bytes,
         }
     }
 }
@@ -130,6 +136,9 @@ mod tests {
             timeout: Duration::from_millis(15),
             memory_bytes: 0,
             output_bytes: 0,
+            max_statements: 1,
+            max_rows: 1,
+            max_payload_bytes: 1,
         };
         assert_eq!(limits.deadline_ticks(), 2);
     }

@@ -10,6 +10,7 @@ use super::output::GuestOutput;
 use crate::capabilities::log::LogState;
 use crate::capabilities::sql::SqlState;
 use crate::db::Tx;
+use crate::sandbox::Guard;
 use std::sync::Arc;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -25,7 +26,7 @@ pub struct StoreState {
 }
 
 impl StoreState {
-    pub fn new(tx: Tx, limits: &Limits, handler: Arc<str>, event_id: String) -> Self {
+    pub fn new(tx: Tx, guard: Arc<Guard>, limits: &Limits, handler: Arc<str>, event_id: String) -> Self {
         let stdout = GuestOutput::new(limits.output_bytes);
         let stderr = GuestOutput::new(limits.output_bytes);
         // No preopened directories, environment, arguments or network: the
@@ -42,7 +43,7 @@ impl StoreState {
             wasi,
             table: ResourceTable::new(),
             limiter: MemoryLimiter::new(limits.memory_bytes),
-            sql: SqlState::new(tx),
+            sql: SqlState::new(tx, guard, limits),
             log: LogState::new(handler, event_id, limits.output_bytes),
             stdout,
             stderr,

@@ -1,0 +1,11 @@
+//! The sandbox walls between a guest and deduplication (design §5).
+//!
+//! Wall 1 is [`guard`], the statement guard. Wall 2 is the database's own
+//! privileges: per-handler roles on PostgreSQL (set up in `db::migrate`) and
+//! the [`authorizer`] on SQLite. The pipeline checks its own rows before every
+//! commit as the last line.
+
+pub mod authorizer;
+pub mod guard;
+
+pub use guard::{Guard, Refusal};

@@ -1,0 +1,320 @@
+//! The hostile-guest suite: every attack on deduplication is refused (a typed
+//! error to the guest, which the hostile guest turns into a rejection) or
+//! stopped by a limit, and afterwards the inbox, the offsets and another
+//! handler's tables are exactly as they should be. Also: the second wall on
+//! its own, with the statement guard out of the way.
+
+use crate::on_both_backends;
+use crate::support::*;
+use inboxd::db::{Database, Tx, migrate};
+use inboxd::sandbox::authorizer::Scope;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// (attack payload, text its dead letter's reason must contain)
+fn attacks(brokers: &str) -> Vec<(Value, &'static str)> {
+    let sql = |statement: &str| json!({ "attack": "sql", "statement": statement });
+    let forbidden = "Forbidden";
+    let mut list = vec![
+        (sql("DELETE FROM inbox"), forbidden),
+        (sql("delete from INBOX where 1 = 1"), forbidden),
+        (sql("DELETE FROM \"inbox\""), forbidden),
+        (sql("DELETE FROM main.inbox"), forbidden),
+        (sql("DELETE FROM inboxd.inbox"), forbidden),
+        (sql("UPDATE offsets SET next_offset = 0"), forbidden),
+        (
+            sql(
+                "INSERT INTO inbox (handler, event_id, status, topic, partition, \"offset\", handler_version, processed_at, id_day) VALUES ('billing', 'x', 'done', 't', 0, 0, 'v', 0, 0)",
+            ),
+            forbidden,
+        ),
+        (
+            sql("WITH gone AS (DELETE FROM inbox RETURNING *) SELECT count(*) FROM gone"),
+            forbidden,
+        ),
+        (sql("WITH inbox AS (SELECT 1) DELETE FROM inbox"), forbidden),
+        (sql("CREATE VIEW v AS SELECT * FROM inbox"), forbidden),
+        (
+            sql("CREATE TRIGGER t AFTER INSERT ON hostile_effects BEGIN DELETE FROM inbox; END"),
+            forbidden,
+        ),
+        (sql("BEGIN"), forbidden),
+        (sql("COMMIT"), forbidden),
+        (sql("ROLLBACK"), forbidden),
+        (sql("SAVEPOINT s"), forbidden),
+        (sql("RELEASE SAVEPOINT inboxd_guest"), forbidden),
+        (sql("SET ROLE postgres"), forbidden),
+        (sql("RESET ROLE"), forbidden),
+        (sql("SET SESSION AUTHORIZATION postgres"), forbidden),
+        (sql("SELECT set_config('role', 'postgres', true)"), forbidden),
+        (
+            sql("INSERT INTO hostile_effects (event_id) VALUES ('two'); DELETE FROM inbox"),
+            forbidden,
+        ),
+        (
+            sql("SELECT 1 /* harmless */; DELETE FROM inbox -- trailing"),
+            forbidden,
+        ),
+        (sql("DELETE/**/FROM/**/inbox"), forbidden),
+        (sql("DROP TABLE hostile_effects"), forbidden),
+        (sql("ALTER TABLE hostile_effects ADD COLUMN x TEXT"), forbidden),
+        (sql("ATTACH DATABASE '/tmp/inboxd-hostile.db' AS x"), forbidden),
+        (sql("PRAGMA writable_schema = ON"), forbidden),
+        (sql("VACUUM INTO '/tmp/inboxd-hostile-copy.db'"), forbidden),
+        (sql("SELECT load_extension('/tmp/evil.so')"), forbidden),
+        (
+            sql("COPY hostile_effects TO '/tmp/inboxd-hostile.csv'"),
+            forbidden,
+        ),
+        (sql("SELECT pg_read_file('/etc/passwd')"), forbidden),
+        (sql("SELECT lo_import('/etc/passwd')"), forbidden),
+        (
+            sql("SELECT * FROM dblink('host=127.0.0.1', 'DELETE FROM inboxd.inbox') AS t(a int)"),
+            forbidden,
+        ),
+        (sql("DELETE FROM invoices"), forbidden),
+        (sql("DELETE FROM handler_billing.invoices"), forbidden),
+        (
+            sql(&format!("SELECT '{}'", "x".repeat(3_000))),
+            "limits.max_statement_bytes",
+        ),
+        (
+            json!({ "attack": "repeat", "statement": "SELECT 1", "times": 60 }),
+            "limits.max_statements",
+        ),
+        (
+            json!({ "attack": "query", "statement": "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000) SELECT i FROM n" }),
+            "limits.max_rows",
+        ),
+        (json!({ "attack": "loop" }), "limits.timeout_ms"),
+        (json!({ "attack": "memory" }), "limits.memory_mb"),
+        (json!({ "attack": "recurse" }), "handler trapped"),
+        (json!({ "attack": "probe-env" }), "env=0 args=0"),
+        (json!({ "attack": "probe-fs" }), "fs list=err read=err create=err"),
+        (
+            json!({ "attack": "probe-net", "address": brokers }),
+            "net connect=err",
+        ),
+        (
+            json!({ "attack": "padding", "padding": "p".repeat(5_000) }),
+            "limits.max_payload_bytes",
+        ),
+    ];
+    list.shrink_to_fit();
+    list
+}
+
+on_both_backends!(hostile_guests_cannot_touch_dedup_and_the_host_stays_up);
+
+async fn hostile_guests_cannot_touch_dedup_and_the_host_stays_up(backend: Backend) {
+    let attack_topic = unique("attacks");
+    let order_topic = unique("orders");
+    create_topic(&attack_topic, 1).await;
+    create_topic(&order_topic, 1).await;
+    let billing = format!(
+        r#"[handlers.limits]
+timeout_ms = 1000
+memory_mb = 32
+max_statements = 50
+max_rows = 100
+max_statement_bytes = 2048
+max_payload_bytes = 4096
+output_bytes = 1024
+[handlers.retry]
+max_attempts = 1
+
+[[handlers]]
+name = "billing"
+component = "{}"
+topics = ["{order_topic}"]
+migrations = "{}"
+group_id = "{}""#,
+        guest_wasm("billing").display(),
+        guest_migrations("billing").display(),
+        unique("group"),
+    );
+    let env = TestEnv::new(backend, "hostile", &attack_topic, &billing).await;
+
+    let orders: Vec<Send> = (0..3).map(|i| Send::order(&new_id(), &format!("o{i}"))).collect();
+    let order_ends = produce(&order_topic, &orders).await;
+
+    let attacks = attacks(&brokers());
+    let mut records: Vec<(String, Value)> = attacks
+        .iter()
+        .map(|(payload, _)| (new_id(), payload.clone()))
+        .collect();
+    let stdout_id = new_id();
+    let ok_id = new_id();
+    records.push((
+        stdout_id.clone(),
+        json!({ "attack": "stdout", "bytes": 5_000_000 }),
+    ));
+    records.push((ok_id.clone(), json!({ "attack": "ok" })));
+    let sends: Vec<Send> = records
+        .iter()
+        .map(|(id, payload)| Send::json(id, payload.clone()))
+        .collect();
+    let ends = produce(&attack_topic, &sends).await;
+
+    let mut host = env.spawn_host();
+    env.wait_for_offsets(&ends, Duration::from_secs(240), &mut host)
+        .await;
+    assert!(
+        host.is_running(),
+        "the host survived every attack:\n{}",
+        host.log()
+    );
+
+    let db = env.db().await;
+    let letters = inboxd::db::dead_letters::list(&db, "hostile").await.unwrap();
+    for ((id, payload), (_, expected)) in records.iter().zip(&attacks) {
+        let letter = letters
+            .iter()
+            .find(|l| l.event_id.as_deref() == Some(id.as_str()));
+        let letter = letter.unwrap_or_else(|| panic!("attack {payload} was not refused: no dead letter"));
+        assert!(
+            letter.reason.contains(expected),
+            "attack {payload}: reason {:?} lacks {expected:?}",
+            letter.reason
+        );
+        assert_ne!(
+            letter.kind, "sandbox-violation",
+            "the walls, not the last check, must stop {payload}"
+        );
+    }
+    assert_eq!(
+        letters.len(),
+        attacks.len(),
+        "only the attacks were dead-lettered"
+    );
+
+    // Megabytes of stdout cost only truncation: the event still applied.
+    let mut tx = db.begin().await.unwrap();
+    let status = inboxd::db::inbox::status(&mut tx, "hostile", &stdout_id)
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(status.as_deref(), Some("done"));
+    assert!(
+        host.log()
+            .contains("guest output past limits.output_bytes was dropped")
+    );
+
+    // Dedup is intact: one inbox row per record, offsets at the ends and each
+    // committed once, the control event applied once, the neighbour untouched.
+    assert_eq!(
+        count(&db, "SELECT COUNT(*) FROM inbox WHERE handler = 'hostile'").await,
+        records.len() as i64
+    );
+    env.assert_exactly_once("hostile_effects", 1, &ends).await;
+    let effects = env.table("hostile_effects").await;
+    let controls = rows(&db, &format!("SELECT event_id FROM {effects}")).await;
+    assert_eq!(controls, vec![vec![inboxd::db::SqlValue::Text(ok_id)]]);
+    let billing_done = poll_until(Duration::from_secs(60), || {
+        let db = db.clone();
+        let want: i64 = order_ends.values().sum();
+        async move {
+            let positions = inboxd::db::offsets::load_all(&db, "billing")
+                .await
+                .unwrap_or_default();
+            positions.iter().map(|p| p.next_offset).sum::<i64>() == want
+        }
+    })
+    .await;
+    assert!(
+        billing_done,
+        "the billing handler never consumed its orders:\n{}",
+        host.log()
+    );
+    let positions = inboxd::db::offsets::load_all(&db, "billing").await.unwrap();
+    assert_eq!(
+        positions
+            .iter()
+            .map(|p| (p.partition, p.next_offset))
+            .collect::<std::collections::HashMap<_, _>>(),
+        order_ends
+    );
+    let invoices = db.handler_table("billing", "invoices");
+    assert_eq!(
+        count(&db, &format!("SELECT COUNT(*) FROM {invoices}")).await,
+        3,
+        "another handler's rows are untouched"
+    );
+    assert_eq!(host.terminate(Duration::from_secs(30)).await, Some(0));
+}
+
+// The second wall alone: statements the guard would refuse, sent straight
+// to the database inside the handler's scope, are refused by the database.
+on_both_backends!(the_database_refuses_what_the_guard_would);
+
+async fn the_database_refuses_what_the_guard_would(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::connect(&database_url(backend, dir.path()).await, 2)
+        .await
+        .unwrap();
+    db.migrate_host().await.unwrap();
+    for handler in ["hostile", "billing"] {
+        migrate::prepare_handler(&db, handler).await.unwrap();
+        migrate::apply_handler(&db, handler, &guest_migrations(handler))
+            .await
+            .unwrap();
+    }
+    let mut statements = vec![
+        "DELETE FROM inbox",
+        "UPDATE offsets SET next_offset = 0",
+        "SELECT * FROM dead_letters",
+    ];
+    match backend {
+        Backend::Sqlite => statements.extend([
+            "ATTACH DATABASE '/tmp/inboxd-wall.db' AS x",
+            "PRAGMA writable_schema = ON",
+            "CREATE TABLE sneaky (a TEXT)",
+            "BEGIN",
+        ]),
+        Backend::Postgres => statements.extend([
+            "DELETE FROM inboxd.inbox",
+            "DELETE FROM handler_billing.invoices",
+            // Not here: SET ROLE and set_config('role', ...). PostgreSQL checks
+            // them against the session's login user (the host's), not the
+            // handler's role, so only the statement guard stops them.
+            "SELECT pg_read_file('/etc/passwd')",
+            "CREATE TABLE inboxd.sneaky (a TEXT)",
+        ]),
+    }
+    let mut tx: Tx = db.begin().await.unwrap();
+    tx.execute("INSERT INTO offsets (handler, topic, partition, next_offset, records_committed, updated_at) VALUES ('hostile', 't', 0, 7, 7, 0)", &[])
+        .await
+        .unwrap();
+    tx.enter_handler_scope("hostile", Scope::Guest).await.unwrap();
+    for statement in &statements {
+        let refused = tx.guest_execute(statement, &[]).await;
+        let message = refused
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_else(|| panic!("{backend:?} allowed {statement}"));
+        assert!(
+            // SQLite's authorizer says "not authorized" or "prohibited"; PostgreSQL's
+            // role lacks privileges, and the host's schema is not on its search path.
+            [
+                "not authorized",
+                "prohibited",
+                "permission denied",
+                "must be superuser",
+                "does not exist"
+            ]
+            .iter()
+            .any(|m| message.contains(m)),
+            "{backend:?}: {statement}: {message}"
+        );
+    }
+    // The handler's own table still works inside the same transaction.
+    tx.guest_execute("INSERT INTO hostile_effects (event_id) VALUES ('fine')", &[])
+        .await
+        .unwrap();
+    tx.leave_handler_scope().await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        count(&db, "SELECT next_offset FROM offsets WHERE handler = 'hostile'").await,
+        7
+    );
+}
