@@ -43,9 +43,7 @@ const DENIED_FUNCTIONS: &[&str] = &[
 
 fn text<'a>(ptr: *const c_char) -> Option<&'a str> {
     // SAFETY: SQLite passes NUL-terminated strings (or NULL) valid for the callback.
-    (!ptr.is_null())
-        .then(|| unsafe { CStr::from_ptr(ptr) }.to_str().unwrap_or(""))
-        .map(|s| s)
+    (!ptr.is_null()).then(|| unsafe { CStr::from_ptr(ptr) }.to_str().unwrap_or(""))
 }
 
 fn is_host_table(name: Option<&str>) -> bool {
