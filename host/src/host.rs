@@ -56,6 +56,40 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
+/// Compiles and links a handler's component, with its statement guard built
+/// from the tables its migrations created.
+pub async fn load_handler(
+    db: &Database,
+    engine: &WasmEngine,
+    handler: &HandlerConfig,
+) -> Result<HandlerComponent, StartError> {
+    let own_tables = migrate::own_tables(db, &handler.name)
+        .await
+        .map_err(StartError::Migrate)?;
+    let own_schema = match db.backend() {
+        Backend::Sqlite => "main".to_owned(),
+        Backend::Postgres => handler_schema(&handler.name),
+    };
+    let guard = Guard::new(
+        db.backend(),
+        &own_schema,
+        &own_tables,
+        handler.limits.max_statement_bytes,
+    );
+    tracing::debug!(handler = handler.name, tables = ?own_tables, "handler's own tables");
+    HandlerComponent::load(
+        engine,
+        &handler.name,
+        &handler.component,
+        Limits::from(&handler.limits),
+        guard,
+    )
+    .map_err(|source| StartError::Load {
+        handler: handler.name.clone(),
+        source,
+    })
+}
+
 /// Connects and applies the host's migrations and every handler's.
 pub async fn open_database(config: &Config) -> Result<Database, StartError> {
     let url = &config.database.url;
@@ -107,34 +141,10 @@ impl Host {
         config: &Config,
         handler: &HandlerConfig,
     ) -> Result<(Running, Arc<Stats>), StartError> {
-        let own_tables = migrate::own_tables(db, &handler.name)
-            .await
-            .map_err(StartError::Migrate)?;
-        let own_schema = match db.backend() {
-            Backend::Sqlite => "main".to_owned(),
-            Backend::Postgres => handler_schema(&handler.name),
-        };
-        let guard = Guard::new(
-            db.backend(),
-            &own_schema,
-            &own_tables,
-            handler.limits.max_statement_bytes,
-        );
-        let component = HandlerComponent::load(
-            engine,
-            &handler.name,
-            &handler.component,
-            Limits::from(&handler.limits),
-            guard,
-        )
-        .map_err(|source| StartError::Load {
-            handler: handler.name.clone(),
-            source,
-        })?;
+        let component = load_handler(db, engine, handler).await?;
         tracing::info!(
             handler = handler.name,
             version = component.version(),
-            tables = ?own_tables,
             "handler loaded"
         );
         let stats = Arc::new(Stats::default());

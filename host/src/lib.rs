@@ -14,6 +14,7 @@ pub mod host;
 pub mod kafka;
 pub mod pipeline;
 pub mod record;
+pub mod replay;
 pub mod retention;
 pub mod sandbox;
 pub mod shutdown;

@@ -3,7 +3,7 @@
 //! 1: failure, 0: success).
 
 use clap::Parser;
-use inboxd::cli::{Cli, CliError, Command, demo, purge, run};
+use inboxd::cli::{Cli, CliError, Command, demo, dlq, purge, run};
 
 #[tokio::main]
 async fn main() {
@@ -17,6 +17,7 @@ async fn main() {
     let result: Result<(), CliError> = match cli.command {
         Command::Run { config } => run::run(&config).await,
         Command::Migrate { config } => run::migrate(&config).await,
+        Command::Dlq(args) => dlq::dlq(args).await,
         Command::Purge(args) => purge::purge(args).await,
         Command::Demo(args) => demo::demo(args).await,
     };

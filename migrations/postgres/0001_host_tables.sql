@@ -53,7 +53,10 @@ CREATE TABLE dead_letters (
     attempts        INTEGER NOT NULL,
     handler_version TEXT,
     first_failed_at BIGINT  NOT NULL,
-    last_failed_at  BIGINT  NOT NULL
+    last_failed_at  BIGINT  NOT NULL,
+    -- NULL while parked; 'replayed' or 'discarded' once an operator acted.
+    resolution      TEXT,
+    resolved_at     BIGINT
 );
 
 CREATE INDEX dead_letters_handler ON dead_letters (handler, id);

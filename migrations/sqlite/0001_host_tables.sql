@@ -52,7 +52,10 @@ CREATE TABLE dead_letters (
     attempts        INTEGER NOT NULL,
     handler_version TEXT,
     first_failed_at INTEGER NOT NULL,
-    last_failed_at  INTEGER NOT NULL
+    last_failed_at  INTEGER NOT NULL,
+    -- NULL while parked; 'replayed' or 'discarded' once an operator acted.
+    resolution      TEXT,
+    resolved_at     INTEGER
 );
 
 CREATE INDEX dead_letters_handler ON dead_letters (handler, id);

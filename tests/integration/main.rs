@@ -6,6 +6,7 @@
 
 mod bad_input;
 mod crash;
+mod dead_letters;
 mod delivery;
 mod limits;
 mod postgres;

@@ -12,6 +12,7 @@
 //! - `repeat`: run `statement` `times` times, rejecting at the first error
 //! - `recurse`: recurse without end (the stack overflows)
 //! - `probe-env` / `probe-fs` / `probe-net`: report what WASI lets it see, as a rejection
+//! - `until`: ask to retry until delivery `attempt`, then behave like `ok`
 //! - `retry` / `reject`: return that handler error
 
 wit_bindgen::generate!({ world: "handler", path: "../../wit" });
@@ -110,6 +111,15 @@ impl Guest for Hostile {
                 let target = field(&payload, "address").and_then(|a| a.as_str()).unwrap_or("127.0.0.1:5432");
                 let connect = std::net::TcpStream::connect(target).map(|_| "ok").unwrap_or("err");
                 Err(HandlerError::Reject(format!("net connect={connect}")))
+            }
+            "until" => {
+                let needed = field(&payload, "attempt").and_then(|a| a.as_u64()).unwrap_or(1);
+                if u64::from(event.attempt) < needed {
+                    return Err(HandlerError::Retry(format!("attempt {} of {needed}", event.attempt)));
+                }
+                sql::execute("INSERT INTO hostile_effects (event_id) VALUES ($1)", &[Value::Text(event.id)])
+                    .map_err(|e| HandlerError::Retry(format!("{e:?}")))?;
+                Ok(())
             }
             "retry" => Err(HandlerError::Retry("asked to retry".into())),
             "reject" => Err(HandlerError::Reject("asked to reject".into())),

@@ -2,6 +2,7 @@
 //! `main.rs` only parses, sets up logging and maps results to exit codes.
 
 pub mod demo;
+pub mod dlq;
 pub mod purge;
 pub mod run;
 
@@ -32,6 +33,8 @@ pub enum Command {
         #[arg(long, short, env = "INBOXD_CONFIG", default_value = "inboxd.toml")]
         config: PathBuf,
     },
+    /// Inspect, replay and discard dead letters.
+    Dlq(dlq::DlqArgs),
     /// Delete inbox rows past retention now (the host also does it on a schedule).
     Purge(purge::PurgeArgs),
     /// Run the whole pipeline in-process on an embedded broker and SQLite, with duplicates.

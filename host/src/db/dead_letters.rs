@@ -90,7 +90,149 @@ pub async fn insert(tx: &mut Tx, letter: &DeadLetter<'_>) -> Result<(), DbError>
     tx.execute(INSERT, &params).await.map(drop)
 }
 
-/// A dead letter as listed for people and tests.
+/// A dead letter as stored, for inspection (`inboxd dlq`) and replay.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Row {
+    pub id: i64,
+    pub handler: String,
+    pub event_id: Option<String>,
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    #[serde(skip)]
+    pub key: Option<Vec<u8>>,
+    #[serde(skip)]
+    pub payload: Vec<u8>,
+    #[serde(skip)]
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub kind: String,
+    pub reason: String,
+    pub attempts: i64,
+    pub handler_version: Option<String>,
+    pub first_failed_at: i64,
+    pub last_failed_at: i64,
+    pub resolution: Option<String>,
+    pub resolved_at: Option<i64>,
+}
+
+/// Which dead letters to read.
+#[derive(Debug, Default)]
+pub struct Filter<'a> {
+    pub handler: Option<&'a str>,
+    pub ids: Option<&'a [i64]>,
+    /// Also those already replayed or discarded.
+    pub include_resolved: bool,
+}
+
+const COLUMNS: &str = r#"id, handler, event_id, topic, partition, "offset", key, payload, headers, reason_kind,
+    reason, attempts, handler_version, first_failed_at, last_failed_at, resolution, resolved_at"#;
+
+/// Reads headers back from [`headers_json`].
+pub fn parse_headers(json: &str) -> Vec<(String, Vec<u8>)> {
+    let list: Vec<serde_json::Value> = serde_json::from_str(json).unwrap_or_default();
+    list.iter()
+        .filter_map(|h| {
+            let name = h.get("name")?.as_str()?.to_owned();
+            if let Some(text) = h.get("value").and_then(|v| v.as_str()) {
+                return Some((name, text.as_bytes().to_vec()));
+            }
+            let hex = h.get("hex")?.as_str()?;
+            let bytes =
+                (0..hex.len() / 2).filter_map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok());
+            Some((name, bytes.collect()))
+        })
+        .collect()
+}
+
+fn decode(row: Vec<SqlValue>) -> Option<Row> {
+    let mut v = row.into_iter();
+    let mut next = || v.next().unwrap_or(SqlValue::Null);
+    let text = |v: SqlValue| match v {
+        SqlValue::Text(s) => Some(s),
+        _ => None,
+    };
+    let int = |v: SqlValue| v.as_i64();
+    let blob = |v: SqlValue| match v {
+        SqlValue::Blob(b) => Some(b),
+        SqlValue::Text(s) => Some(s.into_bytes()),
+        _ => None,
+    };
+    Some(Row {
+        id: int(next())?,
+        handler: text(next())?,
+        event_id: text(next()),
+        topic: text(next())?,
+        partition: int(next())? as i32,
+        offset: int(next())?,
+        key: blob(next()),
+        payload: blob(next()).unwrap_or_default(),
+        headers: parse_headers(&text(next()).unwrap_or_default()),
+        kind: text(next())?,
+        reason: text(next())?,
+        attempts: int(next())?,
+        handler_version: text(next()),
+        first_failed_at: int(next())?,
+        last_failed_at: int(next())?,
+        resolution: text(next()),
+        resolved_at: int(next()),
+    })
+}
+
+pub async fn find(db: &Database, filter: &Filter<'_>) -> Result<Vec<Row>, DbError> {
+    let mut sql = format!("SELECT {COLUMNS} FROM dead_letters WHERE 1 = 1");
+    let mut params: Vec<SqlValue> = Vec::new();
+    if let Some(handler) = filter.handler {
+        params.push(handler.into());
+        sql.push_str(&format!(" AND handler = ${}", params.len()));
+    }
+    if let Some(ids) = filter.ids {
+        // Ids are integers, so listing them inline is safe and works on both backends.
+        let list: Vec<String> = ids.iter().map(i64::to_string).collect();
+        sql.push_str(&format!(
+            " AND id IN ({})",
+            if list.is_empty() {
+                "NULL".into()
+            } else {
+                list.join(", ")
+            }
+        ));
+    }
+    if !filter.include_resolved {
+        sql.push_str(" AND resolution IS NULL");
+    }
+    sql.push_str(" ORDER BY id");
+    Ok(db
+        .query(&sql, &params)
+        .await?
+        .into_iter()
+        .filter_map(decode)
+        .collect())
+}
+
+/// Marks a parked dead letter resolved; `false` if it already was (another
+/// operator got there first).
+pub async fn resolve(tx: &mut Tx, id: i64, resolution: &str) -> Result<bool, DbError> {
+    let changed = tx
+        .execute(
+            "UPDATE dead_letters SET resolution = $2, resolved_at = $3 WHERE id = $1 AND resolution IS NULL",
+            &[id.into(), resolution.into(), now_ms().into()],
+        )
+        .await?;
+    Ok(changed == 1)
+}
+
+/// Records another failed attempt (a replay that failed again).
+pub async fn record_failure(db: &Database, id: i64, reason: &str) -> Result<(), DbError> {
+    let mut tx = db.begin().await?;
+    tx.execute(
+        "UPDATE dead_letters SET attempts = attempts + 1, last_failed_at = $2, reason = $3 WHERE id = $1",
+        &[id.into(), now_ms().into(), reason.into()],
+    )
+    .await?;
+    tx.commit().await
+}
+
+/// A dead letter as listed for tests: the parked ones of a handler.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Summary {
     pub id: i64,
@@ -103,34 +245,24 @@ pub struct Summary {
 }
 
 pub async fn list(db: &Database, handler: &str) -> Result<Vec<Summary>, DbError> {
-    let rows = db
-        .query(
-            r#"SELECT id, event_id, partition, "offset", reason_kind, reason, attempts
-               FROM dead_letters WHERE handler = $1 ORDER BY id"#,
-            &[handler.into()],
-        )
-        .await?;
+    let rows = find(
+        db,
+        &Filter {
+            handler: Some(handler),
+            ..Filter::default()
+        },
+    )
+    .await?;
     Ok(rows
         .into_iter()
-        .filter_map(|r| match r.as_slice() {
-            [
-                SqlValue::Int64(id),
-                event_id,
-                SqlValue::Int64(p),
-                SqlValue::Int64(o),
-                kind,
-                reason,
-                SqlValue::Int64(a),
-            ] => Some(Summary {
-                id: *id,
-                event_id: event_id.as_str().map(str::to_owned),
-                partition: *p as i32,
-                offset: *o,
-                kind: kind.as_str().unwrap_or_default().to_owned(),
-                reason: reason.as_str().unwrap_or_default().to_owned(),
-                attempts: *a,
-            }),
-            _ => None,
+        .map(|r| Summary {
+            id: r.id,
+            event_id: r.event_id,
+            partition: r.partition,
+            offset: r.offset,
+            kind: r.kind,
+            reason: r.reason,
+            attempts: r.attempts,
         })
         .collect())
 }

@@ -41,3 +41,17 @@ pub async fn violation(
     }
     Ok(None)
 }
+
+/// As [`violation`], for a replay, which does not move the partition's offset
+/// (and may run while a consumer does): only the claim row is checked.
+pub async fn claim_violation(tx: &mut Tx, claim: &Claim<'_>) -> Result<Option<String>, DbError> {
+    let rows = tx
+        .query(
+            "SELECT status FROM inbox WHERE handler = $1 AND event_id = $2",
+            &[claim.handler.into(), claim.event_id.into()],
+        )
+        .await?;
+    let status = rows.first().and_then(|r| r.first()).and_then(SqlValue::as_str);
+    Ok((status != Some("done"))
+        .then(|| format!("the event's inbox claim was changed or removed (status {status:?})")))
+}

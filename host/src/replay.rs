@@ -1,0 +1,105 @@
+//! Replaying a dead letter: the operator's explicit "try this event again".
+//!
+//! A replay runs the parked event through the handler with a fresh claim, in
+//! one transaction: the inbox row that says `dead` is deleted and re-claimed,
+//! the handler runs, and the dead letter is marked `replayed`. Two replays of
+//! one dead letter at once are safe: the second finds no `dead` row to delete
+//! (the database serialises the two deletes) and reports that the event was
+//! already applied. The partition's offset is not touched: the record was
+//! passed long ago.
+
+use crate::db::dead_letters::{self, Row};
+use crate::db::inbox::{self, Claim};
+use crate::db::{Database, DbError, invariants};
+use crate::record::Record;
+use crate::sandbox::authorizer::Scope;
+use crate::wasm::HandlerComponent;
+
+/// The savepoint around the guest during a replay.
+const REPLAY_SAVEPOINT: &str = "inboxd_replay";
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "outcome", content = "detail", rename_all = "kebab-case")]
+pub enum ReplayOutcome {
+    /// The handler ran and committed; the dead letter is marked `replayed`.
+    Replayed,
+    /// Another replay (or a redelivery after a discard) applied it first.
+    AlreadyApplied,
+    /// The dead letter was already replayed or discarded.
+    AlreadyResolved(String),
+    /// It has no event id, so it cannot be deduplicated and is never run.
+    NoEventId,
+    /// The handler failed again; the dead letter stays, with the new reason.
+    Failed(String),
+}
+
+pub async fn replay(
+    db: &Database,
+    handler: &HandlerComponent,
+    letter: &Row,
+) -> Result<ReplayOutcome, DbError> {
+    if let Some(resolution) = &letter.resolution {
+        return Ok(ReplayOutcome::AlreadyResolved(resolution.clone()));
+    }
+    let Some(event_id) = letter.event_id.as_deref() else {
+        return Ok(ReplayOutcome::NoEventId);
+    };
+    let record = Record {
+        topic: letter.topic.clone(),
+        partition: letter.partition,
+        offset: letter.offset,
+        key: letter.key.clone(),
+        payload: letter.payload.clone(),
+        headers: letter.headers.clone(),
+        timestamp_ms: None,
+    };
+    let claim = Claim {
+        handler: handler.name(),
+        event_id,
+        topic: &record.topic,
+        partition: record.partition,
+        offset: record.offset,
+        handler_version: handler.version(),
+    };
+    let mut tx = db.begin().await?;
+    // Taking over the dead claim is the replay's lock: only one replay can delete it.
+    let released = tx
+        .execute(
+            "DELETE FROM inbox WHERE handler = $1 AND event_id = $2 AND status = 'dead'",
+            &[claim.handler.into(), event_id.into()],
+        )
+        .await?;
+    if released == 0 || !inbox::claim(&mut tx, &claim).await? {
+        tx.rollback().await?;
+        return Ok(ReplayOutcome::AlreadyApplied);
+    }
+    tx.savepoint(REPLAY_SAVEPOINT).await?;
+    tx.enter_handler_scope(claim.handler, Scope::Guest).await?;
+    let attempt = u32::try_from(letter.attempts + 1).unwrap_or(u32::MAX);
+    let invocation = handler.invoke(tx, &record, event_id, attempt).await;
+    let Some(mut tx) = invocation.tx else {
+        return Ok(ReplayOutcome::Failed("the handler's transaction was lost".into()));
+    };
+    let succeeded = invocation.result.is_ok() && invocation.host_error.is_none();
+    tx.exit_handler_scope(REPLAY_SAVEPOINT, succeeded).await?;
+    if let Some(error) = invocation.host_error {
+        return Err(error);
+    }
+    let failure = match invocation.result {
+        Err(failure) => Some(failure.to_string()),
+        Ok(()) => invariants::claim_violation(&mut tx, &claim)
+            .await?
+            .map(|v| format!("sandbox violation: {v}")),
+    };
+    if let Some(reason) = failure {
+        tx.rollback().await?;
+        dead_letters::record_failure(db, letter.id, &reason).await?;
+        return Ok(ReplayOutcome::Failed(reason));
+    }
+    if !dead_letters::resolve(&mut tx, letter.id, "replayed").await? {
+        tx.rollback().await?;
+        return Ok(ReplayOutcome::AlreadyApplied);
+    }
+    tx.commit().await?;
+    Ok(ReplayOutcome::Replayed)
+}

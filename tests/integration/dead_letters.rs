@@ -1,0 +1,154 @@
+//! `inboxd dlq`: dead letters can be listed, shown, replayed (at most once,
+//! even by two operators at the same moment) and discarded.
+
+use crate::on_both_backends;
+use crate::support::*;
+use inboxd::db::SqlValue;
+use serde_json::{Value, json};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+fn dlq(env: &TestEnv, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_inboxd"))
+        .arg("dlq")
+        .args(args)
+        .arg("--config")
+        .arg(&env.config_path)
+        .output()
+        .expect("run inboxd dlq")
+}
+
+fn json_of(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+on_both_backends!(dead_letters_are_listed_replayed_once_and_discarded);
+
+async fn dead_letters_are_listed_replayed_once_and_discarded(backend: Backend) {
+    let topic = unique("flaky");
+    create_topic(&topic, 1).await;
+    let retry = "[handlers.retry]\nmax_attempts = 2\nbackoff_initial_ms = 10\nbackoff_max_ms = 20";
+    let env = TestEnv::new(backend, "hostile", &topic, retry).await;
+    let (a, b, c) = (new_id(), new_id(), new_id());
+    let records = vec![
+        Send::json(&a, json!({ "attack": "until", "attempt": 3 })),
+        Send::json(&b, json!({ "attack": "until", "attempt": 3 })),
+        Send::json(&c, json!({ "attack": "reject" })),
+        Send {
+            key: "k".into(),
+            event_id_header: None,
+            payload: b"no id here".to_vec(),
+        },
+    ];
+    let ends = produce(&topic, &records).await;
+    let mut host = env.spawn_host();
+    env.wait_for_offsets(&ends, Duration::from_secs(120), &mut host)
+        .await;
+    assert_eq!(host.terminate(Duration::from_secs(30)).await, Some(0));
+
+    let listed = json_of(&dlq(&env, &["list", "--json"]));
+    let listed = listed.as_array().unwrap();
+    assert_eq!(listed.len(), 4, "{listed:#?}");
+    let id_of = |event: &str| {
+        listed.iter().find(|l| l["event_id"] == event).unwrap()["id"]
+            .as_i64()
+            .unwrap()
+    };
+    let (id_a, id_b, id_c) = (id_of(&a), id_of(&b), id_of(&c));
+    let id_none = listed.iter().find(|l| l["event_id"].is_null()).unwrap()["id"]
+        .as_i64()
+        .unwrap();
+    assert_eq!(
+        listed.iter().find(|l| l["id"] == id_a).unwrap()["kind"],
+        "retries-exhausted"
+    );
+    assert_eq!(
+        listed.iter().find(|l| l["id"] == id_c).unwrap()["kind"],
+        "rejected"
+    );
+
+    let shown = json_of(&dlq(&env, &["show", &id_a.to_string(), "--json"]));
+    assert_eq!(shown["attempts"], 2);
+    assert_eq!(shown["topic"], topic.as_str());
+    assert!(
+        shown["payload"].as_str().unwrap().contains("\"until\""),
+        "{shown:#}"
+    );
+    assert!(shown["handler_version"].as_str().is_some_and(|v| v.len() == 12));
+
+    // Two operators replay the same dead letter at the same moment.
+    let spawn = || {
+        Command::new(env!("CARGO_BIN_EXE_inboxd"))
+            .args(["dlq", "replay", &id_a.to_string(), "--json", "--config"])
+            .arg(&env.config_path)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn replay")
+    };
+    let (first, second) = (spawn(), spawn());
+    let outcomes: Vec<String> = [first, second]
+        .into_iter()
+        .map(|child| {
+            let output = child.wait_with_output().unwrap();
+            json_of(&output)[0]["outcome"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    let mut sorted = outcomes.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["already-applied", "replayed"], "{outcomes:?}");
+
+    // Replaying everything: b succeeds, c is rejected again, the id-less one cannot run.
+    let all = dlq(&env, &["replay", "--handler", "hostile", "--all", "--json"]);
+    assert_eq!(all.status.code(), Some(1), "a failed replay is a failure");
+    let all = json_of(&all);
+    let outcome_of =
+        |id: i64| all.as_array().unwrap().iter().find(|o| o["id"] == id).unwrap()["outcome"].clone();
+    assert_eq!(outcome_of(id_b), "replayed");
+    assert_eq!(outcome_of(id_c), "failed");
+    assert_eq!(outcome_of(id_none), "no-event-id");
+
+    let db = env.db().await;
+    let effects = env.table("hostile_effects").await;
+    let mut applied = rows(&db, &format!("SELECT event_id FROM {effects}")).await;
+    applied.sort_by(|x, y| x[0].as_str().cmp(&y[0].as_str()));
+    let mut expected = vec![vec![SqlValue::Text(a.clone())], vec![SqlValue::Text(b.clone())]];
+    expected.sort_by(|x, y| x[0].as_str().cmp(&y[0].as_str()));
+    assert_eq!(applied, expected, "each replayed event applied exactly once");
+    let replayed_again = json_of(&dlq(&env, &["replay", &id_a.to_string(), "--json"]));
+    assert_eq!(replayed_again[0]["outcome"], "already-resolved");
+
+    let discarded = dlq(&env, &["discard", &id_c.to_string(), &id_none.to_string()]);
+    assert!(
+        discarded.status.success(),
+        "{}",
+        String::from_utf8_lossy(&discarded.stderr)
+    );
+    assert_eq!(
+        json_of(&dlq(&env, &["list", "--json"])).as_array().unwrap().len(),
+        0,
+        "nothing left parked"
+    );
+    assert_eq!(
+        json_of(&dlq(&env, &["list", "--all", "--json"]))
+            .as_array()
+            .unwrap()
+            .len(),
+        4
+    );
+
+    let missing = dlq(&env, &["show", "999999"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no dead letter with id 999999"));
+    let text = String::from_utf8_lossy(&dlq(&env, &["list", "--all"]).stdout).into_owned();
+    assert!(
+        text.contains("retries-exhausted (replayed)") && text.contains("rejected (discarded)"),
+        "{text}"
+    );
+}
