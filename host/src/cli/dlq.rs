@@ -117,7 +117,7 @@ pub async fn dlq(args: DlqArgs) -> Result<(), CliError> {
         DlqCommand::List { handler, all } => list(&db, handler.as_deref(), *all, args.json).await,
         DlqCommand::Show { id } => show(&db, *id, args.json).await,
         DlqCommand::Replay { ids, handler, all } => {
-            if ids.is_empty() == !*all {
+            if ids.is_empty() != *all {
                 return Err(CliError::Usage(
                     "name the dead letter ids to replay, or use --handler NAME --all (not both)".into(),
                 ));
