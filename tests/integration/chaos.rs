@@ -1,0 +1,234 @@
+//! The chaos test: the headline reliability figure.
+//!
+//! Three hosts in one consumer group on PostgreSQL and a real broker. Orders
+//! with 20% re-sent copies and 1% designed to fail for good; meanwhile hosts
+//! are SIGKILLed and restarted, PostgreSQL restarts, one host is paused past
+//! its session timeout (so its partitions move while it lives) and resumed as
+//! a zombie, and an operator replays one partition from offset 0. At the end:
+//! every good event applied exactly once, the designed failures (and only
+//! they) dead-lettered, every partition's offset at its end, and every offset
+//! range committed once (plus the operator's replay). Size: 5,000 events, or
+//! INBOXD_CHAOS_EVENTS (`scripts/chaos --full` runs 50,000).
+
+use crate::support::*;
+use rand::Rng;
+use rand::seq::{IndexedRandom, SliceRandom};
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+const HOSTS: usize = 3;
+/// The records go out in this many chunks, one per chaos step.
+const CHUNKS: usize = 10;
+
+/// Produces a chunk (if any) and raises the known end of each partition.
+async fn send_chunk(topic: &str, chunk: Option<&[Send]>, ends: &mut HashMap<i32, i64>) {
+    if let Some(chunk) = chunk {
+        for (partition, end) in produce(topic, chunk).await {
+            let known = ends.entry(partition).or_insert(0);
+            *known = (*known).max(end);
+        }
+    }
+}
+/// The config's session timeout is 6 s; a pause this long makes the group
+/// give the paused host's partitions away while it is still alive.
+const PAUSE: Duration = Duration::from_secs(9);
+
+fn signal(host: &HostProcess, signal: i32) {
+    // SAFETY: kill(2) on a child this test spawned and has not reaped.
+    unsafe { libc::kill(host.child.id() as i32, signal) };
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_three_hosts_kills_restarts_zombie_and_replay_stay_exactly_once() {
+    let events: usize = std::env::var("INBOXD_CHAOS_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5_000);
+    let started = Instant::now();
+    let cluster = PgCluster::start();
+    let topic = unique("orders");
+    create_topic(&topic, 6).await;
+    let db_url = create_postgres_database(&cluster.admin_url).await;
+    let env = TestEnv::with_database(tempfile::tempdir().unwrap(), db_url, "billing", &topic, "");
+
+    // 1% of the orders can never succeed (a negative amount: billing rejects them).
+    let mut rng = rand::rng();
+    let ids: Vec<String> = (0..events).map(|_| new_id()).collect();
+    let failing: HashSet<usize> = (0..events).filter(|i| i % 100 == 42).collect();
+    let order = |i: usize| {
+        let mut send = Send::order(&ids[i], &format!("o{i}"));
+        if failing.contains(&i) {
+            send.payload = serde_json::json!({
+                "event_id": ids[i], "order_id": format!("o{i}"),
+                "customer_email": "buyer@example.com", "amount_cents": -1,
+            })
+            .to_string()
+            .into_bytes();
+        }
+        send
+    };
+    let mut records: Vec<Send> = (0..events).map(order).collect();
+    let indices: Vec<usize> = (0..events).collect();
+    let duplicates = events / 5;
+    records.extend((0..duplicates).map(|_| order(*indices.choose(&mut rng).unwrap())));
+    // Copies go out mixed in with the originals, as a stream, a chunk per
+    // chaos step, so there is always work in flight when something breaks.
+    records.shuffle(&mut rng);
+    let mut chunks = records.chunks(records.len().div_ceil(CHUNKS));
+    let mut ends: HashMap<i32, i64> = HashMap::new();
+    send_chunk(&topic, chunks.next(), &mut ends).await;
+
+    let mut hosts: Vec<HostProcess> = (0..HOSTS).map(|_| env.spawn_host()).collect();
+    let mut old_logs = String::new();
+    let db = env.db().await;
+    let progress_now = |db: inboxd::db::Database, handler: String, topic: String| async move {
+        progress(&db, &handler, &topic).await.values().sum::<i64>()
+    };
+
+    // The plan, one step every few seconds while the hosts work.
+    let (mut kills, mut pg_restarts, mut pauses) = (0, 0, 0);
+    let mut replayed: Option<(i32, i64)> = None;
+    let mut paused: Option<(usize, Instant)> = None;
+    let chaos_deadline = Instant::now() + Duration::from_secs(600);
+    let mut step = 0;
+    loop {
+        tokio::time::sleep(Duration::from_millis(3_000 + rng.random_range(0..1_500))).await;
+        if let Some((index, since)) = paused
+            && since.elapsed() >= PAUSE
+        {
+            signal(&hosts[index], libc::SIGCONT);
+            paused = None;
+        }
+        let plan_finished =
+            kills >= 3 && pg_restarts == 1 && pauses == 1 && replayed.is_some() && paused.is_none();
+        if plan_finished || Instant::now() > chaos_deadline {
+            break;
+        }
+        send_chunk(&topic, chunks.next(), &mut ends).await;
+        step += 1;
+        match step {
+            2 => {
+                cluster.restart();
+                pg_restarts += 1;
+            }
+            3 => {
+                let index = rng.random_range(0..HOSTS);
+                signal(&hosts[index], libc::SIGSTOP);
+                paused = Some((index, Instant::now()));
+                pauses += 1;
+            }
+            4 => {
+                // The operator rewinds partition 0 to its beginning, as a replay
+                // would; the old position says how many records it re-runs.
+                let rows = db
+                    .query(
+                        "WITH old AS (SELECT next_offset FROM offsets WHERE handler = $1 AND topic = $2 AND partition = 0 FOR UPDATE)
+                         UPDATE offsets SET next_offset = 0 FROM old
+                         WHERE offsets.handler = $1 AND offsets.topic = $2 AND offsets.partition = 0
+                         RETURNING old.next_offset",
+                        &[env.handler.as_str().into(), topic.as_str().into()],
+                    )
+                    .await;
+                if let Some(old) = rows
+                    .ok()
+                    .and_then(|r| r.first().and_then(|r| r.first()).and_then(|v| v.as_i64()))
+                {
+                    replayed = Some((0, old));
+                } else {
+                    step -= 1; // partition 0 has no stored offset yet: try again next time
+                }
+            }
+            _ => {
+                let candidates: Vec<usize> = (0..HOSTS)
+                    .filter(|i| paused.is_none_or(|(p, _)| p != *i))
+                    .collect();
+                let index = *candidates.choose(&mut rng).unwrap();
+                hosts[index].kill();
+                old_logs.push_str(&hosts[index].log());
+                hosts[index] = env.spawn_host();
+                kills += 1;
+            }
+        }
+    }
+    if let Some((index, _)) = paused {
+        signal(&hosts[index], libc::SIGCONT);
+    }
+    for chunk in chunks {
+        send_chunk(&topic, Some(chunk), &mut ends).await;
+    }
+    let total: i64 = ends.values().sum();
+
+    let waited = poll_until(Duration::from_secs(600), || {
+        let reached = progress_now(db.clone(), env.handler.clone(), topic.clone());
+        async move { reached.await >= total }
+    })
+    .await;
+    let logs: String = old_logs + &hosts.iter().map(HostProcess::log).collect::<String>();
+    assert!(
+        waited,
+        "the hosts never reached the end of every partition:\n{logs}"
+    );
+    for host in &mut hosts {
+        assert!(host.is_running(), "a host died on its own:\n{logs}");
+        assert_eq!(host.terminate(Duration::from_secs(60)).await, Some(0));
+    }
+
+    let db = env.db().await;
+    let invoices = db.handler_table("billing", "invoices");
+    let applied = rows(&db, &format!("SELECT event_id FROM {invoices}")).await;
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for row in &applied {
+        *seen.entry(row[0].as_str().unwrap().to_owned()).or_default() += 1;
+    }
+    let good: HashSet<&String> = (0..events)
+        .filter(|i| !failing.contains(i))
+        .map(|i| &ids[i])
+        .collect();
+    let lost = good.iter().filter(|id| !seen.contains_key(**id)).count();
+    let doubled = seen.values().filter(|n| **n > 1).count();
+    let strays = seen.keys().filter(|id| !good.contains(id)).count();
+    let letters = inboxd::db::dead_letters::list(&db, "billing").await.unwrap();
+    let dead: HashSet<String> = letters.iter().filter_map(|l| l.event_id.clone()).collect();
+    let designed: HashSet<String> = failing.iter().map(|i| ids[*i].clone()).collect();
+    let positions = inboxd::db::offsets::load_all(&db, "billing").await.unwrap();
+    let stored: HashMap<i32, i64> = positions.iter().map(|p| (p.partition, p.next_offset)).collect();
+    println!(
+        "chaos: events={events} records={} duplicates={duplicates} designed_failures={} kills={kills} \
+         pg_restarts={pg_restarts} pauses={pauses} replayed_partition0_records={} effects={} lost={lost} \
+         doubled={doubled} dead_letters={} wall_s={:.1}",
+        records.len(),
+        designed.len(),
+        replayed.map_or(0, |r| r.1),
+        applied.len(),
+        letters.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        kills >= 1 && pg_restarts == 1 && pauses == 1,
+        "the chaos plan did not run: kills={kills}"
+    );
+    assert_eq!(
+        (lost, doubled, strays),
+        (0, 0, 0),
+        "effects must be exactly the good events, once each"
+    );
+    assert_eq!(applied.len(), good.len());
+    assert_eq!(dead, designed, "dead letters are exactly the designed failures");
+    assert_eq!(
+        letters.len(),
+        designed.len(),
+        "each designed failure dead-lettered once"
+    );
+    assert_eq!(stored, ends, "every partition's stored offset reached the end");
+    for p in &positions {
+        let replay = replayed
+            .filter(|(partition, _)| *partition == p.partition)
+            .map_or(0, |r| r.1);
+        assert_eq!(
+            p.records_committed,
+            p.next_offset + replay,
+            "partition {}: an offset range committed twice",
+            p.partition
+        );
+    }
+}
