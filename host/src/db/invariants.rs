@@ -55,3 +55,51 @@ pub async fn claim_violation(tx: &mut Tx, claim: &Claim<'_>) -> Result<Option<St
     Ok((status != Some("done"))
         .then(|| format!("the event's inbox claim was changed or removed (status {status:?})")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::inbox;
+    use crate::db::offsets::{self, Advance};
+    use crate::db::test_support::memory_db;
+
+    fn claim() -> Claim<'static> {
+        Claim {
+            handler: "h",
+            event_id: "e1",
+            topic: "t",
+            partition: 0,
+            offset: 9,
+            handler_version: "v",
+        }
+    }
+
+    #[tokio::test]
+    async fn intact_rows_pass_and_tampered_ones_are_named() {
+        let db = memory_db().await;
+        let mut tx = db.begin().await.unwrap();
+        let advance = Advance {
+            handler: "h",
+            topic: "t",
+            partition: 0,
+            expected: None,
+            next_offset: 9,
+            records: 9,
+        };
+        offsets::advance(&mut tx, &advance).await.unwrap();
+        inbox::claim(&mut tx, &claim()).await.unwrap();
+        assert_eq!(violation(&mut tx, &claim(), Some(9)).await.unwrap(), None);
+        assert_eq!(claim_violation(&mut tx, &claim()).await.unwrap(), None);
+
+        tx.execute("UPDATE offsets SET next_offset = 0", &[])
+            .await
+            .unwrap();
+        let found = violation(&mut tx, &claim(), Some(9)).await.unwrap().unwrap();
+        assert!(found.contains("stored offset was changed"), "{found}");
+
+        tx.execute("DELETE FROM inbox", &[]).await.unwrap();
+        let found = violation(&mut tx, &claim(), Some(0)).await.unwrap().unwrap();
+        assert!(found.contains("claim was changed or removed"), "{found}");
+        assert!(claim_violation(&mut tx, &claim()).await.unwrap().is_some());
+    }
+}
