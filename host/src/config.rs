@@ -33,6 +33,10 @@ pub mod defaults {
     pub const MAX_STATEMENT_BYTES: usize = 64 * 1024;
     /// Larger events are dead-lettered without running the handler.
     pub const MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
+    pub const MAX_OUTBOX_MESSAGES: usize = 100;
+    pub const MAX_OUTBOX_BYTES: usize = 1024 * 1024;
+    /// Published outbox rows are kept this long for inspection, then purged.
+    pub const OUTBOX_RETENTION: &str = "1d";
     pub const MAX_ATTEMPTS: u32 = 5;
     pub const BACKOFF_INITIAL_MS: u64 = 100;
     pub const BACKOFF_MAX_MS: u64 = 30_000;
@@ -72,6 +76,8 @@ pub struct Config {
     #[serde(default)]
     pub inbox: InboxConfig,
     #[serde(default)]
+    pub outbox: OutboxConfig,
+    #[serde(default)]
     pub handlers: Vec<HandlerConfig>,
 }
 
@@ -96,6 +102,22 @@ impl Default for InboxConfig {
             purge_interval: default_purge_interval(),
             purge_batch_size: defaults::PURGE_BATCH_SIZE,
             partitioning: InboxPartitioning::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutboxConfig {
+    /// Published messages are purged after this long.
+    #[serde(default = "default_outbox_retention", deserialize_with = "duration")]
+    pub retention: Duration,
+}
+
+impl Default for OutboxConfig {
+    fn default() -> Self {
+        Self {
+            retention: default_outbox_retention(),
         }
     }
 }
@@ -176,6 +198,9 @@ pub struct HandlerConfig {
     pub limits: LimitsConfig,
     #[serde(default)]
     pub retry: RetryConfig,
+    /// Topics the handler publishes to, by the name it uses -> the real topic.
+    #[serde(default)]
+    pub outbox_topics: BTreeMap<String, String>,
 }
 
 impl HandlerConfig {
@@ -227,6 +252,10 @@ pub struct LimitsConfig {
     pub max_statement_bytes: usize,
     #[serde(default = "default_max_payload_bytes")]
     pub max_payload_bytes: usize,
+    #[serde(default = "default_max_outbox_messages")]
+    pub max_outbox_messages: usize,
+    #[serde(default = "default_max_outbox_bytes")]
+    pub max_outbox_bytes: usize,
 }
 
 impl Default for LimitsConfig {
@@ -239,6 +268,8 @@ impl Default for LimitsConfig {
             max_rows: defaults::MAX_ROWS,
             max_statement_bytes: defaults::MAX_STATEMENT_BYTES,
             max_payload_bytes: defaults::MAX_PAYLOAD_BYTES,
+            max_outbox_messages: defaults::MAX_OUTBOX_MESSAGES,
+            max_outbox_bytes: defaults::MAX_OUTBOX_BYTES,
         }
     }
 }
@@ -309,6 +340,15 @@ fn default_max_statement_bytes() -> usize {
 }
 fn default_max_payload_bytes() -> usize {
     defaults::MAX_PAYLOAD_BYTES
+}
+fn default_max_outbox_messages() -> usize {
+    defaults::MAX_OUTBOX_MESSAGES
+}
+fn default_max_outbox_bytes() -> usize {
+    defaults::MAX_OUTBOX_BYTES
+}
+fn default_outbox_retention() -> Duration {
+    parse_duration(defaults::OUTBOX_RETENTION).expect("default outbox retention parses")
 }
 fn default_max_attempts() -> u32 {
     defaults::MAX_ATTEMPTS
@@ -495,6 +535,8 @@ impl HandlerConfig {
             (limits.max_rows, "max_rows"),
             (limits.max_statement_bytes, "max_statement_bytes"),
             (limits.max_payload_bytes, "max_payload_bytes"),
+            (limits.max_outbox_messages, "max_outbox_messages"),
+            (limits.max_outbox_bytes, "max_outbox_bytes"),
             (limits.output_bytes, "output_bytes"),
         ] {
             if value == 0 {

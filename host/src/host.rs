@@ -4,9 +4,9 @@
 //! migrate, compile and link components, create consumers) before any record
 //! is consumed, so a broken deployment fails fast with a clear error.
 
-use crate::config::{Config, HandlerConfig, InboxConfig};
+use crate::config::{Config, HandlerConfig, InboxConfig, KafkaConfig, OutboxConfig};
 use crate::db::{Backend, Database, DbError, handler_schema, migrate};
-use crate::kafka::{InboxConsumer, create_consumer, run_pump};
+use crate::kafka::{InboxConsumer, create_consumer, run_pump, run_relay};
 use crate::pipeline::Pipeline;
 use crate::sandbox::Guard;
 use crate::stats::Stats;
@@ -40,6 +40,8 @@ struct Running {
 pub struct Host {
     db: Database,
     inbox: InboxConfig,
+    outbox: OutboxConfig,
+    kafka: KafkaConfig,
     handlers: Vec<Running>,
     stats: BTreeMap<String, Arc<Stats>>,
 }
@@ -77,7 +79,7 @@ pub async fn load_handler(
         handler.limits.max_statement_bytes,
     );
     tracing::debug!(handler = handler.name, tables = ?own_tables, "handler's own tables");
-    HandlerComponent::load(
+    let component = HandlerComponent::load(
         engine,
         &handler.name,
         &handler.component,
@@ -87,7 +89,8 @@ pub async fn load_handler(
     .map_err(|source| StartError::Load {
         handler: handler.name.clone(),
         source,
-    })
+    })?;
+    Ok(component.with_outbox_topics(handler.outbox_topics.clone()))
 }
 
 /// Connects and applies the host's migrations and every handler's.
@@ -130,6 +133,8 @@ impl Host {
         Ok(Self {
             db,
             inbox: config.inbox.clone(),
+            outbox: config.outbox.clone(),
+            kafka: config.kafka.clone(),
             handlers,
             stats,
         })
@@ -177,6 +182,19 @@ impl Host {
         let purger = tokio::spawn(crate::retention::run_scheduled(
             self.db.clone(),
             self.inbox.clone(),
+            self.outbox.retention,
+            shutdown.clone(),
+        ));
+        // One relay per host; its leases keep other hosts' relays off the same buckets.
+        let owner = format!(
+            "inboxd-{}-{}",
+            std::process::id(),
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        let relay = tokio::spawn(run_relay(
+            self.db.clone(),
+            self.kafka.clone(),
+            owner,
             shutdown.clone(),
         ));
         let mut pumps = tokio::task::JoinSet::new();
@@ -191,6 +209,7 @@ impl Host {
         }
         shutdown.cancel();
         let _ = purger.await;
+        let _ = relay.await;
         self.db.close().await;
     }
 }

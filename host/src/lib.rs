@@ -10,6 +10,7 @@ pub mod cli;
 pub mod config;
 pub mod db;
 pub mod event_id;
+pub mod failpoints;
 pub mod host;
 pub mod kafka;
 pub mod pipeline;

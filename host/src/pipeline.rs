@@ -14,7 +14,7 @@
 use crate::config::{EventIdConfig, RetryConfig};
 use crate::db::dead_letters::{self, DeadLetter, ReasonKind};
 use crate::db::inbox::{self, Claim};
-use crate::db::{Database, DbError, Tx, invariants, now_ms, offsets};
+use crate::db::{Database, DbError, Tx, invariants, now_ms, offsets, outbox};
 use crate::event_id;
 use crate::record::Record;
 use crate::sandbox::authorizer::Scope;
@@ -157,6 +157,7 @@ impl Pipeline {
             exited?;
             let failure = match invocation.result {
                 Ok(()) => {
+                    outbox::insert(&mut tx, claim.handler, &invocation.outbox).await?;
                     if let Some(violation) = invariants::violation(&mut tx, &claim, expected).await? {
                         // Nothing of this transaction may commit; park the event afresh.
                         tx.rollback().await?;

@@ -10,7 +10,7 @@
 
 use crate::db::dead_letters::{self, Row};
 use crate::db::inbox::{self, Claim};
-use crate::db::{Database, DbError, invariants};
+use crate::db::{Database, DbError, invariants, outbox};
 use crate::record::Record;
 use crate::sandbox::authorizer::Scope;
 use crate::wasm::HandlerComponent;
@@ -87,9 +87,12 @@ pub async fn replay(
     }
     let failure = match invocation.result {
         Err(failure) => Some(failure.to_string()),
-        Ok(()) => invariants::claim_violation(&mut tx, &claim)
-            .await?
-            .map(|v| format!("sandbox violation: {v}")),
+        Ok(()) => {
+            outbox::insert(&mut tx, claim.handler, &invocation.outbox).await?;
+            invariants::claim_violation(&mut tx, &claim)
+                .await?
+                .map(|v| format!("sandbox violation: {v}"))
+        }
     };
     if let Some(reason) = failure {
         tx.rollback().await?;

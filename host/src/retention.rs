@@ -7,7 +7,7 @@
 //! so a purge never holds a lock the pipeline would wait on for long.
 
 use crate::config::{InboxConfig, InboxPartitioning};
-use crate::db::{Database, DbError, inbox, now_ms, partitions};
+use crate::db::{Database, DbError, inbox, now_ms, outbox, partitions};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -90,8 +90,26 @@ pub async fn purge(
     Ok(report)
 }
 
-/// Runs partition upkeep and a purge every `purge_interval` until shutdown.
-pub async fn run_scheduled(db: Database, inbox: InboxConfig, shutdown: CancellationToken) {
+/// Deletes published outbox messages older than `retention`, in batches.
+pub async fn purge_outbox(db: &Database, retention: Duration, batch_size: u32) -> Result<u64, DbError> {
+    let cutoff_ms = now_ms() - retention.as_millis() as i64;
+    let mut total = 0;
+    loop {
+        let deleted = outbox::purge_published(db, cutoff_ms, i64::from(batch_size)).await?;
+        total += deleted;
+        if deleted < u64::from(batch_size) {
+            return Ok(total);
+        }
+    }
+}
+
+/// Runs partition upkeep and the purges every `purge_interval` until shutdown.
+pub async fn run_scheduled(
+    db: Database,
+    inbox: InboxConfig,
+    outbox_retention: Duration,
+    shutdown: CancellationToken,
+) {
     let options = PurgeOptions {
         older_than: inbox.retention,
         batch_size: inbox.purge_batch_size,
@@ -116,6 +134,11 @@ pub async fn run_scheduled(db: Database, inbox: InboxConfig, shutdown: Cancellat
             ),
             Ok(_) => {}
             Err(error) => tracing::warn!("inbox purge failed (retried next cycle): {error}"),
+        }
+        match purge_outbox(&db, outbox_retention, inbox.purge_batch_size).await {
+            Ok(0) => {}
+            Ok(rows) => tracing::info!(rows, "purged published outbox messages past retention"),
+            Err(error) => tracing::warn!("outbox purge failed (retried next cycle): {error}"),
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,

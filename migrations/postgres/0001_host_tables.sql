@@ -69,3 +69,37 @@ CREATE TABLE handler_migrations (
     applied_at BIGINT  NOT NULL,
     PRIMARY KEY (handler, version)
 );
+
+-- Messages handlers published (see migrations/sqlite for the design).
+CREATE TABLE outbox (
+    seq          BIGSERIAL PRIMARY KEY,
+    id           TEXT    NOT NULL UNIQUE,
+    handler      TEXT    NOT NULL,
+    topic        TEXT    NOT NULL,
+    key          BYTEA,
+    payload      BYTEA   NOT NULL,
+    headers      TEXT    NOT NULL,
+    bucket       INTEGER NOT NULL,
+    bucket_seq   BIGINT  NOT NULL,
+    created_at   BIGINT  NOT NULL,
+    published_at BIGINT,
+    attempts     INTEGER NOT NULL DEFAULT 0,
+    last_error   TEXT
+);
+
+CREATE INDEX outbox_pending ON outbox (bucket, bucket_seq) WHERE published_at IS NULL;
+CREATE INDEX outbox_published ON outbox (published_at) WHERE published_at IS NOT NULL;
+
+CREATE TABLE outbox_sequences (
+    bucket   INTEGER PRIMARY KEY,
+    next_seq BIGINT  NOT NULL
+);
+
+CREATE TABLE outbox_leases (
+    bucket      INTEGER PRIMARY KEY,
+    owner       TEXT,
+    lease_until BIGINT  NOT NULL
+);
+
+INSERT INTO outbox_sequences SELECT n, 0 FROM generate_series(0, 63) n;
+INSERT INTO outbox_leases SELECT n, NULL, 0 FROM generate_series(0, 63) n;

@@ -77,3 +77,45 @@ CREATE TABLE handler_tables (
     table_name TEXT NOT NULL,
     PRIMARY KEY (handler, table_name)
 );
+
+-- Messages handlers published, written in the handler's transaction and
+-- relayed to Kafka after it commits. `bucket` (a hash of handler and key)
+-- is the unit of ordering and of relay ownership; `bucket_seq` orders a
+-- bucket's messages in commit order.
+CREATE TABLE outbox (
+    seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+    id           TEXT    NOT NULL UNIQUE,
+    handler      TEXT    NOT NULL,
+    topic        TEXT    NOT NULL,
+    key          BLOB,
+    payload      BLOB    NOT NULL,
+    headers      TEXT    NOT NULL,
+    bucket       INTEGER NOT NULL,
+    bucket_seq   INTEGER NOT NULL,
+    created_at   INTEGER NOT NULL,
+    published_at INTEGER,
+    attempts     INTEGER NOT NULL DEFAULT 0,
+    last_error   TEXT
+);
+
+CREATE INDEX outbox_pending ON outbox (bucket, bucket_seq) WHERE published_at IS NULL;
+CREATE INDEX outbox_published ON outbox (published_at) WHERE published_at IS NOT NULL;
+
+-- Per-bucket sequence numbers. A handler's transaction that publishes locks
+-- its bucket's row until it commits, so bucket_seq order is commit order.
+CREATE TABLE outbox_sequences (
+    bucket   INTEGER PRIMARY KEY,
+    next_seq INTEGER NOT NULL
+);
+
+-- Which host relays which bucket, until when (a dead host's lease runs out).
+CREATE TABLE outbox_leases (
+    bucket      INTEGER PRIMARY KEY,
+    owner       TEXT,
+    lease_until INTEGER NOT NULL
+);
+
+WITH RECURSIVE b(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM b WHERE n < 63)
+INSERT INTO outbox_sequences SELECT n, 0 FROM b;
+WITH RECURSIVE b(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM b WHERE n < 63)
+INSERT INTO outbox_leases SELECT n, NULL, 0 FROM b;

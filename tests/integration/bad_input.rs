@@ -23,24 +23,28 @@ async fn bad_messages_are_dead_lettered_with_reasons_and_the_partition_moves_on(
             key: "k".into(),
             event_id_header: None,
             payload: br#"{"order_id":"o2"}"#.to_vec(),
+            traceparent: None,
         },
         // An id that is not a UUID.
         Send {
             key: "k".into(),
             event_id_header: Some("order-3".into()),
             payload: br#"{"order_id":"o3"}"#.to_vec(),
+            traceparent: None,
         },
         // Not JSON, no header: no id can be read at all.
         Send {
             key: "k".into(),
             event_id_header: None,
             payload: b"\x00\x01 not json".to_vec(),
+            traceparent: None,
         },
         // A valid id but a payload the billing handler rejects.
         Send {
             key: "k".into(),
             event_id_header: Some(valid_id_bad_payload.clone()),
             payload: b"not json".to_vec(),
+            traceparent: None,
         },
         Send::order(&good_after, "o6"),
     ];

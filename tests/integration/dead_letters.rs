@@ -44,6 +44,7 @@ async fn dead_letters_are_listed_replayed_once_and_discarded(backend: Backend) {
             key: "k".into(),
             event_id_header: None,
             payload: b"no id here".to_vec(),
+            traceparent: None,
         },
     ];
     let ends = produce(&topic, &records).await;

@@ -5,6 +5,7 @@
 //! parallel without seeing each other's data. Every wait polls with a deadline.
 
 mod bad_input;
+mod chain;
 mod chaos;
 mod crash;
 mod dead_letters;

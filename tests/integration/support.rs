@@ -59,11 +59,12 @@ pub async fn create_topic(name: &str, partitions: i32) {
     }
 }
 
-/// A record to produce: key, optional `event_id` header, payload.
+/// A record to produce: key, optional `event_id` and `traceparent` headers, payload.
 pub struct Send {
     pub key: String,
     pub event_id_header: Option<String>,
     pub payload: Vec<u8>,
+    pub traceparent: Option<String>,
 }
 
 impl Send {
@@ -79,6 +80,7 @@ impl Send {
             key: order_id.to_owned(),
             event_id_header: Some(event_id.to_owned()),
             payload: payload.to_string().into_bytes(),
+            traceparent: None,
         }
     }
 
@@ -89,6 +91,7 @@ impl Send {
             key: event_id.to_owned(),
             event_id_header: None,
             payload: body.to_string().into_bytes(),
+            traceparent: None,
         }
     }
 }
@@ -107,6 +110,12 @@ pub async fn produce(topic: &str, records: &[Send]) -> HashMap<i32, i64> {
             headers = headers.insert(Header {
                 key: "event_id",
                 value: Some(id.as_bytes()),
+            });
+        }
+        if let Some(trace) = &record.traceparent {
+            headers = headers.insert(Header {
+                key: "traceparent",
+                value: Some(trace.as_bytes()),
             });
         }
         let future = producer
@@ -229,6 +238,11 @@ group_id = "{group}"
     }
 
     pub fn spawn_host(&self) -> HostProcess {
+        self.spawn_host_with(&[])
+    }
+
+    /// A host with extra environment variables (failpoints, for one).
+    pub fn spawn_host_with(&self, vars: &[(&str, &str)]) -> HostProcess {
         let log_path = self
             .dir
             .path()
@@ -238,6 +252,7 @@ group_id = "{group}"
             .args(["run", "--config"])
             .arg(&self.config_path)
             .env("INBOXD_LOG", "info,inboxd=debug")
+            .envs(vars.iter().copied())
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
@@ -376,6 +391,18 @@ pub struct HostProcess {
 impl HostProcess {
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// Waits (bounded) for the process to exit by itself; returns its status.
+    pub async fn exited(&mut self, deadline: Duration) -> Option<std::process::ExitStatus> {
+        let started = Instant::now();
+        while started.elapsed() < deadline {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return Some(status);
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        None
     }
 
     pub fn is_running(&mut self) -> bool {

@@ -1,13 +1,15 @@
-//! The invoicing handler: one `invoices` row for each `order-confirmed` event.
+//! The invoicing handler: one `invoices` row for each `order-confirmed` event,
+//! and one `invoices.created` message for whoever sends the email.
 //!
 //! The host has already claimed the event id when `handle` runs, and the insert
-//! below commits in the same transaction as that claim, so a redelivered order
-//! is never invoiced twice. Payloads that can never succeed are rejected (the
-//! host dead-letters them); nothing here retries.
+//! and the outbox message below commit in the same transaction as that claim,
+//! so a redelivered order is never invoiced (or announced) twice. Payloads that
+//! can never succeed are rejected (the host dead-letters them).
 
 wit_bindgen::generate!({ world: "handler", path: "../../wit" });
 
 use inboxd::handler::log::{self, Level};
+use inboxd::handler::outbox::{self, Message};
 use inboxd::handler::sql::{self, Value};
 use serde::Deserialize;
 
@@ -41,12 +43,25 @@ impl Guest for Billing {
             "INSERT INTO invoices (order_id, customer_email, amount_cents, event_id) VALUES ($1, $2, $3, $4)",
             &[
                 Value::Text(order.order_id.clone()),
-                Value::Text(order.customer_email),
+                Value::Text(order.customer_email.clone()),
                 Value::Int64(order.amount_cents),
-                Value::Text(event.id),
+                Value::Text(event.id.clone()),
             ],
         )
         .map_err(|e| HandlerError::Retry(format!("inserting the invoice failed: {e:?}")))?;
+        let created = serde_json::json!({
+            "order_id": order.order_id,
+            "customer_email": order.customer_email,
+            "amount_cents": order.amount_cents,
+            "order_event_id": event.id,
+        });
+        outbox::publish(&Message {
+            topic: "invoices.created".into(),
+            key: Some(order.order_id.clone().into_bytes()),
+            payload: created.to_string().into_bytes(),
+            headers: vec![],
+        })
+        .map_err(|e| HandlerError::Retry(format!("publishing invoices.created failed: {e}")))?;
         log::log(Level::Debug, &format!("invoiced order {}", order.order_id));
         Ok(())
     }

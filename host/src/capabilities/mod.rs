@@ -18,6 +18,8 @@ pub fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
     types_api::add_to_linker::<_, log::LogCap>(linker, |s| log::LogView { state: &mut s.log })?;
     log_api::add_to_linker::<_, log::LogCap>(linker, |s| log::LogView { state: &mut s.log })?;
     sql_api::add_to_linker::<_, sql::SqlCap>(linker, |s| sql::SqlView { state: &mut s.sql })?;
-    outbox_api::add_to_linker::<_, outbox::OutboxCap>(linker, |_| outbox::OutboxView)?;
+    outbox_api::add_to_linker::<_, outbox::OutboxCap>(linker, |s| outbox::OutboxView {
+        state: &mut s.outbox,
+    })?;
     Ok(())
 }

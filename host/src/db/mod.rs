@@ -11,6 +11,7 @@ pub mod inbox;
 pub mod invariants;
 pub mod migrate;
 pub mod offsets;
+pub mod outbox;
 pub mod partitions;
 mod tx;
 mod value;

@@ -3,6 +3,8 @@
 
 pub mod consumer;
 pub mod pump;
+pub mod relay;
 
 pub use consumer::{InboxConsumer, create_consumer};
 pub use pump::run_pump;
+pub use relay::run_relay;

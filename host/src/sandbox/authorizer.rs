@@ -6,6 +6,7 @@
 //! handler's own table cannot reach the host's tables either. Guest statements
 //! are prepared fresh (never from the statement cache) so it sees every one.
 
+use super::HOST_TABLES;
 use libsqlite3_sys as ffi;
 use std::ffi::{CStr, c_char, c_int, c_void};
 
@@ -21,16 +22,6 @@ pub enum Scope {
 // Distinct addresses to pass as the callback's user data.
 static GUEST: u8 = 0;
 static MIGRATION: u8 = 1;
-
-/// Tables a handler may never read or write (plus the inbox's partitions on PostgreSQL).
-const HOST_TABLES: &[&str] = &[
-    "inbox",
-    "offsets",
-    "dead_letters",
-    "handler_migrations",
-    "handler_tables",
-    "_sqlx_migrations",
-];
 
 /// Functions that reach outside the database.
 const DENIED_FUNCTIONS: &[&str] = &[

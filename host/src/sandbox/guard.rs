@@ -8,6 +8,7 @@
 //! tells the handler's author what was refused and why. The database's own
 //! privileges (PostgreSQL roles, the SQLite authorizer) are the second wall.
 
+use super::HOST_TABLES;
 use crate::db::Backend;
 use sqlparser::ast::{
     Expr, FromTable, ObjectName, ObjectNamePart, Query, Select, Statement, TableFactor, TableObject, Visit,
@@ -17,17 +18,6 @@ use sqlparser::dialect::{Dialect, PostgreSqlDialect, SQLiteDialect};
 use sqlparser::parser::Parser;
 use std::collections::HashSet;
 use std::ops::ControlFlow;
-
-/// The host's tables and the catalogs: named specifically in refusals.
-const HOST_TABLES: &[&str] = &[
-    "inbox",
-    "inbox_default",
-    "offsets",
-    "dead_letters",
-    "handler_migrations",
-    "handler_tables",
-    "_sqlx_migrations",
-];
 
 /// Scalar and aggregate functions with no side effects and no access to
 /// anything outside the statement's own rows.
@@ -209,6 +199,7 @@ impl Guard {
                 )));
             }
         };
+        // inbox_default and inbox_dNNNNN are the inbox's PostgreSQL partitions.
         if HOST_TABLES.contains(&table.as_str()) || table.starts_with("inbox_d") {
             return Err(forbidden(format!(
                 "cannot {verb} {name}: it is one of the host's tables, which handlers can never touch; \

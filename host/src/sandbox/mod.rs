@@ -9,3 +9,16 @@ pub mod authorizer;
 pub mod guard;
 
 pub use guard::{Guard, Refusal};
+
+/// The host's tables: no handler may read or write them, whatever the wall.
+pub const HOST_TABLES: &[&str] = &[
+    "inbox",
+    "offsets",
+    "dead_letters",
+    "handler_migrations",
+    "handler_tables",
+    "outbox",
+    "outbox_sequences",
+    "outbox_leases",
+    "_sqlx_migrations",
+];

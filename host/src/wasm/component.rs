@@ -8,10 +8,13 @@ use super::bindings::{Event, HandlerError, HandlerPre};
 use super::engine::WasmEngine;
 use super::limits::{LimitExceeded, Limits};
 use super::state::StoreState;
+use crate::capabilities::outbox::OutboxState;
+use crate::db::outbox::NewMessage;
 use crate::db::{DbError, Tx};
 use crate::record::Record;
 use crate::sandbox::Guard;
 use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,6 +74,8 @@ pub struct Invocation {
     pub result: Result<(), GuestFailure>,
     /// The database itself failed under the guest: the host's problem, whatever `result` says.
     pub host_error: Option<DbError>,
+    /// Messages the guest published; written only if its work commits.
+    pub outbox: Vec<NewMessage>,
 }
 
 pub struct HandlerComponent {
@@ -80,6 +85,7 @@ pub struct HandlerComponent {
     engine: wasmtime::Engine,
     limits: Limits,
     guard: Arc<Guard>,
+    outbox_topics: Arc<BTreeMap<String, String>>,
 }
 
 impl HandlerComponent {
@@ -125,6 +131,7 @@ impl HandlerComponent {
         let digest = Sha256::digest(bytes);
         let version = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
         Ok(Self {
+            outbox_topics: Arc::default(),
             guard: Arc::new(guard),
             name: name.into(),
             version,
@@ -132,6 +139,12 @@ impl HandlerComponent {
             engine: engine.engine.clone(),
             limits,
         })
+    }
+
+    /// Maps the topic names the handler publishes to onto the deployment's real topics.
+    pub fn with_outbox_topics(mut self, topics: BTreeMap<String, String>) -> Self {
+        self.outbox_topics = Arc::new(topics);
+        self
     }
 
     pub fn limits(&self) -> &Limits {
@@ -149,10 +162,17 @@ impl HandlerComponent {
 
     /// Runs the guest for one event inside `tx`, and hands `tx` back.
     pub async fn invoke(&self, tx: Tx, record: &Record, event_id: &str, attempt: u32) -> Invocation {
+        let outbox = OutboxState::new(
+            self.limits.max_outbox_messages,
+            self.limits.max_outbox_bytes,
+            self.outbox_topics.clone(),
+            &record.headers,
+        );
         let state = StoreState::new(
             tx,
             self.guard.clone(),
             &self.limits,
+            outbox,
             self.name.clone(),
             event_id.to_owned(),
         );
@@ -181,6 +201,7 @@ impl HandlerComponent {
         let state = store.data_mut();
         let tx = state.sql.take_tx();
         let host_error = state.sql.take_host_error();
+        let outbox = state.outbox.take();
         let stderr = self.forward_output(state, event_id);
         let result = match outcome {
             Ok(Ok(Ok(()))) => Ok(()),
@@ -193,6 +214,7 @@ impl HandlerComponent {
             tx,
             result,
             host_error,
+            outbox,
         }
     }
 

@@ -21,6 +21,8 @@ pub struct Limits {
     pub max_statements: u32,
     pub max_rows: usize,
     pub max_payload_bytes: usize,
+    pub max_outbox_messages: usize,
+    pub max_outbox_bytes: usize,
 }
 
 impl From<&LimitsConfig> for Limits {
@@ -32,6 +34,8 @@ impl From<&LimitsConfig> for Limits {
             max_statements: c.max_statements,
             max_rows: c.max_rows,
             max_payload_bytes: c.max_payload_bytes,
+            max_outbox_messages: c.max_outbox_messages,
+            max_outbox_bytes: c.max_outbox_bytes,
         }
     }
 }
@@ -139,6 +143,8 @@ mod tests {
             max_statements: 1,
             max_rows: 1,
             max_payload_bytes: 1,
+            max_outbox_messages: 1,
+            max_outbox_bytes: 1,
         };
         assert_eq!(limits.deadline_ticks(), 2);
     }

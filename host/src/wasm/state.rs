@@ -8,6 +8,7 @@
 use super::limits::{Limits, MemoryLimiter};
 use super::output::GuestOutput;
 use crate::capabilities::log::LogState;
+use crate::capabilities::outbox::OutboxState;
 use crate::capabilities::sql::SqlState;
 use crate::db::Tx;
 use crate::sandbox::Guard;
@@ -20,13 +21,21 @@ pub struct StoreState {
     table: ResourceTable,
     pub(crate) limiter: MemoryLimiter,
     pub(crate) sql: SqlState,
+    pub(crate) outbox: OutboxState,
     pub(crate) log: LogState,
     pub(crate) stdout: GuestOutput,
     pub(crate) stderr: GuestOutput,
 }
 
 impl StoreState {
-    pub fn new(tx: Tx, guard: Arc<Guard>, limits: &Limits, handler: Arc<str>, event_id: String) -> Self {
+    pub fn new(
+        tx: Tx,
+        guard: Arc<Guard>,
+        limits: &Limits,
+        outbox: OutboxState,
+        handler: Arc<str>,
+        event_id: String,
+    ) -> Self {
         let stdout = GuestOutput::new(limits.output_bytes);
         let stderr = GuestOutput::new(limits.output_bytes);
         // No preopened directories, environment, arguments or network: the
@@ -44,6 +53,7 @@ impl StoreState {
             table: ResourceTable::new(),
             limiter: MemoryLimiter::new(limits.memory_bytes),
             sql: SqlState::new(tx, guard, limits),
+            outbox,
             log: LogState::new(handler, event_id, limits.output_bytes),
             stdout,
             stderr,
