@@ -92,6 +92,19 @@ group_id = "{}""#,
     assert_eq!(host.terminate(Duration::from_secs(30)).await, Some(0));
 
     env.assert_exactly_once("invoices", orders, &ends).await;
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_inboxd"))
+        .args(["status", "--json", "--config"])
+        .arg(&env.config_path)
+        .output()
+        .expect("inboxd status");
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).expect("status is JSON");
+    assert_eq!(status[0]["handler"], "billing");
+    assert_eq!(status[0]["outbox_backlog"], 0, "{status:#}");
+    assert!(status[0]["relay_lag_ms"].is_null(), "{status:#}");
+    assert!(
+        status[1]["records_committed"].as_i64().unwrap() > orders as i64,
+        "{status:#}"
+    );
     let rows = rows(&db, &format!("SELECT order_id, trace_id FROM {emails}")).await;
     assert_eq!(rows.len(), orders, "one email per invoice, none twice");
     let mut per_order: HashMap<String, usize> = HashMap::new();

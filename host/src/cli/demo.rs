@@ -27,6 +27,10 @@ const TOPIC: &str = "orders.confirmed";
 const CATCH_UP_DEADLINE: Duration = Duration::from_secs(180);
 const BILLING_WASM: &str = "guests/target/wasm32-wasip2/release/billing.wasm";
 const BILLING_MIGRATIONS: &str = "guests/billing/migrations";
+/// The second step of the chain: billing's `invoices.created` -> one email row each.
+const INVOICES: &str = "invoices.created";
+const NOTIFIER_WASM: &str = "guests/target/wasm32-wasip2/release/notifier.wasm";
+const NOTIFIER_MIGRATIONS: &str = "guests/notifier/migrations";
 
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {
@@ -123,6 +127,23 @@ fn build_config(args: &DemoArgs, brokers: String) -> Result<(Config, String), Cl
     .map_err(failed)?;
     handler.component = component;
     handler.migrations = migrations;
+    let mut handlers = vec![handler];
+    if args.handler.is_none() {
+        let wasm = repo_path(NOTIFIER_WASM);
+        if !wasm.is_file() {
+            return Err(usage(format!(
+                "the notifier guest is not built ({} is missing): run scripts/demo",
+                wasm.display()
+            )));
+        }
+        let mut notifier: HandlerConfig = toml::from_str(&format!(
+            "name = \"notifier\"\ncomponent = \"\"\ntopics = [{INVOICES:?}]"
+        ))
+        .map_err(failed)?;
+        notifier.component = wasm;
+        notifier.migrations = Some(repo_path(NOTIFIER_MIGRATIONS));
+        handlers.push(notifier);
+    }
     let config = Config {
         database: DatabaseConfig {
             url: database,
@@ -136,7 +157,7 @@ fn build_config(args: &DemoArgs, brokers: String) -> Result<(Config, String), Cl
             session_timeout_ms: 6_000,
             properties: Default::default(),
         },
-        handlers: vec![handler],
+        handlers,
     };
     config.validate().map_err(|e| usage(e.to_string()))?;
     Ok((config, table))
@@ -221,11 +242,44 @@ async fn consume_until(config: &Config, ends: &HashMap<i32, i64>) -> Result<Snap
     let db = host.database().clone();
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(host.run(shutdown.clone()));
-    let caught_up = wait_for_offsets(&db, handler, ends).await;
+    let mut caught_up = wait_for_offsets(&db, handler, ends).await;
+    if caught_up.is_ok() && config.handlers.len() > 1 {
+        caught_up = wait_for_emails(&db).await;
+    }
     shutdown.cancel();
     running.await.map_err(failed)?;
     caught_up?;
     Ok(stats.snapshot())
+}
+
+/// Waits until the relay has sent every invoice and notifier has emailed each.
+async fn wait_for_emails(db: &Database) -> Result<(), CliError> {
+    let started = Instant::now();
+    let (invoices, emails) = (
+        db.handler_table("billing", "invoices"),
+        db.handler_table("notifier", "emails"),
+    );
+    loop {
+        let (backlog, _) = crate::db::outbox::backlog(db, "billing").await.map_err(failed)?;
+        let invoiced = db
+            .query_i64(&format!("SELECT COUNT(*) FROM {invoices}"), &[])
+            .await
+            .map_err(failed)?;
+        let emailed = db
+            .query_i64(&format!("SELECT COUNT(*) FROM {emails}"), &[])
+            .await
+            .map_err(failed)?;
+        if backlog == 0 && emailed >= invoiced {
+            return Ok(());
+        }
+        if started.elapsed() > CATCH_UP_DEADLINE {
+            return Err(failed(format!(
+                "the chain did not catch up within {} s: {invoiced} invoices, {emailed} emails, outbox backlog {backlog}",
+                CATCH_UP_DEADLINE.as_secs()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 async fn wait_for_offsets(db: &Database, handler: &str, ends: &HashMap<i32, i64>) -> Result<(), CliError> {
@@ -270,6 +324,9 @@ pub async fn demo(args: DemoArgs) -> Result<(), CliError> {
     let cluster = MockCluster::new(1).map_err(|e| failed(format!("cannot start the mock broker: {e}")))?;
     cluster
         .create_topic(TOPIC, args.partitions, 1)
+        .map_err(|e| failed(format!("cannot create the demo topic: {e}")))?;
+    cluster
+        .create_topic(INVOICES, args.partitions, 1)
         .map_err(|e| failed(format!("cannot create the demo topic: {e}")))?;
     let (config, table) = build_config(&args, cluster.bootstrap_servers())?;
     let producer: FutureProducer = ClientConfig::new()
@@ -324,11 +381,27 @@ pub async fn demo(args: DemoArgs) -> Result<(), CliError> {
         .map_err(|e| failed(format!("cannot count the rows of {table}: {e}")))?;
     let handler = &config.handlers[0].name;
     let dead = dead_letters::list(&db, handler).await.map_err(failed)?.len();
+    let emails = match config.handlers.get(1) {
+        Some(notifier) => {
+            let emails = db.handler_table(&notifier.name, "emails");
+            Some(
+                db.query_i64(&format!("SELECT COUNT(*) FROM {emails}"), &[])
+                    .await
+                    .map_err(failed)?,
+            )
+        }
+        None => None,
+    };
     db.close().await;
 
     let sent = phase1.len() + phase2.len();
     let skipped = first.duplicates + second.duplicates;
-    let ok = effects == args.events as i64;
+    let ok = effects == args.events as i64 && emails.is_none_or(|e| e == args.events as i64);
+    if let Some(emails) = emails {
+        println!(
+            "chain: billing's outbox relayed invoices.created; notifier sent {emails} emails (one per invoice)"
+        );
+    }
     println!(
         "done in {:.1} s: {sent} records sent, {} unique events, {skipped} duplicates skipped, \
          {effects} rows in {table}, {dead} dead letters -> {}",
@@ -336,19 +409,22 @@ pub async fn demo(args: DemoArgs) -> Result<(), CliError> {
         args.events,
         if ok { "effectively once" } else { "MISMATCH" }
     );
-    let summary = serde_json::json!({
+    let mut summary = serde_json::json!({
         "events_sent": sent,
         "unique_events": args.events,
         "duplicates_skipped": skipped,
         "effects_applied": effects,
         "dead_letters": dead,
     });
+    if let Some(emails) = emails {
+        summary["emails_sent"] = emails.into();
+    }
     println!("{summary}");
     if ok {
         Ok(())
     } else {
         Err(failed(format!(
-            "effects_applied ({effects}) != unique_events ({})",
+            "effects_applied ({effects}) or emails_sent ({emails:?}) != unique_events ({})",
             args.events
         )))
     }

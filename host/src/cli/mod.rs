@@ -5,6 +5,7 @@ pub mod demo;
 pub mod dlq;
 pub mod purge;
 pub mod run;
+pub mod status;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -33,6 +34,8 @@ pub enum Command {
         #[arg(long, short, env = "INBOXD_CONFIG", default_value = "inboxd.toml")]
         config: PathBuf,
     },
+    /// Offsets, dead letters, outbox backlog and relay lag, per handler.
+    Status(status::StatusArgs),
     /// Inspect, replay and discard dead letters.
     Dlq(dlq::DlqArgs),
     /// Delete inbox rows past retention now (the host also does it on a schedule).

@@ -1,0 +1,88 @@
+//! `inboxd status`: what each handler has done and what is waiting, read from
+//! the database (so it works for any number of hosts): stored offsets, parked
+//! dead letters, and the outbox backlog with the relay's lag (the age of the
+//! oldest message not yet published).
+
+use super::CliError;
+use crate::config::Config;
+use crate::db::{dead_letters, now_ms, offsets, outbox};
+use crate::host::open_database;
+use std::path::PathBuf;
+
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    #[arg(long, short, env = "INBOXD_CONFIG", default_value = "inboxd.toml")]
+    pub config: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct HandlerStatus {
+    handler: String,
+    partitions: Vec<PartitionStatus>,
+    records_committed: i64,
+    dead_letters_parked: usize,
+    outbox_backlog: i64,
+    /// Age of the oldest unpublished outbox message, in milliseconds.
+    relay_lag_ms: Option<i64>,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct PartitionStatus {
+    topic: String,
+    partition: i32,
+    next_offset: i64,
+}
+
+fn failed(e: impl std::fmt::Display) -> CliError {
+    CliError::Failed(e.to_string())
+}
+
+pub async fn status(args: StatusArgs) -> Result<(), CliError> {
+    let config = Config::load(&args.config).map_err(|e| CliError::Usage(e.to_string()))?;
+    let db = open_database(&config).await.map_err(failed)?;
+    let mut report = Vec::new();
+    for handler in &config.handlers {
+        let positions = offsets::load_all(&db, &handler.name).await.map_err(failed)?;
+        let parked = dead_letters::list(&db, &handler.name)
+            .await
+            .map_err(failed)?
+            .len();
+        let (backlog, oldest) = outbox::backlog(&db, &handler.name).await.map_err(failed)?;
+        report.push(HandlerStatus {
+            handler: handler.name.clone(),
+            records_committed: positions.iter().map(|p| p.records_committed).sum(),
+            partitions: positions
+                .into_iter()
+                .map(|p| PartitionStatus {
+                    topic: p.topic,
+                    partition: p.partition,
+                    next_offset: p.next_offset,
+                })
+                .collect(),
+            dead_letters_parked: parked,
+            outbox_backlog: backlog,
+            relay_lag_ms: oldest.map(|created| (now_ms() - created).max(0)),
+        });
+    }
+    db.close().await;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report).map_err(failed)?);
+        return Ok(());
+    }
+    for h in &report {
+        let lag = h
+            .relay_lag_ms
+            .map_or("-".to_owned(), |ms| format!("{:.1} s", ms as f64 / 1000.0));
+        println!(
+            "{}: {} records committed, {} dead letters parked, outbox backlog {} (relay lag {lag})",
+            h.handler, h.records_committed, h.dead_letters_parked, h.outbox_backlog
+        );
+        for p in &h.partitions {
+            println!("  {}/{}: next offset {}", p.topic, p.partition, p.next_offset);
+        }
+    }
+    Ok(())
+}
