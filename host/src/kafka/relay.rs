@@ -54,7 +54,14 @@ pub async fn run_relay(db: Database, kafka: KafkaConfig, owner: String, shutdown
     };
     let mut failures = 0u32;
     while !shutdown.is_cancelled() {
-        let wait = match relay_once(&db, &producer, &owner).await {
+        // A cycle may wait on Kafka for a while (an unknown topic, a broker
+        // away); shutdown does not wait for it. Anything sent but not yet
+        // marked is sent again later, which the consumer's inbox absorbs.
+        let cycle = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            cycle = relay_once(&db, &producer, &owner) => cycle,
+        };
+        let wait = match cycle {
             Ok(0) => {
                 failures = 0;
                 POLL
