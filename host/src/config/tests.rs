@@ -1,0 +1,138 @@
+//! Config parsing and validation: defaults, and errors that name the key.
+use super::*;
+
+fn with_component(extra: &str) -> String {
+    format!(
+        r#"
+        [kafka]
+        brokers = "127.0.0.1:9092"
+        [[handlers]]
+        name = "billing"
+        component = "{}"
+        topics = ["orders"]
+        {extra}
+        "#,
+        file!().replace('\\', "/")
+    )
+}
+
+fn load(text: &str) -> Result<Config, String> {
+    // Tests run in the crate folder; file!() is relative to the workspace root.
+    let config = Config::parse(text)?;
+    let mut config = config;
+    config.resolve_paths(Path::new(".."));
+    config.validate().map_err(|e| e.to_string())?;
+    Ok(config)
+}
+
+#[test]
+fn minimal_config_gets_the_documented_defaults() {
+    let config = load(&with_component("")).unwrap();
+    assert_eq!(config.database.url, defaults::DATABASE_URL);
+    let handler = &config.handlers[0];
+    assert_eq!(handler.group_id(), "inboxd.billing");
+    assert_eq!(handler.limits.timeout_ms, defaults::TIMEOUT_MS);
+    assert_eq!(handler.event_id.header, "event_id");
+}
+
+#[test]
+fn unknown_key_is_named() {
+    let err = load(&with_component("colour = \"blue\"")).unwrap_err();
+    assert!(err.contains("unknown field `colour`"), "{err}");
+}
+
+#[test]
+fn unknown_nested_key_is_named() {
+    let err = load(&with_component("[handlers.limits]\ntimeout = 5")).unwrap_err();
+    assert!(err.contains("unknown field `timeout`"), "{err}");
+}
+
+#[test]
+fn bad_values_name_their_key() {
+    let cases = [
+        (
+            "[handlers.limits]\ntimeout_ms = 0",
+            "handlers[0].limits.timeout_ms",
+        ),
+        ("[handlers.limits]\nmemory_mb = 0", "handlers[0].limits.memory_mb"),
+        (
+            "[handlers.retry]\nmax_attempts = 0",
+            "handlers[0].retry.max_attempts",
+        ),
+        (
+            "group_id = \"x\"\nmigrations = \"/nonexistent\"",
+            "handlers[0].migrations",
+        ),
+    ];
+    for (extra, key) in cases {
+        let err = load(&with_component(extra)).unwrap_err();
+        assert!(err.contains(&format!("`{key}`")), "expected {key} in: {err}");
+    }
+}
+
+#[test]
+fn bad_handler_name_and_missing_component_are_named() {
+    let text = with_component("").replace("\"billing\"", "\"Billing-1\"");
+    assert!(load(&text).unwrap_err().contains("`handlers[0].name`"));
+    let text = with_component("").replace("tests.rs", "missing.wasm");
+    assert!(load(&text).unwrap_err().contains("`handlers[0].component`"));
+}
+
+#[test]
+fn wrong_type_and_bad_enum_are_parse_errors_naming_the_key() {
+    let err = load(&with_component("topics = 3")).unwrap_err();
+    assert!(err.contains("topics"), "{err}");
+    let err = load(&with_component("[handlers.event_id]\nsource = \"cookie\"")).unwrap_err();
+    assert!(err.contains("cookie") && err.contains("source"), "{err}");
+}
+
+#[test]
+fn inbox_retention_parses_durations_and_names_bad_ones() {
+    let text = with_component("").replace("[[handlers]]", "[inbox]\nretention = \"36h\"\n[[handlers]]");
+    assert_eq!(
+        load(&text).unwrap().inbox.retention,
+        Duration::from_secs(36 * 3600)
+    );
+    assert_eq!(
+        load(&with_component("")).unwrap().inbox.retention,
+        Duration::from_secs(14 * 86_400)
+    );
+    let text = with_component("").replace("[[handlers]]", "[inbox]\nretention = \"two weeks\"\n[[handlers]]");
+    let err = load(&text).unwrap_err();
+    assert!(
+        err.contains("retention") && err.contains("not a duration"),
+        "{err}"
+    );
+    let text = with_component("").replace("[[handlers]]", "[inbox]\npartitioning = \"daily\"\n[[handlers]]");
+    assert!(load(&text).unwrap_err().contains("`inbox.partitioning`"));
+}
+
+#[test]
+fn reserved_kafka_property_is_refused() {
+    let text = with_component("").replace(
+        "brokers = \"127.0.0.1:9092\"",
+        "brokers = \"127.0.0.1:9092\"\nproperties = { \"enable.auto.commit\" = \"true\" }",
+    );
+    let err = load(&text).unwrap_err();
+    assert!(err.contains("kafka.properties.\"enable.auto.commit\""), "{err}");
+}
+
+#[test]
+fn env_overrides_database_and_brokers() {
+    let mut config = load(&with_component("")).unwrap();
+    config.apply_env(|k| match k {
+        "INBOXD_DATABASE_URL" => Some("postgres://h/db".into()),
+        "INBOXD_KAFKA_BROKERS" => Some("b:1".into()),
+        _ => None,
+    });
+    assert_eq!(config.database.url, "postgres://h/db");
+    assert_eq!(config.kafka.brokers, "b:1");
+}
+
+#[test]
+fn duplicate_handler_names_are_refused() {
+    let one = with_component("");
+    let handler = &one[one.find("[[handlers]]").unwrap()..];
+    let err = load(&format!("{one}\n{handler}")).unwrap_err();
+    assert!(err.contains("declared twice"), "{err}");
+}
