@@ -169,10 +169,8 @@ impl Pipeline {
                             attempts: attempt,
                             first_failed_at: now_ms(),
                         };
-                        let mut tx = self.db.begin().await?;
-                        if !inbox::claim(&mut tx, &claim).await? {
-                            return Err(PipelineError::LostTransaction);
-                        }
+                        // mark_dead claims the event again as `dead` in the new transaction.
+                        let tx = self.db.begin().await?;
                         return self.park_claimed(tx, &claim, record, expected, park).await;
                     }
                     if !self.finish(tx, record, expected).await? {
