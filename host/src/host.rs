@@ -119,7 +119,8 @@ pub async fn open_database(config: &Config) -> Result<Database, StartError> {
 impl Host {
     pub async fn start(config: &Config) -> Result<Self, StartError> {
         let db = open_database(config).await?;
-        let engine = WasmEngine::new().map_err(|e| StartError::Engine(format!("{e:#}")))?;
+        let engine =
+            WasmEngine::new(config.wasm.cache_dir()).map_err(|e| StartError::Engine(format!("{e:#}")))?;
         let mut handlers = Vec::new();
         let mut stats = BTreeMap::new();
         for handler in &config.handlers {

@@ -52,5 +52,13 @@ async fn sigkill_mid_stream_then_restart_is_still_exactly_once(backend: Backend)
     env.wait_for_offsets(&ends, Duration::from_secs(180), &mut restarted)
         .await;
     assert_eq!(restarted.terminate(Duration::from_secs(30)).await, Some(0));
+    // The restart does not recompile: the first start filled the compile cache.
+    assert!(
+        restarted
+            .log()
+            .contains("component loaded from the compile cache"),
+        "{}",
+        restarted.log()
+    );
     env.assert_exactly_once("invoices", unique_events, &ends).await;
 }

@@ -214,6 +214,9 @@ url = "{db_url}"
 brokers = "{brokers}"
 session_timeout_ms = 6000
 
+[wasm]
+cache_dir = "{cache}"
+
 [[handlers]]
 name = "{handler}"
 component = "{component}"
@@ -226,6 +229,7 @@ group_id = "{group}"
             component = guest_wasm(guest).display(),
             migrations = guest_migrations(guest).display(),
             group = unique("group"),
+            cache = dir.path().join("compile-cache").display(),
         );
         std::fs::write(&config_path, config).expect("write config");
         Self {

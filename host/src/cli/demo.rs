@@ -152,6 +152,7 @@ fn build_config(args: &DemoArgs, brokers: String) -> Result<(Config, String), Cl
         // The mock broker notices a departed consumer quickly; keep the restart snappy.
         inbox: Default::default(),
         outbox: Default::default(),
+        wasm: Default::default(),
         kafka: KafkaConfig {
             brokers,
             session_timeout_ms: 6_000,

@@ -259,8 +259,8 @@ async fn replay_many(
         .map_err(failed)?,
         None => fetch(db, ids).await?,
     };
-    let engine =
-        WasmEngine::new().map_err(|e| failed(format!("cannot start the WebAssembly engine: {e:#}")))?;
+    let engine = WasmEngine::new(config.wasm.cache_dir())
+        .map_err(|e| failed(format!("cannot start the WebAssembly engine: {e:#}")))?;
     let mut handlers: HashMap<String, HandlerComponent> = HashMap::new();
     let mut results = Vec::new();
     for row in &rows {

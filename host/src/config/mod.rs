@@ -78,6 +78,8 @@ pub struct Config {
     #[serde(default)]
     pub outbox: OutboxConfig,
     #[serde(default)]
+    pub wasm: WasmConfig,
+    #[serde(default)]
     pub handlers: Vec<HandlerConfig>,
 }
 
@@ -120,6 +122,37 @@ impl Default for OutboxConfig {
             retention: default_outbox_retention(),
         }
     }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WasmConfig {
+    /// Where compiled components are cached across restarts; `""` turns the
+    /// cache off. Only inboxd may write there: entries are native code.
+    #[serde(default = "default_cache_dir")]
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl Default for WasmConfig {
+    fn default() -> Self {
+        Self {
+            cache_dir: default_cache_dir(),
+        }
+    }
+}
+
+impl WasmConfig {
+    pub fn cache_dir(&self) -> Option<PathBuf> {
+        self.cache_dir.clone().filter(|d| !d.as_os_str().is_empty())
+    }
+}
+
+/// `$XDG_CACHE_HOME/inboxd`, else `$HOME/.cache/inboxd`, else no cache.
+fn default_cache_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))?;
+    Some(base.join("inboxd"))
 }
 
 /// How PostgreSQL stores the inbox (SQLite always uses one table).

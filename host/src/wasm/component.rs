@@ -117,11 +117,18 @@ impl HandlerComponent {
                 path: shown.to_owned(),
             });
         }
-        let component =
-            wasmtime::component::Component::new(&engine.engine, bytes).map_err(|e| LoadError::Invalid {
-                path: shown.to_owned(),
-                message: format!("{e:#}"),
-            })?;
+        let started = std::time::Instant::now();
+        let (component, cached) = super::cache::compile(&engine.engine, bytes, engine.cache_dir.as_deref())
+            .map_err(|e| LoadError::Invalid {
+            path: shown.to_owned(),
+            message: format!("{e:#}"),
+        })?;
+        let ms = started.elapsed().as_millis() as u64;
+        if cached {
+            tracing::info!(handler = name, ms, "component loaded from the compile cache");
+        } else {
+            tracing::info!(handler = name, ms, "component compiled");
+        }
         let link = |e: wasmtime::Error| LoadError::Link {
             path: shown.to_owned(),
             message: format!("{e:#}"),

@@ -5,6 +5,7 @@
 
 use super::limits::EPOCH_TICK;
 use super::state::StoreState;
+use std::path::PathBuf;
 use std::sync::Arc;
 use wasmtime::component::Linker;
 use wasmtime::{Config, Engine};
@@ -13,10 +14,12 @@ use wasmtime::{Config, Engine};
 pub struct WasmEngine {
     pub(crate) engine: Engine,
     pub(crate) linker: Arc<Linker<StoreState>>,
+    /// Where compiled components are cached (`None`: compile at every load).
+    pub(crate) cache_dir: Option<PathBuf>,
 }
 
 impl WasmEngine {
-    pub fn new() -> wasmtime::Result<Self> {
+    pub fn new(cache_dir: Option<PathBuf>) -> wasmtime::Result<Self> {
         let mut config = Config::new();
         config.wasm_component_model(true);
         // Epoch interruption, not fuel: it costs a load and compare at loop
@@ -29,6 +32,7 @@ impl WasmEngine {
         Ok(Self {
             engine,
             linker: Arc::new(linker),
+            cache_dir,
         })
     }
 }

@@ -6,6 +6,7 @@
 //! anything else: no connection, no files, no network, no clock-free loop.
 
 pub mod bindings;
+mod cache;
 mod component;
 mod engine;
 pub mod limits;
