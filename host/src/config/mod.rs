@@ -438,6 +438,14 @@ impl Config {
     }
 
     fn resolve_paths(&mut self, base: &Path) {
+        if let Some(dir) = self
+            .wasm
+            .cache_dir
+            .as_mut()
+            .filter(|d| d.is_relative() && !d.as_os_str().is_empty())
+        {
+            *dir = base.join(&*dir);
+        }
         for handler in &mut self.handlers {
             if handler.component.is_relative() {
                 handler.component = base.join(&handler.component);
