@@ -141,10 +141,11 @@ pub async fn run_pump(consumer: InboxConsumer, pipeline: Pipeline, shutdown: Can
                         Offset::Offset(next),
                         SEEK_TIMEOUT,
                     ) {
-                        tracing::warn!(
-                            handler,
-                            "seek failed ({error}); skipping already-applied records instead"
-                        );
+                        // Never process past a gap: try the seek again on the next record.
+                        tracing::warn!(handler, "seek failed ({error}); retrying it on the next record");
+                        positions.remove(&key);
+                        consumer.context().mark_fresh(&record.topic, record.partition);
+                        continue;
                     }
                     if record.offset > next {
                         continue;
