@@ -12,29 +12,13 @@ async fn sigkill_mid_stream_then_restart_is_still_exactly_once(backend: Backend)
     let env = TestEnv::new(backend, "billing", &topic, "").await;
 
     let unique_events = 3_000;
-    let ids: Vec<String> = (0..unique_events).map(|_| new_id()).collect();
-    let mut records: Vec<Send> = ids
-        .iter()
-        .enumerate()
-        .map(|(i, id)| Send::order(id, &format!("o{i}")))
-        .collect();
-    records.extend(
-        ids.iter()
-            .enumerate()
-            .step_by(5)
-            .map(|(i, id)| Send::order(id, &format!("o{i}"))),
-    );
+    let records = orders_with_duplicates(unique_events, 5);
     let ends = produce(&topic, &records).await;
     let total: i64 = ends.values().sum();
 
     let mut host = env.spawn_host();
     let db = env.db().await;
-    let started = poll_until(Duration::from_secs(120), || {
-        let db = db.clone();
-        let (handler, topic) = (env.handler.clone(), topic.clone());
-        async move { progress(&db, &handler, &topic).await.values().sum::<i64>() >= total / 10 }
-    })
-    .await;
+    let started = wait_for_progress(&env, &topic, total / 10).await;
     assert!(
         started,
         "the host made no progress before the kill:\n{}",

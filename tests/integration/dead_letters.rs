@@ -101,9 +101,19 @@ async fn dead_letters_are_listed_replayed_once_and_discarded(backend: Backend) {
             json_of(&output)[0]["outcome"].as_str().unwrap().to_owned()
         })
         .collect();
-    let mut sorted = outcomes.clone();
-    sorted.sort();
-    assert_eq!(sorted, ["already-applied", "replayed"], "{outcomes:?}");
+    // Exactly one replays it. The other found the claim taken (it raced) or,
+    // if it started a moment later, the dead letter already resolved.
+    assert_eq!(
+        outcomes.iter().filter(|o| *o == "replayed").count(),
+        1,
+        "{outcomes:?}"
+    );
+    assert!(
+        outcomes
+            .iter()
+            .any(|o| o == "already-applied" || o == "already-resolved"),
+        "{outcomes:?}"
+    );
 
     // Replaying everything: b succeeds, c is rejected again, the id-less one cannot run.
     let all = dlq(&env, &["replay", "--handler", "hostile", "--all", "--json"]);

@@ -14,19 +14,8 @@ async fn duplicates_are_applied_once_and_offsets_reach_the_end(backend: Backend)
     let env = TestEnv::new(backend, "billing", &topic, "").await;
 
     let unique_events = 2_000;
-    let ids: Vec<String> = (0..unique_events).map(|_| new_id()).collect();
-    let mut records: Vec<Send> = ids
-        .iter()
-        .enumerate()
-        .map(|(i, id)| Send::order(id, &format!("o{i}")))
-        .collect();
     // 25% duplicates, re-sent with the same key so they land on the same partition.
-    records.extend(
-        ids.iter()
-            .enumerate()
-            .step_by(4)
-            .map(|(i, id)| Send::order(id, &format!("o{i}"))),
-    );
+    let mut records = orders_with_duplicates(unique_events, 4);
     records.shuffle(&mut rand::rng());
     let ends = produce(&topic, &records).await;
 

@@ -4,22 +4,6 @@
 use crate::support::*;
 use std::time::Duration;
 
-fn orders_with_duplicates(unique_events: usize, every: usize) -> (Vec<String>, Vec<Send>) {
-    let ids: Vec<String> = (0..unique_events).map(|_| new_id()).collect();
-    let mut records: Vec<Send> = ids
-        .iter()
-        .enumerate()
-        .map(|(i, id)| Send::order(id, &format!("o{i}")))
-        .collect();
-    records.extend(
-        ids.iter()
-            .enumerate()
-            .step_by(every)
-            .map(|(i, id)| Send::order(id, &format!("o{i}"))),
-    );
-    (ids, records)
-}
-
 /// Regression: a restart must cost a pause and one log line per outage, never a
 /// skipped record, a doubled one, or a dead letter for a healthy event.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -30,17 +14,12 @@ async fn postgres_restart_mid_stream_pauses_and_resumes_exactly_once() {
     let db_url = create_postgres_database(&cluster.admin_url).await;
     let env = TestEnv::with_database(tempfile::tempdir().unwrap(), db_url, "billing", &topic, "");
     let unique_events = 3_000;
-    let (_, records) = orders_with_duplicates(unique_events, 5);
+    let records = orders_with_duplicates(unique_events, 5);
     let ends = produce(&topic, &records).await;
     let total: i64 = ends.values().sum();
 
     let mut host = env.spawn_host();
-    let db = env.db().await;
-    let started = poll_until(Duration::from_secs(120), || {
-        let (db, handler, topic) = (db.clone(), env.handler.clone(), topic.clone());
-        async move { progress(&db, &handler, &topic).await.values().sum::<i64>() >= total / 10 }
-    })
-    .await;
+    let started = wait_for_progress(&env, &topic, total / 10).await;
     assert!(started, "no progress before the restart:\n{}", host.log());
     cluster.restart();
     let after_restart: i64 = stored_offsets(&env.db().await, &env.handler, &topic)
@@ -84,17 +63,13 @@ async fn two_hosts_in_one_group_split_partitions_and_stay_exactly_once() {
     create_topic(&topic, 4).await;
     let env = TestEnv::new(Backend::Postgres, "billing", &topic, "").await;
     let unique_events = 5_000;
-    let (_, records) = orders_with_duplicates(unique_events, 5);
+    let records = orders_with_duplicates(unique_events, 5);
     let ends = produce(&topic, &records).await;
     let total: i64 = ends.values().sum();
 
     let mut first = env.spawn_host();
     let db = env.db().await;
-    let started = poll_until(Duration::from_secs(120), || {
-        let (db, handler, topic) = (db.clone(), env.handler.clone(), topic.clone());
-        async move { progress(&db, &handler, &topic).await.values().sum::<i64>() >= total / 20 }
-    })
-    .await;
+    let started = wait_for_progress(&env, &topic, total / 20).await;
     assert!(
         started,
         "no progress before the second host joined:\n{}",

@@ -445,6 +445,26 @@ impl Drop for HostProcess {
     }
 }
 
+/// `unique_events` orders, then a re-sent copy of every `every`-th one (same
+/// key, so the copy lands on the original's partition).
+pub fn orders_with_duplicates(unique_events: usize, every: usize) -> Vec<Send> {
+    let ids: Vec<String> = (0..unique_events).map(|_| new_id()).collect();
+    let order = |(i, id): (usize, &String)| Send::order(id, &format!("o{i}"));
+    let mut records: Vec<Send> = ids.iter().enumerate().map(order).collect();
+    records.extend(ids.iter().enumerate().step_by(every).map(order));
+    records
+}
+
+/// Waits (bounded) until the handler's stored offsets on `topic` add up to `at_least`.
+pub async fn wait_for_progress(env: &TestEnv, topic: &str, at_least: i64) -> bool {
+    let db = env.db().await;
+    poll_until(Duration::from_secs(120), || {
+        let (db, handler, topic) = (db.clone(), env.handler.clone(), topic.to_owned());
+        async move { progress(&db, &handler, &topic).await.values().sum::<i64>() >= at_least }
+    })
+    .await
+}
+
 pub fn new_id() -> String {
     uuid::Uuid::new_v4().to_string()
 }
