@@ -228,32 +228,16 @@ impl Pipeline {
         park: Park<'_>,
     ) -> Result<Outcome, PipelineError> {
         inbox::mark_dead(&mut tx, claim).await?;
-        dead_letters::insert(
-            &mut tx,
-            &DeadLetter {
-                event_id: Some(claim.event_id),
-                kind: park.kind,
-                reason: park.reason,
-                attempts: park.attempts,
-                handler_version: Some(self.handler.version()),
-                first_failed_at: park.first_failed_at,
-                ..self.letter(record)
-            },
-        )
-        .await?;
-        if !self.finish(tx, record, expected).await? {
-            return Ok(Outcome::Fenced);
-        }
-        self.stats.dead_lettered();
-        tracing::warn!(
-            handler = claim.handler,
-            event_id = claim.event_id,
-            kind = park.kind.as_str(),
-            attempts = park.attempts,
-            "dead-lettered: {}",
-            park.reason
-        );
-        Ok(Outcome::DeadLettered)
+        let letter = DeadLetter {
+            event_id: Some(claim.event_id),
+            kind: park.kind,
+            reason: park.reason,
+            attempts: park.attempts,
+            handler_version: Some(self.handler.version()),
+            first_failed_at: park.first_failed_at,
+            ..self.letter(record)
+        };
+        self.commit_dead_letter(tx, record, expected, &letter).await
     }
 
     /// A record without a usable event id can never be deduplicated, so it is
@@ -264,27 +248,40 @@ impl Pipeline {
         expected: Option<i64>,
         reason: &str,
     ) -> Result<Outcome, PipelineError> {
-        let mut tx = self.db.begin().await?;
-        dead_letters::insert(
-            &mut tx,
-            &DeadLetter {
-                kind: ReasonKind::EventId,
-                reason,
-                attempts: 0,
-                ..self.letter(record)
-            },
-        )
-        .await?;
+        let tx = self.db.begin().await?;
+        let letter = DeadLetter {
+            kind: ReasonKind::EventId,
+            reason,
+            attempts: 0,
+            ..self.letter(record)
+        };
+        self.commit_dead_letter(tx, record, expected, &letter).await
+    }
+
+    /// Writes the dead letter, moves the offset on and commits: the end of
+    /// every parked record.
+    async fn commit_dead_letter(
+        &self,
+        mut tx: Tx,
+        record: &Record,
+        expected: Option<i64>,
+        letter: &DeadLetter<'_>,
+    ) -> Result<Outcome, PipelineError> {
+        dead_letters::insert(&mut tx, letter).await?;
         if !self.finish(tx, record, expected).await? {
             return Ok(Outcome::Fenced);
         }
         self.stats.dead_lettered();
         tracing::warn!(
-            handler = self.handler.name(),
+            handler = letter.handler,
+            event_id = letter.event_id,
             topic = record.topic,
             partition = record.partition,
             offset = record.offset,
-            "dead-lettered: {reason}"
+            kind = letter.kind.as_str(),
+            attempts = letter.attempts,
+            "dead-lettered: {}",
+            letter.reason
         );
         Ok(Outcome::DeadLettered)
     }

@@ -18,18 +18,8 @@ async fn each_order_yields_one_invoice_and_one_email_through_crashes(backend: Ba
     create_topic(&orders_topic, 3).await;
     create_topic(&invoices_topic, 3).await;
     let notifier = format!(
-        r#"[handlers.outbox_topics]
-"invoices.created" = "{invoices_topic}"
-
-[[handlers]]
-name = "notifier"
-component = "{}"
-topics = ["{invoices_topic}"]
-migrations = "{}"
-group_id = "{}""#,
-        guest_wasm("notifier").display(),
-        guest_migrations("notifier").display(),
-        unique("group"),
+        "[handlers.outbox_topics]\n\"invoices.created\" = \"{invoices_topic}\"\n\n{}",
+        handler_block("notifier", &invoices_topic)
     );
     let env = TestEnv::new(backend, "billing", &orders_topic, &notifier).await;
 

@@ -123,15 +123,8 @@ output_bytes = 1024
 [handlers.retry]
 max_attempts = 1
 
-[[handlers]]
-name = "billing"
-component = "{}"
-topics = ["{order_topic}"]
-migrations = "{}"
-group_id = "{}""#,
-        guest_wasm("billing").display(),
-        guest_migrations("billing").display(),
-        unique("group"),
+{}"#,
+        handler_block("billing", &order_topic)
     );
     let env = TestEnv::new(backend, "hostile", &attack_topic, &billing).await;
 

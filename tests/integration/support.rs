@@ -179,6 +179,16 @@ pub async fn database_url(backend: Backend, dir: &Path) -> String {
     }
 }
 
+/// A `[[handlers]]` entry for one of the guests, with its own consumer group.
+pub fn handler_block(guest: &str, topic: &str) -> String {
+    format!(
+        "[[handlers]]\nname = \"{guest}\"\ncomponent = \"{}\"\ntopics = [\"{topic}\"]\nmigrations = \"{}\"\ngroup_id = \"{}\"\n",
+        guest_wasm(guest).display(),
+        guest_migrations(guest).display(),
+        unique("group"),
+    )
+}
+
 /// A test's own folder, database and config file for one handler.
 pub struct TestEnv {
     pub dir: tempfile::TempDir,
@@ -217,18 +227,11 @@ session_timeout_ms = 6000
 [wasm]
 cache_dir = "{cache}"
 
-[[handlers]]
-name = "{handler}"
-component = "{component}"
-topics = ["{topic}"]
-migrations = "{migrations}"
-group_id = "{group}"
+{main_handler}
 {handler_toml}
 "#,
             brokers = brokers(),
-            component = guest_wasm(guest).display(),
-            migrations = guest_migrations(guest).display(),
-            group = unique("group"),
+            main_handler = handler_block(guest, topic),
             cache = dir.path().join("compile-cache").display(),
         );
         std::fs::write(&config_path, config).expect("write config");
