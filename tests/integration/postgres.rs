@@ -4,6 +4,9 @@
 use crate::support::*;
 use std::time::Duration;
 
+/// What the host logs, once, when the database goes away.
+const OUTAGE_LINE: &str = "retrying with backoff until it succeeds";
+
 /// Regression: a restart must cost a pause and one log line per outage, never a
 /// skipped record, a doubled one, or a dead letter for a healthy event.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -21,7 +24,16 @@ async fn postgres_restart_mid_stream_pauses_and_resumes_exactly_once() {
     let mut host = env.spawn_host();
     let started = wait_for_progress(&env, &topic, total / 10).await;
     assert!(started, "no progress before the restart:\n{}", host.log());
-    cluster.restart();
+    // Stop, and start again only once the host has met the outage: a plain
+    // `pg_ctl restart` can fall between two transactions, where the pool
+    // silently reconnects and the outage path is never exercised.
+    cluster.stop();
+    let noticed = poll_until(Duration::from_secs(60), || async {
+        host.log().contains(OUTAGE_LINE)
+    })
+    .await;
+    cluster.start_again();
+    assert!(noticed, "the host never reported the outage:\n{}", host.log());
     let after_restart: i64 = stored_offsets(&env.db().await, &env.handler, &topic)
         .await
         .values()
@@ -44,10 +56,7 @@ async fn postgres_restart_mid_stream_pauses_and_resumes_exactly_once() {
     );
 
     let log = host.log();
-    let outage_lines = log
-        .lines()
-        .filter(|l| l.contains("retrying with backoff until it succeeds"))
-        .count();
+    let outage_lines = log.lines().filter(|l| l.contains(OUTAGE_LINE)).count();
     assert!(
         (1..=2).contains(&outage_lines),
         "expected one outage line (two at most), got {outage_lines}:\n{log}"

@@ -495,6 +495,8 @@ macro_rules! on_both_backends {
 pub struct PgCluster {
     bin: PathBuf,
     data: PathBuf,
+    /// The server's command-line options, given again when it is started after a stop.
+    options: String,
     pub admin_url: String,
 }
 
@@ -532,20 +534,25 @@ impl PgCluster {
             .status()
             .expect("run initdb");
         assert!(status.success(), "initdb failed");
+        let options = format!("-c listen_addresses=127.0.0.1 -p {port} -k {}", data.display());
         let cluster = Self {
             bin,
             data,
+            options,
             admin_url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
         };
-        cluster.pg_ctl(&[
-            "start",
-            "-o",
-            &format!(
-                "-c listen_addresses=127.0.0.1 -p {port} -k {}",
-                cluster.data.display()
-            ),
-        ]);
+        cluster.start_again();
         cluster
+    }
+
+    /// `pg_ctl stop -m fast`: every connection is dropped and the server stays down.
+    pub fn stop(&self) {
+        self.pg_ctl(&["stop", "-m", "fast"]);
+    }
+
+    /// Starts the server (again) on the same port and data directory.
+    pub fn start_again(&self) {
+        self.pg_ctl(&["start", "-o", &self.options]);
     }
 
     fn pg_ctl(&self, args: &[&str]) {
