@@ -4,8 +4,9 @@
 //! migrate, compile and link components, create consumers) before any record
 //! is consumed, so a broken deployment fails fast with a clear error.
 
-use crate::config::{Config, HandlerConfig, InboxConfig, KafkaConfig, OutboxConfig};
+use crate::config::{BatchConfig, Config, HandlerConfig, InboxConfig, KafkaConfig, OutboxConfig};
 use crate::db::{Backend, Database, DbError, handler_schema, migrate};
+use crate::handler::Handler;
 use crate::kafka::{InboxConsumer, create_consumer, run_pump, run_relay};
 use crate::pipeline::Pipeline;
 use crate::sandbox::Guard;
@@ -35,6 +36,7 @@ pub enum StartError {
 struct Running {
     consumer: InboxConsumer,
     pipeline: Pipeline,
+    batching: BatchConfig,
 }
 
 pub struct Host {
@@ -118,13 +120,28 @@ pub async fn open_database(config: &Config) -> Result<Database, StartError> {
 
 impl Host {
     pub async fn start(config: &Config) -> Result<Self, StartError> {
+        Self::start_with(config, BTreeMap::new()).await
+    }
+
+    /// As [`Host::start`], running the given native handlers in place of the
+    /// components configured under their names. For benchmarks only: a
+    /// native handler runs without the sandbox (design §5).
+    pub async fn start_with(
+        config: &Config,
+        mut natives: BTreeMap<String, Arc<dyn Handler>>,
+    ) -> Result<Self, StartError> {
         let db = open_database(config).await?;
         let engine =
             WasmEngine::new(config.wasm.cache_dir()).map_err(|e| StartError::Engine(format!("{e:#}")))?;
         let mut handlers = Vec::new();
         let mut stats = BTreeMap::new();
         for handler in &config.handlers {
-            let running = Self::start_handler(&db, &engine, config, handler).await?;
+            let code: Arc<dyn Handler> = match natives.remove(&handler.name) {
+                Some(native) => native,
+                None => Arc::new(load_handler(&db, &engine, handler).await?),
+            };
+            tracing::info!(handler = handler.name, version = code.version(), "handler loaded");
+            let running = Self::start_handler(&db, config, handler, code)?;
             stats.insert(handler.name.clone(), running.1);
             handlers.push(running.0);
         }
@@ -141,22 +158,16 @@ impl Host {
         })
     }
 
-    async fn start_handler(
+    fn start_handler(
         db: &Database,
-        engine: &WasmEngine,
         config: &Config,
         handler: &HandlerConfig,
+        code: Arc<dyn Handler>,
     ) -> Result<(Running, Arc<Stats>), StartError> {
-        let component = load_handler(db, engine, handler).await?;
-        tracing::info!(
-            handler = handler.name,
-            version = component.version(),
-            "handler loaded"
-        );
         let stats = Arc::new(Stats::default());
         let pipeline = Pipeline::new(
             db.clone(),
-            Arc::new(component),
+            code,
             handler.event_id.clone(),
             handler.retry.clone(),
             stats.clone(),
@@ -166,7 +177,14 @@ impl Host {
                 handler: handler.name.clone(),
                 source,
             })?;
-        Ok((Running { consumer, pipeline }, stats))
+        Ok((
+            Running {
+                consumer,
+                pipeline,
+                batching: handler.batch.clone(),
+            },
+            stats,
+        ))
     }
 
     pub fn database(&self) -> &Database {
@@ -200,7 +218,12 @@ impl Host {
         ));
         let mut pumps = tokio::task::JoinSet::new();
         for running in self.handlers {
-            pumps.spawn(run_pump(running.consumer, running.pipeline, shutdown.clone()));
+            pumps.spawn(run_pump(
+                running.consumer,
+                running.pipeline,
+                running.batching,
+                shutdown.clone(),
+            ));
         }
         while let Some(result) = pumps.join_next().await {
             if let Err(error) = result {

@@ -11,6 +11,7 @@ pub mod config;
 pub mod db;
 pub mod event_id;
 pub mod failpoints;
+pub mod handler;
 pub mod host;
 pub mod kafka;
 pub mod pipeline;

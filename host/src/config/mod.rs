@@ -37,6 +37,15 @@ pub mod defaults {
     pub const MAX_OUTBOX_BYTES: usize = 1024 * 1024;
     /// Published outbox rows are kept this long for inspection, then purged.
     pub const OUTBOX_RETENTION: &str = "1d";
+    /// Records of one partition per transaction. A commit costs an fsync, so
+    /// sharing it is the lever (design §7: ~290 vs ~20,000 events/s on
+    /// PostgreSQL at 1 vs 100 per transaction); more than this adds latency
+    /// and lock time for little gain.
+    pub const MAX_BATCH: usize = 100;
+    /// How long a partition's first waiting record may wait for company. While
+    /// a batch is in flight, the next one fills anyway, so under load batches
+    /// grow without waiting and at low load this bounds the added latency.
+    pub const LINGER_MS: u64 = 5;
     pub const MAX_ATTEMPTS: u32 = 5;
     pub const BACKOFF_INITIAL_MS: u64 = 100;
     pub const BACKOFF_MAX_MS: u64 = 30_000;
@@ -231,6 +240,8 @@ pub struct HandlerConfig {
     pub limits: LimitsConfig,
     #[serde(default)]
     pub retry: RetryConfig,
+    #[serde(default)]
+    pub batch: BatchConfig,
     /// Topics the handler publishes to, by the name it uses -> the real topic.
     #[serde(default)]
     pub outbox_topics: BTreeMap<String, String>,
@@ -309,6 +320,27 @@ impl Default for LimitsConfig {
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+pub struct BatchConfig {
+    /// Records of one partition that share a transaction, at most. 1 is the
+    /// classic one-transaction-per-event inbox.
+    #[serde(default = "default_max_batch")]
+    pub max_events: usize,
+    /// How long a partition's records may wait for a batch to fill.
+    #[serde(default = "default_linger_ms")]
+    pub linger_ms: u64,
+}
+
+impl Default for BatchConfig {
+    fn default() -> Self {
+        Self {
+            max_events: defaults::MAX_BATCH,
+            linger_ms: defaults::LINGER_MS,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RetryConfig {
     /// Deliveries of one event before a retryable failure is dead-lettered.
     #[serde(default = "default_max_attempts")]
@@ -329,6 +361,12 @@ impl Default for RetryConfig {
     }
 }
 
+fn default_max_batch() -> usize {
+    defaults::MAX_BATCH
+}
+fn default_linger_ms() -> u64 {
+    defaults::LINGER_MS
+}
 fn default_retention() -> Duration {
     parse_duration(defaults::RETENTION).expect("default retention parses")
 }
@@ -583,6 +621,15 @@ impl HandlerConfig {
             if value == 0 {
                 return Err(invalid(format!("{key}.limits.{name}"), "must be at least 1"));
             }
+        }
+        if !(1..=10_000).contains(&self.batch.max_events) {
+            return Err(invalid(
+                format!("{key}.batch.max_events"),
+                "must be between 1 and 10000",
+            ));
+        }
+        if self.batch.linger_ms > 10_000 {
+            return Err(invalid(format!("{key}.batch.linger_ms"), "must be at most 10000"));
         }
         if self.retry.max_attempts == 0 {
             return Err(invalid(format!("{key}.retry.max_attempts"), "must be at least 1"));

@@ -59,6 +59,11 @@ fn bad_values_name_their_key() {
             "[handlers.retry]\nmax_attempts = 0",
             "handlers[0].retry.max_attempts",
         ),
+        ("[handlers.batch]\nmax_events = 0", "handlers[0].batch.max_events"),
+        (
+            "[handlers.batch]\nlinger_ms = 60000",
+            "handlers[0].batch.linger_ms",
+        ),
         (
             "group_id = \"x\"\nmigrations = \"/nonexistent\"",
             "handlers[0].migrations",

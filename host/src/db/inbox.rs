@@ -45,6 +45,17 @@ pub async fn claim(tx: &mut Tx, claim: &Claim<'_>) -> Result<bool, DbError> {
     Ok(tx.execute(INSERT, &claim.params("done")).await? == 1)
 }
 
+/// Takes back a claim made earlier in this transaction, when the event is to
+/// run again later (a batch stops at an event whose handler asked to retry).
+pub async fn unclaim(tx: &mut Tx, claim: &Claim<'_>) -> Result<(), DbError> {
+    tx.execute(
+        "DELETE FROM inbox WHERE handler = $1 AND event_id = $2 AND status = 'done'",
+        &[claim.handler.into(), claim.event_id.into()],
+    )
+    .await?;
+    Ok(())
+}
+
 /// Records the event as dead-lettered, claiming it if it was not yet claimed,
 /// so a replayed copy is not run again by accident.
 pub async fn mark_dead(tx: &mut Tx, claim: &Claim<'_>) -> Result<(), DbError> {

@@ -6,34 +6,53 @@
 use super::inbox::Claim;
 use super::{DbError, SqlValue, Tx};
 
-const CHECK: &str = "SELECT
-    (SELECT status FROM inbox WHERE handler = $1 AND event_id = $2),
-    (SELECT next_offset FROM offsets WHERE handler = $1 AND topic = $3 AND partition = $4)";
+/// The event ids in one batch are few (`max_batch`), so one statement with a
+/// parameter each checks them all.
+fn check_sql(claims: usize) -> String {
+    let ids: Vec<String> = (0..claims).map(|i| format!("${}", i + 4)).collect();
+    format!(
+        "SELECT
+    (SELECT COUNT(*) FROM inbox WHERE handler = $1 AND status = 'done' AND event_id IN ({})),
+    (SELECT next_offset FROM offsets WHERE handler = $1 AND topic = $2 AND partition = $3)",
+        ids.join(", ")
+    )
+}
 
-/// `None` if the claim row says `done` and the partition's offset row is still
-/// `expected_offset`; otherwise what is wrong.
+/// The partition a batch advances, as the host last saw it.
+pub struct Position<'a> {
+    pub handler: &'a str,
+    pub topic: &'a str,
+    pub partition: i32,
+    /// The stored `next_offset` before this transaction (`None`: no row yet).
+    pub expected: Option<i64>,
+}
+
+/// `None` if every claim the transaction applied still says `done` and the
+/// partition's offset row is still `expected`; otherwise what is wrong.
 pub async fn violation(
     tx: &mut Tx,
-    claim: &Claim<'_>,
-    expected_offset: Option<i64>,
+    position: &Position<'_>,
+    applied: &[String],
 ) -> Result<Option<String>, DbError> {
-    let params = [
-        claim.handler.into(),
-        claim.event_id.into(),
-        claim.topic.into(),
-        claim.partition.into(),
+    let mut params: Vec<SqlValue> = vec![
+        position.handler.into(),
+        position.topic.into(),
+        position.partition.into(),
     ];
-    let rows = tx.query(CHECK, &params).await?;
-    let (status, offset) = match rows.as_slice() {
+    params.extend(applied.iter().map(|id| SqlValue::from(id.as_str())));
+    let rows = tx.query(&check_sql(applied.len()), &params).await?;
+    let (intact, offset) = match rows.as_slice() {
         [row] if row.len() == 2 => (&row[0], &row[1]),
         _ => return Ok(Some("the invariant check returned no row".into())),
     };
-    if status.as_str() != Some("done") {
+    let intact = intact.as_i64().unwrap_or(-1);
+    if intact != applied.len() as i64 {
         return Ok(Some(format!(
-            "the event's inbox claim was changed or removed (status {status:?})"
+            "an applied event's inbox claim was changed or removed ({intact} of {} intact)",
+            applied.len()
         )));
     }
-    let expected = expected_offset.map_or(SqlValue::Null, SqlValue::Int64);
+    let expected = position.expected.map_or(SqlValue::Null, SqlValue::Int64);
     if *offset != expected {
         return Ok(Some(format!(
             "the partition's stored offset was changed (expected {expected:?}, found {offset:?})"
@@ -74,6 +93,15 @@ mod tests {
         }
     }
 
+    fn position(expected: Option<i64>) -> Position<'static> {
+        Position {
+            handler: "h",
+            topic: "t",
+            partition: 0,
+            expected,
+        }
+    }
+
     #[tokio::test]
     async fn intact_rows_pass_and_tampered_ones_are_named() {
         let db = memory_db().await;
@@ -88,18 +116,29 @@ mod tests {
         };
         offsets::advance(&mut tx, &advance).await.unwrap();
         inbox::claim(&mut tx, &claim()).await.unwrap();
-        assert_eq!(violation(&mut tx, &claim(), Some(9)).await.unwrap(), None);
+        let applied = vec!["e1".to_owned()];
+        assert_eq!(
+            violation(&mut tx, &position(Some(9)), &applied).await.unwrap(),
+            None
+        );
         assert_eq!(claim_violation(&mut tx, &claim()).await.unwrap(), None);
 
         tx.execute("UPDATE offsets SET next_offset = 0", &[])
             .await
             .unwrap();
-        let found = violation(&mut tx, &claim(), Some(9)).await.unwrap().unwrap();
+        let found = violation(&mut tx, &position(Some(9)), &applied)
+            .await
+            .unwrap()
+            .unwrap();
         assert!(found.contains("stored offset was changed"), "{found}");
 
         tx.execute("DELETE FROM inbox", &[]).await.unwrap();
-        let found = violation(&mut tx, &claim(), Some(0)).await.unwrap().unwrap();
+        let found = violation(&mut tx, &position(Some(0)), &applied)
+            .await
+            .unwrap()
+            .unwrap();
         assert!(found.contains("claim was changed or removed"), "{found}");
+        assert!(found.contains("0 of 1 intact"), "{found}");
         assert!(claim_violation(&mut tx, &claim()).await.unwrap().is_some());
     }
 }

@@ -9,6 +9,7 @@
 
 use super::dead_letters::{headers_json, parse_headers};
 use super::{Database, DbError, SqlValue, Tx, now_ms};
+use std::collections::BTreeMap;
 
 /// Buckets of relay ownership and ordering. Fixed: it is baked into the rows.
 pub const BUCKETS: u64 = 64;
@@ -38,39 +39,54 @@ pub fn bucket(handler: &str, key: Option<&[u8]>) -> i64 {
     (hash % BUCKETS) as i64
 }
 
-/// Writes the messages in the caller's transaction.
+/// Writes the messages in the caller's transaction, numbering each within its
+/// bucket. A transaction holds the sequence rows of its buckets until it
+/// commits, so later publishers of a bucket wait and `bucket_seq` order is
+/// commit order. The rows are locked in ascending bucket order, whatever
+/// order the messages came in: two batches publishing to the same buckets
+/// then queue behind each other instead of deadlocking. Within a bucket the
+/// messages keep their order.
 pub async fn insert(tx: &mut Tx, handler: &str, messages: &[NewMessage]) -> Result<(), DbError> {
+    let mut by_bucket: BTreeMap<i64, Vec<&NewMessage>> = BTreeMap::new();
     for message in messages {
-        let bucket = bucket(handler, message.key.as_deref());
-        // Locks the bucket's row until commit: later publishers of the bucket
-        // wait, so bucket_seq order is commit order.
-        let seq = tx
+        by_bucket
+            .entry(bucket(handler, message.key.as_deref()))
+            .or_default()
+            .push(message);
+    }
+    let created_at = now_ms();
+    for (bucket, messages) in by_bucket {
+        let count = messages.len() as i64;
+        let rows = tx
             .query(
-                "UPDATE outbox_sequences SET next_seq = next_seq + 1 WHERE bucket = $1 RETURNING next_seq",
-                &[bucket.into()],
+                "UPDATE outbox_sequences SET next_seq = next_seq + $2 WHERE bucket = $1 RETURNING next_seq",
+                &[bucket.into(), count.into()],
             )
             .await?;
-        let bucket_seq = seq
+        let last = rows
             .first()
             .and_then(|r| r.first())
             .and_then(SqlValue::as_i64)
-            .unwrap_or(0);
-        tx.execute(
-            "INSERT INTO outbox (id, handler, topic, key, payload, headers, bucket, bucket_seq, created_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-            &[
-                message.id.as_str().into(),
-                handler.into(),
-                message.topic.as_str().into(),
-                message.key.as_deref().map_or(SqlValue::Null, SqlValue::from),
-                message.payload.as_slice().into(),
-                headers_json(&message.headers).into(),
-                bucket.into(),
-                bucket_seq.into(),
-                now_ms().into(),
-            ],
-        )
-        .await?;
+            .unwrap_or(count);
+        for (i, message) in messages.into_iter().enumerate() {
+            let bucket_seq = last - count + 1 + i as i64;
+            tx.execute(
+                "INSERT INTO outbox (id, handler, topic, key, payload, headers, bucket, bucket_seq, created_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                &[
+                    message.id.as_str().into(),
+                    handler.into(),
+                    message.topic.as_str().into(),
+                    message.key.as_deref().map_or(SqlValue::Null, SqlValue::from),
+                    message.payload.as_slice().into(),
+                    headers_json(&message.headers).into(),
+                    bucket.into(),
+                    bucket_seq.into(),
+                    created_at.into(),
+                ],
+            )
+            .await?;
+        }
     }
     Ok(())
 }

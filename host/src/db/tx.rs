@@ -9,6 +9,7 @@ use super::{Backend, DbError, HOST_SCHEMA, SqlValue, handler_role, handler_schem
 use crate::sandbox::authorizer::{self, Scope};
 use futures_util::TryStreamExt;
 use sqlx::{Postgres, Sqlite, Transaction};
+use tokio::sync::OwnedSemaphorePermit;
 
 /// Wraps each guest statement on PostgreSQL, where a failed statement would
 /// otherwise abort the whole transaction (SQLite undoes just the statement).
@@ -16,6 +17,8 @@ const STATEMENT_SAVEPOINT: &str = "inboxd_statement";
 
 pub struct Tx {
     inner: Inner,
+    /// The SQLite writer slot this transaction holds, if any; released when it ends.
+    _writer: Option<OwnedSemaphorePermit>,
 }
 
 enum Inner {
@@ -27,13 +30,20 @@ impl Tx {
     pub(super) fn sqlite(tx: Transaction<'static, Sqlite>) -> Self {
         Self {
             inner: Inner::Sqlite(tx),
+            _writer: None,
         }
     }
 
     pub(super) fn postgres(tx: Transaction<'static, Postgres>) -> Self {
         Self {
             inner: Inner::Postgres(tx),
+            _writer: None,
         }
+    }
+
+    pub(super) fn holding(mut self, writer: Option<OwnedSemaphorePermit>) -> Self {
+        self._writer = writer;
+        self
     }
 
     pub fn backend(&self) -> Backend {

@@ -20,6 +20,7 @@ pub type FreshPartitions = Arc<Mutex<HashSet<(String, i32)>>>;
 pub struct InboxContext {
     handler: String,
     fresh: FreshPartitions,
+    revoked: FreshPartitions,
 }
 
 impl InboxContext {
@@ -31,6 +32,12 @@ impl InboxContext {
 }
 
 impl InboxContext {
+    /// Partitions revoked since the pump last asked: it drops what it buffered for them.
+    pub fn take_revoked(&self) -> Vec<(String, i32)> {
+        let mut revoked = self.revoked.lock().unwrap_or_else(|p| p.into_inner());
+        revoked.drain().collect()
+    }
+
     /// Makes the pump re-read the partition's stored offset before its next record.
     pub fn mark_fresh(&self, topic: &str, partition: i32) {
         let mut fresh = self.fresh.lock().unwrap_or_else(|p| p.into_inner());
@@ -41,8 +48,9 @@ impl InboxContext {
 impl ClientContext for InboxContext {}
 
 impl ConsumerContext for InboxContext {
-    // Runs inside the consumer's poll, between two records: the pump never has
-    // a transaction open here, so a revoke cannot split one.
+    // Runs inside the consumer's poll. Batches of a revoked partition may still
+    // be in flight: they either commit before the new owner's first commit or
+    // are fenced by it (offsets are compare-and-set), never both.
     fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         let mut fresh = self.fresh.lock().unwrap_or_else(|p| p.into_inner());
         match rebalance {
@@ -63,8 +71,10 @@ impl ConsumerContext for InboxContext {
                     .iter()
                     .map(|e| format!("{}/{}", e.topic(), e.partition()))
                     .collect();
+                let mut revoked = self.revoked.lock().unwrap_or_else(|p| p.into_inner());
                 for e in tpl.elements() {
                     fresh.remove(&(e.topic().to_owned(), e.partition()));
+                    revoked.insert((e.topic().to_owned(), e.partition()));
                 }
                 tracing::info!(handler = %self.handler, partitions = ?list, "partitions revoked");
             }
@@ -99,6 +109,7 @@ pub fn create_consumer(
     let context = InboxContext {
         handler: handler.to_owned(),
         fresh: FreshPartitions::default(),
+        revoked: FreshPartitions::default(),
     };
     let consumer: InboxConsumer = config.create_with_context(context)?;
     let topics: Vec<&str> = topics.iter().map(String::as_str).collect();

@@ -1,34 +1,376 @@
-//! The consume loop for one handler: records in partition order through the
-//! pipeline, then (and only then) their offsets to Kafka.
+//! The consume loop of one handler: records in, micro-batches out, and (only
+//! after their commit) offsets to Kafka.
 //!
-//! Shutdown is checked between records: the record in flight finishes and
-//! commits, or (if it is waiting to retry) is abandoned uncommitted and will be
-//! redelivered; either way nothing is half-applied. The host's own database
-//! errors are retried here with backoff, with one log line per outage.
+//! One task reads the handler's consumer and sorts records into a buffer per
+//! partition. A partition has at most one batch in flight, so its records
+//! commit in order; different partitions' batches run in parallel, each on a
+//! connection of its own. A batch starts when `batch.max_events` records are
+//! waiting or the first has waited `batch.linger_ms`; while one is in flight
+//! the next fills, so batches grow with the load.
+//!
+//! Shutdown: batches in flight finish their transaction (one waiting to retry
+//! a failed handler is abandoned uncommitted) and buffered records are
+//! dropped; all of them are redelivered. Nothing is ever half-applied.
 
 use super::consumer::InboxConsumer;
-use crate::config::RetryConfig;
+use super::outage::OutageLog;
+use crate::config::BatchConfig;
 use crate::db::offsets;
-use crate::pipeline::{Outcome, Pipeline, PipelineError, backoff};
+use crate::pipeline::{BatchCursor, BatchEnd, Pipeline, PipelineError};
 use crate::record::Record;
 use rdkafka::Message;
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::message::{BorrowedMessage, Headers};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 /// How often stored offsets are committed to Kafka (for lag tools only; the
 /// database holds the real position, so a lost Kafka commit costs nothing).
 const KAFKA_COMMIT_INTERVAL: Duration = Duration::from_secs(1);
-/// Backoff for the host's own retries (database outages, broker errors).
-const HOST_RETRY: RetryConfig = RetryConfig {
-    max_attempts: u32::MAX,
-    backoff_initial_ms: 100,
-    backoff_max_ms: 5_000,
-};
 const SEEK_TIMEOUT: Duration = Duration::from_secs(5);
+/// Records buffered per partition, in batches: enough that the next full
+/// batch is ready the moment the last one commits, few enough that memory
+/// stays bounded when the database is slower than the broker.
+const BUFFERED_BATCHES: usize = 3;
+
+type Key = (String, i32);
+
+/// What the pump knows of one assigned partition.
+#[derive(Default)]
+struct Partition {
+    /// The stored next offset as this pump knows it (`None`: no row yet).
+    next: Option<i64>,
+    buffer: Vec<Record>,
+    /// When the oldest buffered record arrived: the linger clock.
+    since: Option<Instant>,
+    /// The generation of the batch in flight, if one is.
+    in_flight: Option<u64>,
+    /// Bumped when the partition is re-read from the database, so a batch
+    /// launched before that cannot overwrite the fresh position.
+    generation: u64,
+}
+
+/// A batch task's report. A batch abandoned for shutdown reports `Done`
+/// with the cursor of what it committed before.
+struct BatchDone {
+    key: Key,
+    generation: u64,
+    end: BatchEnd,
+    cursor: BatchCursor,
+}
+
+/// Consumes until `shutdown` is cancelled, then commits to Kafka and leaves the group.
+pub async fn run_pump(
+    consumer: InboxConsumer,
+    pipeline: Pipeline,
+    batching: BatchConfig,
+    shutdown: CancellationToken,
+) {
+    let mut pump = Pump {
+        handler: pipeline.handler_name().to_owned(),
+        pipeline: Arc::new(pipeline),
+        consumer,
+        batching,
+        outage: Arc::new(OutageLog::default()),
+        partitions: HashMap::new(),
+        batches: JoinSet::new(),
+        generations: 0,
+        last_kafka_commit: Instant::now(),
+        uncommitted: false,
+    };
+    pump.run(&shutdown).await;
+}
+
+struct Pump {
+    handler: String,
+    pipeline: Arc<Pipeline>,
+    consumer: InboxConsumer,
+    batching: BatchConfig,
+    outage: Arc<OutageLog>,
+    partitions: HashMap<Key, Partition>,
+    batches: JoinSet<BatchDone>,
+    generations: u64,
+    last_kafka_commit: Instant,
+    uncommitted: bool,
+}
+
+impl Pump {
+    async fn run(&mut self, shutdown: &CancellationToken) {
+        let linger = Duration::from_millis(self.batching.linger_ms);
+        let max_buffered = self.batching.max_events * BUFFERED_BATCHES;
+        loop {
+            for key in self.consumer.context().take_revoked() {
+                self.partitions.remove(&key);
+            }
+            self.launch_ready(linger, shutdown);
+            let wake = self
+                .partitions
+                .values()
+                .filter(|p| p.in_flight.is_none())
+                .filter_map(|p| p.since)
+                .min()
+                .map(|since| since + linger);
+            let room = self.partitions.values().all(|p| p.buffer.len() < max_buffered);
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => break,
+                Some(joined) = self.batches.join_next(), if !self.batches.is_empty() => match joined {
+                    Ok(done) => {
+                        if !self.batch_done(done, shutdown).await {
+                            break;
+                        }
+                    }
+                    Err(error) => {
+                        tracing::error!(handler = self.handler, "a batch task panicked: {error}");
+                        shutdown.cancel();
+                        break;
+                    }
+                },
+                _ = sleep_until(wake), if wake.is_some() => {}
+                message = self.consumer.recv(), if room => match message {
+                    Ok(message) => {
+                        let record = to_record(&message);
+                        drop(message);
+                        if !self.accept(record, shutdown).await {
+                            break;
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(handler = self.handler, "kafka consumer error: {error}");
+                        // librdkafka reconnects by itself; this only keeps a
+                        // persistent error from flooding the log.
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                },
+            }
+        }
+        // Batches in flight end their transaction first: committed or rolled back.
+        while let Some(joined) = self.batches.join_next().await {
+            if let Ok(done) = joined {
+                self.record_progress(&done);
+            }
+        }
+        if self.uncommitted {
+            self.commit_to_kafka(CommitMode::Sync);
+        }
+        self.consumer.unsubscribe();
+        tracing::info!(handler = self.handler, "consumer stopped and left its group");
+    }
+
+    /// Buffers a record for its partition, first reading the partition's
+    /// stored position (and seeking there) if it was just assigned.
+    /// `false`: shutdown came first.
+    async fn accept(&mut self, record: Record, shutdown: &CancellationToken) -> bool {
+        let key = (record.topic.clone(), record.partition);
+        if self
+            .consumer
+            .context()
+            .take_fresh(&record.topic, record.partition)
+        {
+            let Some(stored) = self.load_position(&key, shutdown).await else {
+                return false;
+            };
+            if let Some(next) = stored
+                && record.offset != next
+            {
+                // Kafka's committed offset lags the database after a crash
+                // between the two commits, or leads it if the database was
+                // restored: the database wins either way.
+                tracing::info!(
+                    handler = self.handler,
+                    topic = record.topic,
+                    partition = record.partition,
+                    broker_offset = record.offset,
+                    database_offset = next,
+                    "seeking to the offset stored in the database"
+                );
+                if !self.seek(&key, next) || record.offset > next {
+                    return true;
+                }
+            }
+        }
+        let partition = self.partitions.entry(key).or_default();
+        if partition.next.is_some_and(|next| record.offset < next) {
+            return true;
+        }
+        if partition.buffer.is_empty() {
+            partition.since = Some(Instant::now());
+        }
+        partition.buffer.push(record);
+        true
+    }
+
+    /// Re-reads a partition's stored position and forgets what was buffered.
+    async fn load_position(&mut self, key: &Key, shutdown: &CancellationToken) -> Option<Option<i64>> {
+        let stored = self
+            .outage
+            .retry("reading the stored offset", shutdown, || async {
+                offsets::load(self.pipeline.db(), &self.handler, &key.0, key.1)
+                    .await
+                    .map_err(PipelineError::from)
+            })
+            .await?;
+        self.generations += 1;
+        let partition = self.partitions.entry(key.clone()).or_default();
+        partition.next = stored;
+        partition.buffer.clear();
+        partition.since = None;
+        partition.generation = self.generations;
+        Some(stored)
+    }
+
+    /// Seeks the consumer; on failure the partition is re-read (and the seek
+    /// tried again) at its next record, so nothing is ever processed past a gap.
+    fn seek(&mut self, key: &Key, next: i64) -> bool {
+        match self
+            .consumer
+            .seek(&key.0, key.1, Offset::Offset(next), SEEK_TIMEOUT)
+        {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::warn!(
+                    handler = self.handler,
+                    "seek failed ({error}); retrying it on the next record"
+                );
+                self.partitions.remove(key);
+                self.consumer.context().mark_fresh(&key.0, key.1);
+                false
+            }
+        }
+    }
+
+    /// Starts a batch for every idle partition whose records are due.
+    fn launch_ready(&mut self, linger: Duration, shutdown: &CancellationToken) {
+        let max = self.batching.max_events;
+        for (key, partition) in &mut self.partitions {
+            let due = partition.buffer.len() >= max || partition.since.is_some_and(|s| s.elapsed() >= linger);
+            if partition.in_flight.is_some() || partition.buffer.is_empty() || !due {
+                continue;
+            }
+            let take = partition.buffer.len().min(max);
+            let records: Vec<Record> = partition.buffer.drain(..take).collect();
+            if partition.buffer.is_empty() {
+                partition.since = None;
+            }
+            partition.in_flight = Some(partition.generation);
+            let task = BatchTask {
+                key: key.clone(),
+                generation: partition.generation,
+                cursor: BatchCursor::new(partition.next),
+                pipeline: self.pipeline.clone(),
+                outage: self.outage.clone(),
+            };
+            self.batches.spawn(task.run(records, shutdown.clone()));
+        }
+    }
+
+    /// Takes a finished batch's position; a fenced one re-reads the partition
+    /// and seeks back to where the database says it stands. `false`: shutdown.
+    async fn batch_done(&mut self, done: BatchDone, shutdown: &CancellationToken) -> bool {
+        self.record_progress(&done);
+        let current = self.partitions.get(&done.key).map(|p| p.generation);
+        if done.end == BatchEnd::Fenced && current == Some(done.generation) {
+            let Some(stored) = self.load_position(&done.key, shutdown).await else {
+                return false;
+            };
+            if let Some(next) = stored {
+                self.seek(&done.key, next);
+            }
+        }
+        if self.uncommitted && self.last_kafka_commit.elapsed() >= KAFKA_COMMIT_INTERVAL {
+            self.commit_to_kafka(CommitMode::Async);
+        }
+        true
+    }
+
+    /// Moves a partition's position past a batch's committed records and
+    /// tells Kafka, unless the partition was re-read since the batch began.
+    fn record_progress(&mut self, done: &BatchDone) {
+        let Some(partition) = self.partitions.get_mut(&done.key) else {
+            return;
+        };
+        if partition.in_flight == Some(done.generation) {
+            partition.in_flight = None;
+        }
+        if done.cursor.done == 0 || partition.generation != done.generation {
+            return;
+        }
+        partition.next = done.cursor.expected;
+        if let Some(next) = done.cursor.expected {
+            // Only now, after the database commit, may Kafka hear about it.
+            if let Err(error) = store_next_offset(&self.consumer, &done.key, next) {
+                tracing::debug!(
+                    handler = self.handler,
+                    "storing the Kafka offset failed (partition revoked?): {error}"
+                );
+            }
+            self.uncommitted = true;
+        }
+    }
+
+    fn commit_to_kafka(&mut self, mode: CommitMode) {
+        if let Err(error) = self.consumer.commit_consumer_state(mode) {
+            // Harmless: the database holds the real position.
+            tracing::debug!(
+                handler = self.handler,
+                "committing offsets to Kafka failed: {error}"
+            );
+        }
+        self.last_kafka_commit = Instant::now();
+        self.uncommitted = false;
+    }
+}
+
+/// One batch's run on its own task, retrying the host's own failures; the
+/// cursor makes a retry resume after what already committed.
+struct BatchTask {
+    key: Key,
+    generation: u64,
+    cursor: BatchCursor,
+    pipeline: Arc<Pipeline>,
+    outage: Arc<OutageLog>,
+}
+
+impl BatchTask {
+    async fn run(mut self, records: Vec<Record>, shutdown: CancellationToken) -> BatchDone {
+        let mut attempt = super::outage::Attempt::new(&self.outage);
+        let end = loop {
+            match self
+                .pipeline
+                .process_batch(&records, &mut self.cursor, &shutdown)
+                .await
+            {
+                Ok(end) => {
+                    attempt.succeeded("processing records");
+                    break Some(end);
+                }
+                Err(PipelineError::Abandoned) => break None,
+                Err(error) => {
+                    if !attempt.failed("processing records", &error, &shutdown).await {
+                        break None;
+                    }
+                }
+            }
+        };
+        drop(attempt);
+        BatchDone {
+            key: self.key,
+            generation: self.generation,
+            end: end.unwrap_or(BatchEnd::Done),
+            cursor: self.cursor,
+        }
+    }
+}
+
+async fn sleep_until(wake: Option<Instant>) {
+    if let Some(wake) = wake {
+        tokio::time::sleep_until(wake.into()).await;
+    }
+}
 
 fn to_record(message: &BorrowedMessage<'_>) -> Record {
     let headers = message
@@ -50,162 +392,11 @@ fn to_record(message: &BorrowedMessage<'_>) -> Record {
     }
 }
 
-/// Retries a host-side database step until it succeeds or shutdown begins,
-/// logging the start and the end of an outage once each.
-async fn with_db_retry<T, F, Fut>(what: &str, shutdown: &CancellationToken, mut step: F) -> Option<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, PipelineError>>,
-{
-    let mut failures = 0u32;
-    let mut since = Instant::now();
-    loop {
-        match step().await {
-            Ok(value) => {
-                if failures > 0 {
-                    tracing::info!(
-                        failures,
-                        outage_ms = since.elapsed().as_millis() as u64,
-                        "database is back; resumed {what}"
-                    );
-                }
-                return Some(value);
-            }
-            Err(PipelineError::Abandoned) => return None,
-            Err(error) => {
-                if failures == 0 {
-                    since = Instant::now();
-                    tracing::warn!("{what} failed, retrying with backoff until it succeeds: {error}");
-                }
-                failures += 1;
-                tokio::select! {
-                    _ = shutdown.cancelled() => return None,
-                    _ = tokio::time::sleep(backoff(&HOST_RETRY, failures.min(16))) => {}
-                }
-            }
-        }
-    }
-}
-
-/// Consumes until `shutdown` is cancelled, then commits to Kafka and leaves the group.
-pub async fn run_pump(consumer: InboxConsumer, pipeline: Pipeline, shutdown: CancellationToken) {
-    let handler = pipeline.handler_name().to_owned();
-    // Next offset per partition as known to this pump: records below it were
-    // already applied (the database said so) and are skipped without a transaction.
-    let mut positions: HashMap<(String, i32), i64> = HashMap::new();
-    let mut last_kafka_commit = Instant::now();
-    let mut uncommitted = false;
-    loop {
-        let message = tokio::select! {
-            biased;
-            _ = shutdown.cancelled() => break,
-            message = consumer.recv() => message,
-        };
-        let record = match message {
-            Ok(message) => to_record(&message),
-            Err(error) => {
-                tracing::warn!(handler, "kafka consumer error: {error}");
-                // librdkafka reconnects by itself; this only keeps a persistent
-                // error from flooding the log.
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
-            }
-        };
-        let key = (record.topic.clone(), record.partition);
-        if consumer.context().take_fresh(&record.topic, record.partition) {
-            positions.remove(&key);
-            let stored = with_db_retry("reading the stored offset", &shutdown, || async {
-                offsets::load(pipeline.db(), &handler, &record.topic, record.partition)
-                    .await
-                    .map_err(PipelineError::from)
-            })
-            .await;
-            let Some(stored) = stored else { break };
-            if let Some(next) = stored {
-                positions.insert(key.clone(), next);
-                if record.offset != next {
-                    // Kafka's committed offset lags the database after a crash
-                    // between the two commits, or leads it if the database was
-                    // restored: the database wins either way.
-                    tracing::info!(
-                        handler,
-                        topic = record.topic,
-                        partition = record.partition,
-                        broker_offset = record.offset,
-                        database_offset = next,
-                        "seeking to the offset stored in the database"
-                    );
-                    if let Err(error) = consumer.seek(
-                        &record.topic,
-                        record.partition,
-                        Offset::Offset(next),
-                        SEEK_TIMEOUT,
-                    ) {
-                        // Never process past a gap: try the seek again on the next record.
-                        tracing::warn!(handler, "seek failed ({error}); retrying it on the next record");
-                        positions.remove(&key);
-                        consumer.context().mark_fresh(&record.topic, record.partition);
-                        continue;
-                    }
-                    if record.offset > next {
-                        continue;
-                    }
-                }
-            }
-        }
-        if positions.get(&key).is_some_and(|&next| record.offset < next) {
-            continue;
-        }
-        let expected = positions.get(&key).copied();
-        let outcome = with_db_retry("processing a record", &shutdown, || {
-            pipeline.process(&record, expected, &shutdown)
-        })
-        .await;
-        match outcome {
-            None => break,
-            Some(Outcome::Fenced) => {
-                // Someone else owns (or owned) this partition's position: drop
-                // ours and re-read it from the database on the next record.
-                positions.remove(&key);
-                consumer.context().mark_fresh(&record.topic, record.partition);
-                continue;
-            }
-            Some(_) => {}
-        }
-        positions.insert(key, record.offset + 1);
-        // Only now, after the database commit, may Kafka hear about it.
-        if let Err(error) = store_next_offset(&consumer, &record) {
-            tracing::debug!(
-                handler,
-                "storing the Kafka offset failed (partition revoked?): {error}"
-            );
-        }
-        uncommitted = true;
-        if last_kafka_commit.elapsed() >= KAFKA_COMMIT_INTERVAL {
-            commit_to_kafka(&consumer, CommitMode::Async, &handler);
-            last_kafka_commit = Instant::now();
-            uncommitted = false;
-        }
-    }
-    if uncommitted {
-        commit_to_kafka(&consumer, CommitMode::Sync, &handler);
-    }
-    consumer.unsubscribe();
-    tracing::info!(handler, "consumer stopped and left its group");
-}
-
 /// Stores the partition's next offset for the next Kafka commit. The list form
 /// is used because it takes the next offset as is; the single-partition
 /// `store_offset` adds one to what it is given (it wants the last processed offset).
-fn store_next_offset(consumer: &InboxConsumer, record: &Record) -> rdkafka::error::KafkaResult<()> {
+fn store_next_offset(consumer: &InboxConsumer, key: &Key, next: i64) -> rdkafka::error::KafkaResult<()> {
     let mut list = TopicPartitionList::new();
-    list.add_partition_offset(&record.topic, record.partition, Offset::Offset(record.offset + 1))?;
+    list.add_partition_offset(&key.0, key.1, Offset::Offset(next))?;
     consumer.store_offsets(&list)
-}
-
-fn commit_to_kafka(consumer: &InboxConsumer, mode: CommitMode, handler: &str) {
-    if let Err(error) = consumer.commit_consumer_state(mode) {
-        // Harmless: the database holds the real position.
-        tracing::debug!(handler, "committing offsets to Kafka failed: {error}");
-    }
 }

@@ -300,3 +300,27 @@ fn bounded(mut text: String) -> String {
     }
     text
 }
+
+impl crate::handler::Handler for HandlerComponent {
+    fn name(&self) -> &str {
+        HandlerComponent::name(self)
+    }
+
+    fn version(&self) -> &str {
+        HandlerComponent::version(self)
+    }
+
+    fn max_payload_bytes(&self) -> usize {
+        self.limits.max_payload_bytes
+    }
+
+    fn invoke<'a>(
+        &'a self,
+        tx: Tx,
+        record: &'a Record,
+        event_id: &'a str,
+        attempt: u32,
+    ) -> futures_util::future::BoxFuture<'a, Invocation> {
+        Box::pin(HandlerComponent::invoke(self, tx, record, event_id, attempt))
+    }
+}

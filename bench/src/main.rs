@@ -1,0 +1,60 @@
+//! `inboxd-bench`: end-to-end events/s and latency, side by side, in one run.
+//!
+//! For each backend it runs three modes over the same input, each with a
+//! fresh database and consumer group, each host in a child process:
+//! (a) Inboxd as configured by default (micro-batches), (b) one event per
+//! transaction (`batch.max_events = 1`, the classic inbox) with the same
+//! partition parallelism, (c) a native Rust billing handler through the same
+//! pipeline. Throughput: a backlog of `--events` records is consumed and
+//! timed from the first commit to the last. Latency: then `--rate` records/s
+//! arrive live for `--live-secs`, and each applied event's time from produce
+//! to commit is recorded. The last stdout line is one JSON object.
+//! `scripts/bench` starts the broker and PostgreSQL and runs this.
+
+mod native;
+mod run;
+mod serve;
+mod workload;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "inboxd-bench",
+    about = "Throughput and latency of Inboxd, side by side"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: run::Options,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Internal: one benchmark host (a child process of the benchmark).
+    #[command(hide = true)]
+    Serve {
+        #[arg(long)]
+        config: PathBuf,
+        #[arg(long)]
+        native: bool,
+    },
+}
+
+#[tokio::main]
+async fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Some(Command::Serve { config, native }) => {
+            inboxd::telemetry::init("warn");
+            serve::serve(&config, native).await
+        }
+        None => run::run(cli.run).await,
+    };
+    if let Err(error) = result {
+        eprintln!("inboxd-bench: {error:#}");
+        std::process::exit(1);
+    }
+}

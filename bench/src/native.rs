@@ -1,0 +1,100 @@
+//! Mode (c): the billing handler as native Rust, compiled into the benchmark.
+//!
+//! It decodes the same payload, runs the same INSERT through the same
+//! transaction calls a guest's `sql.execute` reaches (minus the statement
+//! guard), and publishes the same outbox message, so (a) against (c) is the
+//! price of the sandbox: Wasm instantiation, the calls across it, the guard.
+
+use futures_util::future::BoxFuture;
+use inboxd::db::Tx;
+use inboxd::db::outbox::NewMessage;
+use inboxd::handler::Handler;
+use inboxd::record::Record;
+use inboxd::wasm::{GuestFailure, Invocation};
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct OrderConfirmed {
+    order_id: String,
+    customer_email: String,
+    amount_cents: i64,
+}
+
+pub struct NativeBilling {
+    /// The real topic `invoices.created` maps to.
+    pub invoices_topic: String,
+    pub max_payload_bytes: usize,
+}
+
+impl Handler for NativeBilling {
+    fn name(&self) -> &str {
+        "billing"
+    }
+
+    fn version(&self) -> &str {
+        "native"
+    }
+
+    fn max_payload_bytes(&self) -> usize {
+        self.max_payload_bytes
+    }
+
+    fn invoke<'a>(
+        &'a self,
+        mut tx: Tx,
+        record: &'a Record,
+        event_id: &'a str,
+        _attempt: u32,
+    ) -> BoxFuture<'a, Invocation> {
+        Box::pin(async move {
+            let order: OrderConfirmed = match serde_json::from_slice(&record.payload) {
+                Ok(order) => order,
+                Err(e) => {
+                    return done(
+                        tx,
+                        Err(GuestFailure::Reject(format!("not an order: {e}"))),
+                        vec![],
+                    );
+                }
+            };
+            let params = [
+                order.order_id.as_str().into(),
+                order.customer_email.as_str().into(),
+                order.amount_cents.into(),
+                event_id.into(),
+            ];
+            let inserted = tx
+                .guest_execute(
+                    "INSERT INTO invoices (order_id, customer_email, amount_cents, event_id) VALUES ($1, $2, $3, $4)",
+                    &params,
+                )
+                .await;
+            if let Err(error) = inserted {
+                return done(tx, Err(GuestFailure::Retry(error.to_string())), vec![]);
+            }
+            let created = serde_json::json!({
+                "order_id": order.order_id,
+                "customer_email": order.customer_email,
+                "amount_cents": order.amount_cents,
+                "order_event_id": event_id,
+            });
+            let message = NewMessage {
+                id: uuid::Uuid::now_v7().to_string(),
+                topic: self.invoices_topic.clone(),
+                key: Some(order.order_id.into_bytes()),
+                payload: created.to_string().into_bytes(),
+                headers: vec![],
+            };
+            done(tx, Ok(()), vec![message])
+        })
+    }
+}
+
+fn done(tx: Tx, result: Result<(), GuestFailure>, outbox: Vec<NewMessage>) -> Invocation {
+    Invocation {
+        tx: Some(tx),
+        result,
+        host_error: None,
+        outbox,
+    }
+}

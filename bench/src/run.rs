@@ -1,0 +1,386 @@
+//! The benchmark's driver: topics, databases, one child host per mode, the
+//! two phases, and the report.
+
+use crate::serve::ServeReport;
+use crate::workload::{Producer, create_topic};
+use anyhow::{Context, bail};
+use inboxd::db::Database;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::io::AsyncReadExt;
+use tokio::process::{Child, Command};
+
+/// How often the driver reads the hosts' committed offsets.
+const POLL: Duration = Duration::from_millis(100);
+
+#[derive(clap::Args)]
+pub struct Options {
+    /// Records in the backlog each mode consumes (including the duplicates).
+    #[arg(long, default_value_t = 200_000)]
+    events: usize,
+    #[arg(long, default_value_t = 6)]
+    partitions: i32,
+    /// Percent of records that re-send an earlier event.
+    #[arg(long, default_value_t = 10)]
+    duplicate_pct: u32,
+    /// Records per second offered in the latency phase.
+    #[arg(long, default_value_t = 5_000)]
+    rate: u32,
+    /// Seconds the latency phase offers records for.
+    #[arg(long, default_value_t = 6)]
+    live_secs: u64,
+    #[arg(long, value_delimiter = ',', default_value = "sqlite,postgres")]
+    backends: Vec<String>,
+    /// Any of a (default config), b (one event per transaction), c (native handler).
+    #[arg(long, value_delimiter = ',', default_value = "a,b,c")]
+    modes: Vec<String>,
+    #[arg(long, env = "INBOXD_BENCH_BROKERS")]
+    brokers: String,
+    /// An admin URL of a PostgreSQL server; each mode gets a fresh database in it.
+    #[arg(long, env = "INBOXD_BENCH_POSTGRES")]
+    postgres: Option<String>,
+    /// The billing component.
+    #[arg(long, env = "INBOXD_BENCH_COMPONENT")]
+    component: PathBuf,
+    /// The billing handler's migrations.
+    #[arg(long, env = "INBOXD_BENCH_MIGRATIONS")]
+    migrations: PathBuf,
+    /// Give up on a phase after this long.
+    #[arg(long, default_value_t = 1_800)]
+    timeout_secs: u64,
+}
+
+struct Mode {
+    label: &'static str,
+    what: &'static str,
+    /// `[handlers.batch]` settings; empty: the defaults.
+    batch: &'static str,
+    native: bool,
+}
+
+const MODES: [Mode; 3] = [
+    Mode {
+        label: "a",
+        what: "inboxd defaults (micro-batches), billing.wasm",
+        batch: "",
+        native: false,
+    },
+    Mode {
+        label: "b",
+        what: "one event per transaction, billing.wasm",
+        batch: "[handlers.batch]\nmax_events = 1\nlinger_ms = 0\n",
+        native: false,
+    },
+    Mode {
+        label: "c",
+        what: "inboxd defaults, native Rust billing (no Wasm)",
+        batch: "",
+        native: true,
+    },
+];
+
+/// What one mode measured.
+struct Measured {
+    events_per_s: f64,
+    report: ServeReport,
+    effects: i64,
+    expected_effects: usize,
+}
+
+impl Measured {
+    fn json(&self) -> Value {
+        json!({
+            "events_per_s": self.events_per_s.round(),
+            "p50_ms": self.report.latency_p50_ms,
+            "p99_ms": self.report.latency_p99_ms,
+            "peak_rss_mib": (self.report.peak_rss_kib as f64 / 1024.0).round(),
+            "effects": self.effects,
+            "effects_exact": self.effects == self.expected_effects as i64,
+        })
+    }
+}
+
+pub async fn run(opts: Options) -> anyhow::Result<()> {
+    let work = tempfile::Builder::new().prefix("inboxd-bench-").tempdir()?;
+    let producer = Producer::new(&opts.brokers)?;
+    let run_id = &uuid::Uuid::new_v4().simple().to_string()[..8];
+    let bulk = format!("bench-orders-{run_id}");
+    create_topic(&opts.brokers, &bulk, opts.partitions).await?;
+    let started = Instant::now();
+    let bulk_unique = producer.bulk(&bulk, opts.events, opts.duplicate_pct).await?;
+    eprintln!(
+        "produced {} records ({} distinct events) to {bulk} in {:.1} s",
+        opts.events,
+        bulk_unique,
+        started.elapsed().as_secs_f64()
+    );
+    let mut results = serde_json::Map::new();
+    for backend in &opts.backends {
+        let mut measured = serde_json::Map::new();
+        let mut rates = std::collections::BTreeMap::new();
+        for mode in MODES.iter().filter(|m| opts.modes.iter().any(|l| l == m.label)) {
+            eprintln!("[{backend} {}] {}", mode.label, mode.what);
+            let run = Run {
+                opts: &opts,
+                producer: &producer,
+                work: work.path(),
+                backend,
+                mode,
+                bulk: &bulk,
+                bulk_unique,
+            };
+            let m = run
+                .measure()
+                .await
+                .with_context(|| format!("{backend}, mode {}", mode.label))?;
+            eprintln!(
+                "[{backend} {}] {:.0} events/s; live at {}/s: p50 {} ms, p99 {} ms; peak RSS {:.0} MiB; effects {} of {}",
+                mode.label,
+                m.events_per_s,
+                opts.rate,
+                m.report.latency_p50_ms,
+                m.report.latency_p99_ms,
+                m.report.peak_rss_kib as f64 / 1024.0,
+                m.effects,
+                m.expected_effects
+            );
+            rates.insert(mode.label, m.events_per_s);
+            measured.insert(mode.label.into(), m.json());
+        }
+        for (name, over) in [("a_over_b", "b"), ("a_over_c", "c")] {
+            if let (Some(a), Some(other)) = (rates.get("a"), rates.get(over)) {
+                measured.insert(name.into(), json!((a / other * 100.0).round() / 100.0));
+            }
+        }
+        results.insert(backend.clone(), Value::Object(measured));
+    }
+    let mut summary = json!({
+        "records": opts.events,
+        "partitions": opts.partitions,
+        "duplicate_pct": opts.duplicate_pct,
+        "live_rate": opts.rate,
+    });
+    summary.as_object_mut().expect("an object").extend(results);
+    println!("{summary}");
+    Ok(())
+}
+
+/// One mode on one backend.
+struct Run<'a> {
+    opts: &'a Options,
+    producer: &'a Producer,
+    work: &'a Path,
+    backend: &'a str,
+    mode: &'a Mode,
+    bulk: &'a str,
+    bulk_unique: usize,
+}
+
+impl Run<'_> {
+    async fn measure(&self) -> anyhow::Result<Measured> {
+        let opts = self.opts;
+        let id = &uuid::Uuid::new_v4().simple().to_string()[..8];
+        let live = format!("bench-live-{id}");
+        let invoices = format!("bench-invoices-{id}");
+        create_topic(&opts.brokers, &live, opts.partitions).await?;
+        create_topic(&opts.brokers, &invoices, opts.partitions).await?;
+        let db_url = self.database_url(id).await?;
+        let config = self
+            .work
+            .join(format!("{}-{}.toml", self.backend, self.mode.label));
+        std::fs::write(&config, self.config(&db_url, &live, &invoices, id))?;
+        let log = self
+            .work
+            .join(format!("{}-{}.log", self.backend, self.mode.label));
+        let mut child = spawn_host(&config, self.mode.native, &log)?;
+        let db = Database::connect(&db_url, 2).await?;
+        let deadline = Duration::from_secs(opts.timeout_secs);
+
+        // Phase 1: the backlog, timed from the first commit to the last.
+        let bulk_total = opts.events as i64;
+        let spawned = Instant::now();
+        let (first, at_first) = wait_for(&db, &mut child, &log, deadline, |p| p > 0).await?;
+        let (last, _) = wait_for(&db, &mut child, &log, deadline, |p| p >= bulk_total).await?;
+        // A backlog too small to see in flight (smoke runs) is timed from the
+        // host's start instead, group join included: slower, never zero.
+        let (from, counted) = if at_first < bulk_total {
+            (first, bulk_total - at_first)
+        } else {
+            (spawned, bulk_total)
+        };
+        let events_per_s = counted as f64 / (last - from).as_secs_f64().max(1e-3);
+
+        // Phase 2: live traffic at a fixed rate, for latency.
+        signal(&child, libc::SIGUSR1)?;
+        let (live_records, live_unique) = self
+            .producer
+            .paced(
+                &live,
+                opts.rate,
+                Duration::from_secs(opts.live_secs),
+                opts.duplicate_pct,
+            )
+            .await?;
+        let total = bulk_total + live_records as i64;
+        wait_for(&db, &mut child, &log, deadline, |p| p >= total).await?;
+        let report = stop_host(child, &log).await?;
+        let effects = db.query_i64(&self.count_invoices(), &[]).await?;
+        db.close().await;
+        Ok(Measured {
+            events_per_s,
+            report,
+            effects,
+            expected_effects: self.bulk_unique + live_unique,
+        })
+    }
+
+    async fn database_url(&self, id: &str) -> anyhow::Result<String> {
+        match self.backend {
+            "sqlite" => Ok(format!(
+                "sqlite://{}",
+                self.work
+                    .join(format!("{}-{id}.sqlite", self.mode.label))
+                    .display()
+            )),
+            "postgres" => {
+                let admin = self
+                    .opts
+                    .postgres
+                    .as_deref()
+                    .context("the postgres backend needs --postgres or INBOXD_BENCH_POSTGRES")?;
+                create_database(admin, &format!("inboxd_bench_{id}")).await
+            }
+            other => bail!("unknown backend {other:?}: use sqlite or postgres"),
+        }
+    }
+
+    fn config(&self, db_url: &str, live: &str, invoices: &str, id: &str) -> String {
+        format!(
+            r#"[database]
+url = "{db_url}"
+
+[kafka]
+brokers = "{brokers}"
+session_timeout_ms = 6000
+
+[wasm]
+cache_dir = "{cache}"
+
+[[handlers]]
+name = "billing"
+component = "{component}"
+migrations = "{migrations}"
+topics = ["{bulk}", "{live}"]
+group_id = "bench-{id}"
+{batch}
+[handlers.outbox_topics]
+"invoices.created" = "{invoices}"
+"#,
+            brokers = self.opts.brokers,
+            cache = self.work.join("cache").display(),
+            component = self.opts.component.display(),
+            migrations = self.opts.migrations.display(),
+            bulk = self.bulk,
+            batch = self.mode.batch,
+        )
+    }
+
+    fn count_invoices(&self) -> String {
+        match self.backend {
+            "postgres" => "SELECT COUNT(*) FROM handler_billing.invoices".into(),
+            _ => "SELECT COUNT(*) FROM invoices".into(),
+        }
+    }
+}
+
+async fn create_database(admin_url: &str, name: &str) -> anyhow::Result<String> {
+    use sqlx::Connection;
+    let mut admin = sqlx::PgConnection::connect(admin_url)
+        .await
+        .context("connecting to PostgreSQL")?;
+    sqlx::Executor::execute(&mut admin, format!("CREATE DATABASE {name}").as_str()).await?;
+    let base = admin_url
+        .rsplit_once('/')
+        .context("the PostgreSQL URL needs a database path")?
+        .0;
+    Ok(format!("{base}/{name}"))
+}
+
+fn spawn_host(config: &Path, native: bool, log: &Path) -> anyhow::Result<Child> {
+    let mut command = Command::new(std::env::current_exe()?);
+    command
+        .arg("serve")
+        .arg("--config")
+        .arg(config)
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(log)?)
+        .kill_on_drop(true);
+    if native {
+        command.arg("--native");
+    }
+    Ok(command.spawn()?)
+}
+
+fn signal(child: &Child, signal: libc::c_int) -> anyhow::Result<()> {
+    let pid = child.id().context("the host has exited")?;
+    // SAFETY: kill(2) on our own child's pid.
+    if unsafe { libc::kill(pid as libc::pid_t, signal) } != 0 {
+        bail!("signalling the host: {}", std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Stops the host (SIGTERM: it finishes its batches and leaves the group)
+/// and reads its report.
+async fn stop_host(mut child: Child, log: &Path) -> anyhow::Result<ServeReport> {
+    signal(&child, libc::SIGTERM)?;
+    let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .context("the host did not stop within 60 s")??;
+    let mut out = String::new();
+    if let Some(mut stdout) = child.stdout.take() {
+        stdout.read_to_string(&mut out).await?;
+    }
+    if !status.success() {
+        bail!("the host exited with {status}; its log is {}", log.display());
+    }
+    let line = out.lines().last().context("the host printed no report")?;
+    Ok(serde_json::from_str(line)?)
+}
+
+/// Polls the committed offsets (summed over the handler's partitions) until
+/// `done` holds; returns when and at what count it first held.
+async fn wait_for(
+    db: &Database,
+    child: &mut Child,
+    log: &Path,
+    deadline: Duration,
+    done: impl Fn(i64) -> bool,
+) -> anyhow::Result<(Instant, i64)> {
+    let started = Instant::now();
+    loop {
+        // The table appears once the host has migrated; until then, nothing is done.
+        let progress = db
+            .query_i64(
+                "SELECT CAST(COALESCE(SUM(next_offset), 0) AS BIGINT) FROM offsets WHERE handler = 'billing'",
+                &[],
+            )
+            .await
+            .unwrap_or(0);
+        if done(progress) {
+            return Ok((Instant::now(), progress));
+        }
+        if let Some(status) = child.try_wait()? {
+            bail!("the host exited early ({status}); its log is {}", log.display());
+        }
+        if started.elapsed() > deadline {
+            bail!(
+                "no progress past {progress} records within {deadline:?}; the host's log is {}",
+                log.display()
+            );
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}

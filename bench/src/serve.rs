@@ -1,0 +1,86 @@
+//! The host side of one benchmark run, in a child process of its own so its
+//! peak RSS is the host's alone.
+//!
+//! It runs `inboxd` from a config file exactly as `inboxd run` does (or with
+//! the native billing handler in place of the component), resets its latency
+//! record on SIGUSR1 (between the throughput and the latency phase), and on
+//! SIGTERM stops cleanly and prints one JSON line: the handler's counters,
+//! latency percentiles and the process's peak RSS.
+
+use crate::native::NativeBilling;
+use anyhow::Context;
+use inboxd::config::Config;
+use inboxd::handler::Handler;
+use inboxd::host::Host;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio_util::sync::CancellationToken;
+
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct ServeReport {
+    pub applied: u64,
+    pub duplicates: u64,
+    pub dead_lettered: u64,
+    pub latency_p50_ms: u64,
+    pub latency_p99_ms: u64,
+    pub latency_max_ms: u64,
+    pub peak_rss_kib: u64,
+}
+
+pub async fn serve(config_path: &Path, native: bool) -> anyhow::Result<()> {
+    let config = Config::load(config_path).context("loading the benchmark's config")?;
+    let mut natives: BTreeMap<String, Arc<dyn Handler>> = BTreeMap::new();
+    if native {
+        let handler = &config.handlers[0];
+        let native = NativeBilling {
+            invoices_topic: handler
+                .outbox_topics
+                .get("invoices.created")
+                .cloned()
+                .unwrap_or_else(|| "invoices.created".into()),
+            max_payload_bytes: handler.limits.max_payload_bytes,
+        };
+        natives.insert(handler.name.clone(), Arc::new(native));
+    }
+    let host = Host::start_with(&config, natives).await?;
+    let stats = host.stats().values().next().cloned().context("no handler")?;
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(host.run(shutdown.clone()));
+    let mut reset = signal(SignalKind::user_defined1())?;
+    let mut term = signal(SignalKind::terminate())?;
+    loop {
+        tokio::select! {
+            _ = reset.recv() => stats.reset_latency(),
+            _ = term.recv() => break,
+        }
+    }
+    shutdown.cancel();
+    running.await?;
+    let snapshot = stats.snapshot();
+    let report = ServeReport {
+        applied: snapshot.applied,
+        duplicates: snapshot.duplicates,
+        dead_lettered: snapshot.dead_lettered,
+        latency_p50_ms: snapshot.latency_p50_ms,
+        latency_p99_ms: snapshot.latency_p99_ms,
+        latency_max_ms: snapshot.latency_max_ms,
+        peak_rss_kib: peak_rss_kib(),
+    };
+    println!("{}", serde_json::to_string(&report)?);
+    Ok(())
+}
+
+/// `VmHWM` from /proc/self/status: the resident set's high-water mark.
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}

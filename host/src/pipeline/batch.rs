@@ -1,0 +1,224 @@
+//! Micro-batches: many records of one partition in one transaction.
+//!
+//! A commit is the expensive part of the inbox pattern (an fsync on
+//! PostgreSQL), so consecutive records of a partition share one: each is
+//! claimed and run in turn, each handler call inside its own savepoint so a
+//! failure undoes only that event, and the partition's offset is written once,
+//! past the last record, just before the single COMMIT. The host's invariant
+//! check also runs once per batch and covers every event it applied.
+
+use super::{Outcome, Park, Parked, Pipeline, PipelineError, Step};
+use crate::db::dead_letters::ReasonKind;
+use crate::db::inbox;
+use crate::db::invariants;
+use crate::db::now_ms;
+use crate::db::outbox;
+use crate::event_id;
+use crate::record::Record;
+use crate::wasm::GuestFailure;
+use tokio_util::sync::CancellationToken;
+
+/// How far a batch has committed. The caller keeps it across retries after
+/// host errors, so records already committed are never run again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchCursor {
+    /// Records of the batch committed so far.
+    pub done: usize,
+    /// The partition's stored next offset (`None`: no row yet).
+    pub expected: Option<i64>,
+}
+
+impl BatchCursor {
+    pub fn new(expected: Option<i64>) -> Self {
+        Self { done: 0, expected }
+    }
+
+    fn committed(&mut self, records: &[Record]) {
+        if let Some(last) = records.last() {
+            self.done += records.len();
+            self.expected = Some(last.offset + 1);
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchEnd {
+    /// Every record is committed: applied, skipped as a duplicate, or parked.
+    Done,
+    /// Another consumer moved the partition first; uncommitted work was rolled
+    /// back and the caller must re-read the position.
+    Fenced,
+}
+
+/// What one batch transaction came to.
+enum TxEnd {
+    /// The first `count` records committed. `retry`: the record after them
+    /// failed in a way that is retried; it was not committed.
+    Committed {
+        count: usize,
+        retry: Option<GuestFailure>,
+    },
+    /// The invariant check failed: all `count` records were rolled back.
+    Violation {
+        count: usize,
+        violation: String,
+    },
+    Fenced,
+}
+
+/// What happened to one record in the open transaction, reported after the commit.
+enum Done {
+    Applied(Option<i64>),
+    Duplicate,
+    Parked(Parked),
+}
+
+impl Pipeline {
+    /// Processes `records` (consecutive records of one partition, in order)
+    /// from `cursor` on, in as few transactions as their outcomes allow.
+    pub async fn process_batch(
+        &self,
+        records: &[Record],
+        cursor: &mut BatchCursor,
+        shutdown: &CancellationToken,
+    ) -> Result<BatchEnd, PipelineError> {
+        while cursor.done < records.len() {
+            let rest = &records[cursor.done..];
+            match self.batch_tx(rest, cursor.expected).await? {
+                TxEnd::Fenced => return Ok(BatchEnd::Fenced),
+                TxEnd::Committed { count, retry } => {
+                    cursor.committed(&rest[..count]);
+                    if let Some(failure) = retry {
+                        // The partition waits while this one event retries on its own.
+                        let record = &rest[count];
+                        let first_failed_at = now_ms();
+                        let event_id = event_id::extract(&self.event_id, &record.headers, &record.payload)
+                            .unwrap_or_default();
+                        self.wait_to_retry(&event_id, 1, &failure, shutdown).await?;
+                        let outcome = self
+                            .process_from(record, cursor.expected, shutdown, 2, Some(first_failed_at))
+                            .await?;
+                        if outcome == Outcome::Fenced {
+                            return Ok(BatchEnd::Fenced);
+                        }
+                        cursor.committed(std::slice::from_ref(record));
+                    }
+                }
+                TxEnd::Violation { count, violation } => {
+                    // One of these events broke the walls; run them one at a
+                    // time so only that one is parked.
+                    tracing::error!(
+                        handler = self.handler.name(),
+                        records = count,
+                        "sandbox violation in a batch ({violation}); running its records one at a time"
+                    );
+                    for record in &rest[..count] {
+                        if self.process(record, cursor.expected, shutdown).await? == Outcome::Fenced {
+                            return Ok(BatchEnd::Fenced);
+                        }
+                        cursor.committed(std::slice::from_ref(record));
+                    }
+                }
+            }
+        }
+        Ok(BatchEnd::Done)
+    }
+
+    /// One transaction over `records`, stopping early only at a record whose
+    /// handler failure is to be retried.
+    async fn batch_tx(&self, records: &[Record], expected: Option<i64>) -> Result<TxEnd, PipelineError> {
+        let mut tx = self.db.begin_write().await?;
+        let mut done = Vec::with_capacity(records.len());
+        let mut applied = Vec::new();
+        let mut messages = Vec::new();
+        let mut retry = None;
+        for record in records {
+            let event_id = match event_id::extract(&self.event_id, &record.headers, &record.payload) {
+                Ok(id) => id,
+                Err(error) => {
+                    let parked = self.park_without_id(&mut tx, record, &error.to_string()).await?;
+                    done.push(Done::Parked(parked));
+                    continue;
+                }
+            };
+            let claim = self.claim(record, &event_id);
+            let (returned, step) = self.step(tx, &claim, record, 1).await?;
+            tx = returned;
+            let failure = match step {
+                Step::Duplicate => {
+                    tracing::debug!(handler = claim.handler, event_id, "duplicate skipped");
+                    done.push(Done::Duplicate);
+                    continue;
+                }
+                Step::Applied(published) => {
+                    done.push(Done::Applied(record.timestamp_ms));
+                    applied.push(event_id.clone());
+                    messages.extend(published);
+                    continue;
+                }
+                Step::TooLarge(reason) => {
+                    let park = Park {
+                        kind: ReasonKind::Limit,
+                        reason,
+                        attempts: 0,
+                        first_failed_at: now_ms(),
+                    };
+                    let parked = self.park_claimed(&mut tx, &claim, record, park).await?;
+                    done.push(Done::Parked(parked));
+                    continue;
+                }
+                Step::Failed(failure) => failure,
+            };
+            if let Some(kind) = self.final_kind(&failure, 1) {
+                let park = Park {
+                    kind,
+                    reason: failure.to_string(),
+                    attempts: 1,
+                    first_failed_at: now_ms(),
+                };
+                let parked = self.park_claimed(&mut tx, &claim, record, park).await?;
+                done.push(Done::Parked(parked));
+                continue;
+            }
+            // Its claim goes back: the event runs again after a backoff, and
+            // nothing after it may commit before it does.
+            inbox::unclaim(&mut tx, &claim).await?;
+            retry = Some(failure);
+            break;
+        }
+        let count = done.len();
+        let Some(last) = count.checked_sub(1).map(|i| &records[i]) else {
+            tx.rollback().await?;
+            return Ok(TxEnd::Committed { count, retry });
+        };
+        if !applied.is_empty() {
+            // Written last, all at once: see `outbox::insert` on lock order.
+            outbox::insert(&mut tx, self.handler.name(), &messages).await?;
+            let position = self.position(last, expected);
+            if let Some(violation) = invariants::violation(&mut tx, &position, &applied).await? {
+                tx.rollback().await?;
+                return Ok(TxEnd::Violation { count, violation });
+            }
+        }
+        if !self.finish(tx, last, expected, count).await? {
+            return Ok(TxEnd::Fenced);
+        }
+        self.report(done);
+        Ok(TxEnd::Committed { count, retry })
+    }
+
+    /// Counts and logs a committed batch's outcomes.
+    fn report(&self, done: Vec<Done>) {
+        let mut duplicates = 0;
+        let mut applied = Vec::with_capacity(done.len());
+        for outcome in done {
+            match outcome {
+                Done::Applied(timestamp) => applied.push(timestamp),
+                Done::Duplicate => duplicates += 1,
+                Done::Parked(parked) => parked.report(self.handler.name(), &self.stats),
+            }
+        }
+        self.stats.applied(applied);
+        self.stats.duplicates(duplicates);
+    }
+}

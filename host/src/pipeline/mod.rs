@@ -1,0 +1,492 @@
+//! The inbox transaction: claim -> invoke -> offset -> commit.
+//!
+//! This is where the promise of design §1 is kept. For each record, in the
+//! same transaction as its neighbours in a micro-batch ([`batch`]): claim
+//! `(handler, event id)` in the inbox (a duplicate stops here), run the
+//! handler on the same transaction inside a savepoint, and finally write the
+//! partition's next offset and commit. A record that cannot succeed is parked
+//! in `dead_letters` the same way, so every record ends applied once or
+//! parked with its reason. Only after the commit does the caller tell Kafka
+//! anything.
+//!
+//! A handler that asks to retry stops its batch: the records before it
+//! commit, and it runs again alone ([`Pipeline::process`]) with backoff while
+//! its partition waits, so order within the partition is kept.
+
+mod batch;
+
+pub use batch::{BatchCursor, BatchEnd};
+
+use crate::config::{EventIdConfig, RetryConfig};
+use crate::db::dead_letters::{self, DeadLetter, ReasonKind};
+use crate::db::inbox::{self, Claim};
+use crate::db::invariants::{self, Position};
+use crate::db::outbox::{self, NewMessage};
+use crate::db::{Database, DbError, Tx, now_ms, offsets};
+use crate::event_id;
+use crate::handler::Handler;
+use crate::record::Record;
+use crate::sandbox::authorizer::Scope;
+use crate::stats::Stats;
+use crate::wasm::GuestFailure;
+use rand::Rng;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// The savepoint around a handler's statements: a failed handler is undone
+/// without losing the claim (or the batch's other events).
+const GUEST_SAVEPOINT: &str = "inboxd_guest";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Applied,
+    Duplicate,
+    DeadLettered,
+    /// Another consumer committed this partition past `expected` first: this
+    /// record's work was rolled back, and the caller must re-read the position.
+    Fenced,
+}
+
+/// Why and how an event is parked.
+struct Park {
+    kind: ReasonKind,
+    reason: String,
+    attempts: u32,
+    first_failed_at: i64,
+}
+
+/// The host's own failures. None of them is counted against the handler: the
+/// caller retries with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    #[error(transparent)]
+    Database(#[from] DbError),
+    #[error("the guest call ended without handing back its transaction; the record will be retried")]
+    LostTransaction,
+    #[error("shutting down: the record was abandoned before its commit and will be redelivered")]
+    Abandoned,
+}
+
+/// What running one event inside an open transaction came to.
+enum Step {
+    /// The inbox already had its event id.
+    Duplicate,
+    /// Its payload is past the handler's limit: parked without running it.
+    TooLarge(String),
+    /// The handler succeeded; its writes are in the transaction, and these
+    /// messages must be written to the outbox before it commits.
+    Applied(Vec<NewMessage>),
+    /// The handler failed; its writes were undone and the claim stays.
+    Failed(GuestFailure),
+}
+
+pub struct Pipeline {
+    db: Database,
+    handler: Arc<dyn Handler>,
+    event_id: EventIdConfig,
+    retry: RetryConfig,
+    stats: Arc<Stats>,
+}
+
+impl Pipeline {
+    pub fn new(
+        db: Database,
+        handler: Arc<dyn Handler>,
+        event_id: EventIdConfig,
+        retry: RetryConfig,
+        stats: Arc<Stats>,
+    ) -> Self {
+        Self {
+            db,
+            handler,
+            event_id,
+            retry,
+            stats,
+        }
+    }
+
+    pub fn db(&self) -> &Database {
+        &self.db
+    }
+
+    pub fn handler_name(&self) -> &str {
+        self.handler.name()
+    }
+
+    /// Processes one record in a transaction of its own, to its end: applied,
+    /// duplicate, or dead-lettered. `expected` is the partition's stored next
+    /// offset as the caller last saw it (`None`: no row yet). Handler failures
+    /// are retried here (the partition waits); on shutdown a pending retry is
+    /// abandoned uncommitted.
+    pub async fn process(
+        &self,
+        record: &Record,
+        expected: Option<i64>,
+        shutdown: &CancellationToken,
+    ) -> Result<Outcome, PipelineError> {
+        self.process_from(record, expected, shutdown, 1, None).await
+    }
+
+    /// As [`Pipeline::process`], starting at `attempt` (a batch already ran
+    /// the earlier ones).
+    async fn process_from(
+        &self,
+        record: &Record,
+        expected: Option<i64>,
+        shutdown: &CancellationToken,
+        mut attempt: u32,
+        mut first_failed_at: Option<i64>,
+    ) -> Result<Outcome, PipelineError> {
+        let event_id = match event_id::extract(&self.event_id, &record.headers, &record.payload) {
+            Ok(id) => id,
+            Err(error) => {
+                let mut tx = self.db.begin_write().await?;
+                let letter = self.park_without_id(&mut tx, record, &error.to_string()).await?;
+                return self.commit_parked(tx, record, expected, letter).await;
+            }
+        };
+        let claim = self.claim(record, &event_id);
+        loop {
+            let tx = self.db.begin_write().await?;
+            let (mut tx, step) = self.step(tx, &claim, record, attempt).await?;
+            let failure = match step {
+                Step::Duplicate => {
+                    if !self.finish(tx, record, expected, 1).await? {
+                        return Ok(Outcome::Fenced);
+                    }
+                    self.stats.duplicates(1);
+                    tracing::debug!(handler = claim.handler, event_id, "duplicate skipped");
+                    return Ok(Outcome::Duplicate);
+                }
+                Step::TooLarge(reason) => {
+                    let park = Park {
+                        kind: ReasonKind::Limit,
+                        reason,
+                        attempts: 0,
+                        first_failed_at: now_ms(),
+                    };
+                    let letter = self.park_claimed(&mut tx, &claim, record, park).await?;
+                    return self.commit_parked(tx, record, expected, letter).await;
+                }
+                Step::Applied(messages) => {
+                    outbox::insert(&mut tx, claim.handler, &messages).await?;
+                    let position = self.position(record, expected);
+                    let applied = [event_id.clone()];
+                    if let Some(violation) = invariants::violation(&mut tx, &position, &applied).await? {
+                        // Nothing of this transaction may commit; park the event afresh.
+                        tx.rollback().await?;
+                        let reason = format!("sandbox violation: {violation}");
+                        tracing::error!(handler = claim.handler, event_id, "{reason}");
+                        let park = Park {
+                            kind: ReasonKind::SandboxViolation,
+                            reason,
+                            attempts: attempt,
+                            first_failed_at: now_ms(),
+                        };
+                        // mark_dead claims the event again as `dead` in the new transaction.
+                        let mut tx = self.db.begin_write().await?;
+                        let letter = self.park_claimed(&mut tx, &claim, record, park).await?;
+                        return self.commit_parked(tx, record, expected, letter).await;
+                    }
+                    if !self.finish(tx, record, expected, 1).await? {
+                        return Ok(Outcome::Fenced);
+                    }
+                    self.stats.applied([record.timestamp_ms]);
+                    return Ok(Outcome::Applied);
+                }
+                Step::Failed(failure) => failure,
+            };
+            let first = *first_failed_at.get_or_insert_with(now_ms);
+            if let Some(kind) = self.final_kind(&failure, attempt) {
+                let park = Park {
+                    kind,
+                    reason: failure.to_string(),
+                    attempts: attempt,
+                    first_failed_at: first,
+                };
+                let letter = self.park_claimed(&mut tx, &claim, record, park).await?;
+                return self.commit_parked(tx, record, expected, letter).await;
+            }
+            tx.rollback().await?;
+            self.wait_to_retry(&event_id, attempt, &failure, shutdown).await?;
+            attempt += 1;
+        }
+    }
+
+    /// Claims the event and, the first time, runs the handler in `tx` inside
+    /// the guest savepoint.
+    async fn step(
+        &self,
+        mut tx: Tx,
+        claim: &Claim<'_>,
+        record: &Record,
+        attempt: u32,
+    ) -> Result<(Tx, Step), PipelineError> {
+        if !inbox::claim(&mut tx, claim).await? {
+            return Ok((tx, Step::Duplicate));
+        }
+        let max_payload = self.handler.max_payload_bytes();
+        if record.payload.len() > max_payload {
+            let reason = format!(
+                "limit limits.max_payload_bytes exceeded: the payload is {} bytes; the limit is {max_payload}",
+                record.payload.len()
+            );
+            return Ok((tx, Step::TooLarge(reason)));
+        }
+        tx.savepoint(GUEST_SAVEPOINT).await?;
+        tx.enter_handler_scope(claim.handler, Scope::Guest).await?;
+        let invocation = self.handler.invoke(tx, record, claim.event_id, attempt).await;
+        let Some(mut tx) = invocation.tx else {
+            return Err(PipelineError::LostTransaction);
+        };
+        let succeeded = invocation.result.is_ok() && invocation.host_error.is_none();
+        let exited = tx.exit_handler_scope(GUEST_SAVEPOINT, succeeded).await;
+        if let Some(error) = invocation.host_error {
+            // Dropping the transaction rolls it back; the caller retries.
+            return Err(error.into());
+        }
+        exited?;
+        match invocation.result {
+            Ok(()) => Ok((tx, Step::Applied(invocation.outbox))),
+            Err(failure) => {
+                self.stats.guest_failure();
+                Ok((tx, Step::Failed(failure)))
+            }
+        }
+    }
+
+    /// `Some`: the failure is final and the event is parked with this kind.
+    fn final_kind(&self, failure: &GuestFailure, attempt: u32) -> Option<ReasonKind> {
+        match failure {
+            GuestFailure::Reject(_) => Some(ReasonKind::Rejected),
+            _ if attempt >= self.retry.max_attempts => Some(ReasonKind::RetriesExhausted),
+            _ => None,
+        }
+    }
+
+    /// Logs the failure and waits out its backoff, unless shutdown comes first.
+    async fn wait_to_retry(
+        &self,
+        event_id: &str,
+        attempt: u32,
+        failure: &GuestFailure,
+        shutdown: &CancellationToken,
+    ) -> Result<(), PipelineError> {
+        let delay = backoff(&self.retry, attempt);
+        tracing::warn!(
+            handler = self.handler.name(),
+            event_id,
+            attempt,
+            retry_in_ms = delay.as_millis() as u64,
+            "{failure}; retrying"
+        );
+        tokio::select! {
+            _ = shutdown.cancelled() => Err(PipelineError::Abandoned),
+            _ = tokio::time::sleep(delay) => Ok(()),
+        }
+    }
+
+    fn claim<'a>(&'a self, record: &'a Record, event_id: &'a str) -> Claim<'a> {
+        Claim {
+            handler: self.handler.name(),
+            event_id,
+            topic: &record.topic,
+            partition: record.partition,
+            offset: record.offset,
+            handler_version: self.handler.version(),
+        }
+    }
+
+    fn position<'a>(&'a self, record: &'a Record, expected: Option<i64>) -> Position<'a> {
+        Position {
+            handler: self.handler.name(),
+            topic: &record.topic,
+            partition: record.partition,
+            expected,
+        }
+    }
+
+    /// Parks a claimed event in `tx`: the inbox row says `dead` (so a replayed
+    /// copy is not run again by accident) and the dead letter says why.
+    async fn park_claimed(
+        &self,
+        tx: &mut Tx,
+        claim: &Claim<'_>,
+        record: &Record,
+        park: Park,
+    ) -> Result<Parked, PipelineError> {
+        inbox::mark_dead(tx, claim).await?;
+        let letter = DeadLetter {
+            event_id: Some(claim.event_id),
+            kind: park.kind,
+            reason: &park.reason,
+            attempts: park.attempts,
+            handler_version: Some(self.handler.version()),
+            first_failed_at: park.first_failed_at,
+            ..self.letter(record)
+        };
+        dead_letters::insert(tx, &letter).await?;
+        Ok(Parked::new(&letter))
+    }
+
+    /// A record without a usable event id can never be deduplicated, so it is
+    /// never run: it is parked in `tx` with the reason and the partition moves on.
+    async fn park_without_id(
+        &self,
+        tx: &mut Tx,
+        record: &Record,
+        reason: &str,
+    ) -> Result<Parked, PipelineError> {
+        let letter = DeadLetter {
+            kind: ReasonKind::EventId,
+            reason,
+            attempts: 0,
+            ..self.letter(record)
+        };
+        dead_letters::insert(tx, &letter).await?;
+        Ok(Parked::new(&letter))
+    }
+
+    /// Moves the offset past a record parked alone in `tx` and commits.
+    async fn commit_parked(
+        &self,
+        tx: Tx,
+        record: &Record,
+        expected: Option<i64>,
+        parked: Parked,
+    ) -> Result<Outcome, PipelineError> {
+        if !self.finish(tx, record, expected, 1).await? {
+            return Ok(Outcome::Fenced);
+        }
+        parked.report(self.handler.name(), &self.stats);
+        Ok(Outcome::DeadLettered)
+    }
+
+    fn letter<'a>(&'a self, record: &'a Record) -> DeadLetter<'a> {
+        DeadLetter {
+            handler: self.handler.name(),
+            event_id: None,
+            topic: &record.topic,
+            partition: record.partition,
+            offset: record.offset,
+            key: record.key.as_deref(),
+            payload: &record.payload,
+            headers: &record.headers,
+            kind: ReasonKind::EventId,
+            reason: "",
+            attempts: 0,
+            handler_version: None,
+            first_failed_at: now_ms(),
+        }
+    }
+
+    /// Every path ends here: the partition's next offset (past `last`) joins
+    /// the same transaction as the effects of its `records` records, then
+    /// everything commits together. `false`: fenced by another consumer, and
+    /// everything was rolled back.
+    async fn finish(
+        &self,
+        mut tx: Tx,
+        last: &Record,
+        expected: Option<i64>,
+        records: usize,
+    ) -> Result<bool, DbError> {
+        let advance = offsets::Advance {
+            handler: self.handler.name(),
+            topic: &last.topic,
+            partition: last.partition,
+            expected,
+            next_offset: last.offset + 1,
+            records: records as i64,
+        };
+        if !offsets::advance(&mut tx, &advance).await? {
+            tx.rollback().await?;
+            tracing::info!(
+                handler = self.handler.name(),
+                topic = last.topic,
+                partition = last.partition,
+                offset = last.offset,
+                records,
+                ?expected,
+                "fenced: another consumer committed this partition first; this work was rolled back"
+            );
+            return Ok(false);
+        }
+        tx.commit().await?;
+        Ok(true)
+    }
+}
+
+/// A dead letter written in a transaction, reported once that commits.
+struct Parked {
+    event_id: Option<String>,
+    topic: String,
+    partition: i32,
+    offset: i64,
+    kind: ReasonKind,
+    attempts: u32,
+    reason: String,
+}
+
+impl Parked {
+    fn new(letter: &DeadLetter<'_>) -> Self {
+        Self {
+            event_id: letter.event_id.map(str::to_owned),
+            topic: letter.topic.to_owned(),
+            partition: letter.partition,
+            offset: letter.offset,
+            kind: letter.kind,
+            attempts: letter.attempts,
+            reason: letter.reason.to_owned(),
+        }
+    }
+
+    fn report(&self, handler: &str, stats: &Stats) {
+        stats.dead_lettered();
+        tracing::warn!(
+            handler,
+            event_id = self.event_id,
+            topic = self.topic,
+            partition = self.partition,
+            offset = self.offset,
+            kind = self.kind.as_str(),
+            attempts = self.attempts,
+            "dead-lettered: {}",
+            self.reason
+        );
+    }
+}
+
+/// Exponential backoff with "equal jitter": half fixed, half random, so
+/// retries of many partitions after a shared outage spread out.
+pub fn backoff(retry: &RetryConfig, attempt: u32) -> Duration {
+    let exp = retry
+        .backoff_initial_ms
+        .saturating_mul(1u64 << attempt.saturating_sub(1).min(20));
+    let capped = exp.min(retry.backoff_max_ms);
+    let jitter = rand::rng().random_range(0..=capped / 2);
+    Duration::from_millis(capped - capped / 2 + jitter)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        let retry = RetryConfig {
+            max_attempts: 10,
+            backoff_initial_ms: 100,
+            backoff_max_ms: 1_000,
+        };
+        for _ in 0..50 {
+            let first = backoff(&retry, 1).as_millis();
+            assert!((50..=100).contains(&first), "{first}");
+            let third = backoff(&retry, 3).as_millis();
+            assert!((200..=400).contains(&third), "{third}");
+            let late = backoff(&retry, 30).as_millis();
+            assert!((500..=1_000).contains(&late), "{late}");
+        }
+    }
+}
