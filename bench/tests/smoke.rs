@@ -1,0 +1,53 @@
+//! A small run of the benchmark, so it cannot rot: every mode on both
+//! backends, a few hundred records, and the report checked. It measures
+//! nothing worth keeping (the machine is shared); the numbers come from
+//! `scripts/bench`.
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run the suite with scripts/test"))
+}
+
+#[test]
+fn a_small_benchmark_run_reports_every_mode_with_exact_effects() {
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let output = Command::new(env!("CARGO_BIN_EXE_inboxd-bench"))
+        .args([
+            "--events",
+            "600",
+            "--rate",
+            "300",
+            "--live-secs",
+            "1",
+            "--timeout-secs",
+            "120",
+        ])
+        .env("INBOXD_BENCH_BROKERS", env("INBOXD_TEST_BROKERS"))
+        .env("INBOXD_BENCH_POSTGRES", env("INBOXD_TEST_POSTGRES"))
+        .env(
+            "INBOXD_BENCH_COMPONENT",
+            repo.join("guests/target/wasm32-wasip2/release/billing.wasm"),
+        )
+        .env("INBOXD_BENCH_MIGRATIONS", repo.join("guests/billing/migrations"))
+        .output()
+        .expect("run inboxd-bench");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "the benchmark failed:\n{stderr}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let last = stdout.lines().last().expect("a report line");
+    let report: Value = serde_json::from_str(last).expect("the last line is JSON");
+    assert_eq!(report["records"], 600);
+    for backend in ["sqlite", "postgres"] {
+        for mode in ["a", "b", "c"] {
+            let m = &report[backend][mode];
+            assert_eq!(m["effects_exact"], true, "{backend} {mode}: {m}\n{stderr}");
+            assert!(m["events_per_s"].as_f64().unwrap() > 0.0, "{backend} {mode}: {m}");
+            assert!(m["peak_rss_mib"].as_f64().unwrap() > 0.0, "{backend} {mode}: {m}");
+        }
+        assert!(report[backend]["a_over_b"].as_f64().is_some(), "{report}");
+        assert!(report[backend]["a_over_c"].as_f64().is_some(), "{report}");
+    }
+}
