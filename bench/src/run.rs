@@ -47,6 +47,11 @@ pub struct Options {
     /// The billing handler's migrations.
     #[arg(long, env = "INBOXD_BENCH_MIGRATIONS")]
     migrations: PathBuf,
+    /// librdkafka's `fetch.wait.max.ms` for the hosts. tansu answers a fetch
+    /// only when this runs out, even when records arrive sooner (Kafka answers
+    /// at once), so librdkafka's default of 500 ms would be measured as latency.
+    #[arg(long, default_value_t = 10)]
+    fetch_wait_ms: u32,
     /// Give up on a phase after this long.
     #[arg(long, default_value_t = 1_800)]
     timeout_secs: u64,
@@ -131,10 +136,15 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
                 bulk: &bulk,
                 bulk_unique,
             };
-            let m = run
-                .measure()
-                .await
-                .with_context(|| format!("{backend}, mode {}", mode.label))?;
+            let m = match run.measure().await {
+                Ok(m) => m,
+                Err(error) => {
+                    // Keep the hosts' configs and logs for a look.
+                    let kept = work.keep();
+                    let context = format!("{backend}, mode {}; logs kept in {}", mode.label, kept.display());
+                    return Err(error.context(context));
+                }
+            };
             eprintln!(
                 "[{backend} {}] {:.0} events/s; live at {}/s: p50 {} ms, p99 {} ms; peak RSS {:.0} MiB; effects {} of {}",
                 mode.label,
@@ -264,6 +274,8 @@ url = "{db_url}"
 [kafka]
 brokers = "{brokers}"
 session_timeout_ms = 6000
+[kafka.properties]
+"fetch.wait.max.ms" = "{fetch_wait}"
 
 [wasm]
 cache_dir = "{cache}"
@@ -279,6 +291,7 @@ group_id = "bench-{id}"
 "invoices.created" = "{invoices}"
 "#,
             brokers = self.opts.brokers,
+            fetch_wait = self.opts.fetch_wait_ms,
             cache = self.work.join("cache").display(),
             component = self.opts.component.display(),
             migrations = self.opts.migrations.display(),

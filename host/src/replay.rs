@@ -12,7 +12,6 @@ use crate::db::dead_letters::{self, Row};
 use crate::db::inbox::{self, Claim};
 use crate::db::{Database, DbError, invariants, outbox};
 use crate::record::Record;
-use crate::sandbox::authorizer::Scope;
 use crate::wasm::HandlerComponent;
 
 /// The savepoint around the guest during a replay.
@@ -73,15 +72,14 @@ pub async fn replay(
         tx.rollback().await?;
         return Ok(ReplayOutcome::AlreadyApplied);
     }
-    tx.savepoint(REPLAY_SAVEPOINT).await?;
-    tx.enter_handler_scope(claim.handler, Scope::Guest).await?;
+    tx.enter_guest(REPLAY_SAVEPOINT, claim.handler).await?;
     let attempt = u32::try_from(letter.attempts + 1).unwrap_or(u32::MAX);
     let invocation = handler.invoke(tx, &record, event_id, attempt).await;
     let Some(mut tx) = invocation.tx else {
         return Ok(ReplayOutcome::Failed("the handler's transaction was lost".into()));
     };
     let succeeded = invocation.result.is_ok() && invocation.host_error.is_none();
-    tx.exit_handler_scope(REPLAY_SAVEPOINT, succeeded).await?;
+    tx.exit_guest(REPLAY_SAVEPOINT, succeeded).await?;
     if let Some(error) = invocation.host_error {
         return Err(error);
     }

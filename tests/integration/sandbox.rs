@@ -143,6 +143,10 @@ max_attempts = 1
         json!({ "attack": "stdout", "bytes": 5_000_000 }),
     ));
     records.push((ok_id.clone(), json!({ "attack": "ok" })));
+    // A handler that handles a failed statement and goes on must see its
+    // transaction still usable (PostgreSQL aborts it unless the host contains it).
+    let recover_id = new_id();
+    records.push((recover_id.clone(), json!({ "attack": "recover" })));
     let sends: Vec<Send> = records
         .iter()
         .map(|(id, payload)| Send::json(id, payload.clone()))
@@ -199,10 +203,19 @@ max_attempts = 1
         count(&db, "SELECT COUNT(*) FROM inbox WHERE handler = 'hostile'").await,
         records.len() as i64
     );
-    env.assert_exactly_once("hostile_effects", 1, &ends).await;
+    env.assert_exactly_once("hostile_effects", 2, &ends).await;
     let effects = env.table("hostile_effects").await;
-    let controls = rows(&db, &format!("SELECT event_id FROM {effects}")).await;
-    assert_eq!(controls, vec![vec![inboxd::db::SqlValue::Text(ok_id)]]);
+    let controls = rows(&db, &format!("SELECT event_id FROM {effects} ORDER BY event_id")).await;
+    let mut expected = vec![ok_id, recover_id];
+    expected.sort();
+    let expected: Vec<_> = expected
+        .into_iter()
+        .map(|id| vec![inboxd::db::SqlValue::Text(id)])
+        .collect();
+    assert_eq!(
+        controls, expected,
+        "the control and the recovering handler applied once each"
+    );
     let billing_done = poll_until(Duration::from_secs(60), || {
         let db = db.clone();
         let want: i64 = order_ends.values().sum();

@@ -121,6 +121,17 @@ impl Guest for Hostile {
                     .map_err(|e| HandlerError::Retry(format!("{e:?}")))?;
                 Ok(())
             }
+            "recover" => {
+                // Not an attack: a statement that fails on every backend, handled,
+                // then the real write. On PostgreSQL a failed statement aborts the
+                // transaction unless the host contained it.
+                if sql::execute("INSERT INTO hostile_effects (event_id) VALUES (NULL)", &[]).is_ok() {
+                    return Err(HandlerError::Reject("the NULL insert should have failed".into()));
+                }
+                sql::execute("INSERT INTO hostile_effects (event_id) VALUES ($1)", &[Value::Text(event.id)])
+                    .map_err(|e| HandlerError::Retry(format!("after a handled error: {e:?}")))?;
+                Ok(())
+            }
             "retry" => Err(HandlerError::Retry("asked to retry".into())),
             "reject" => Err(HandlerError::Reject("asked to reject".into())),
             other => Err(HandlerError::Reject(format!("unknown attack {other:?}"))),

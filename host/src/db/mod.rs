@@ -46,6 +46,10 @@ pub enum DbError {
     HandlerMigration(String),
     #[error("limits.max_rows: the query returned more than {limit} rows")]
     TooManyRows { limit: usize },
+    /// Only ever seen by a handler run that the pipeline then discards
+    /// (see `Tx::set_statement_savepoints`).
+    #[error("an earlier statement of this call failed, so this one was not run")]
+    AfterFailedStatement,
 }
 
 impl DbError {

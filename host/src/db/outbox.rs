@@ -3,13 +3,12 @@
 //! A handler's published messages are inserted here in the handler's own
 //! transaction, so they exist exactly when its writes commit. Each message
 //! belongs to a bucket (a stable hash of handler and key): a bucket's messages
-//! are numbered in commit order (the transaction holds the bucket's sequence
-//! row until it commits) and relayed in that order by whichever host holds the
-//! bucket's lease.
+//! are relayed in insert order (`seq`) by whichever host holds the bucket's
+//! lease. For the messages of one partition's events (its batches commit one
+//! after another) that is commit order.
 
 use super::dead_letters::{headers_json, parse_headers};
 use super::{Database, DbError, SqlValue, Tx, now_ms};
-use std::collections::BTreeMap;
 
 /// Buckets of relay ownership and ordering. Fixed: it is baked into the rows.
 pub const BUCKETS: u64 = 64;
@@ -39,54 +38,28 @@ pub fn bucket(handler: &str, key: Option<&[u8]>) -> i64 {
     (hash % BUCKETS) as i64
 }
 
-/// Writes the messages in the caller's transaction, numbering each within its
-/// bucket. A transaction holds the sequence rows of its buckets until it
-/// commits, so later publishers of a bucket wait and `bucket_seq` order is
-/// commit order. The rows are locked in ascending bucket order, whatever
-/// order the messages came in: two batches publishing to the same buckets
-/// then queue behind each other instead of deadlocking. Within a bucket the
-/// messages keep their order.
+/// Writes the messages in the caller's transaction. Their `seq` (insert
+/// order) is the relay's order within a bucket; no row is locked for it, so
+/// the batches of different partitions never wait for each other here
+/// (see migrations/*/0002_outbox_insert_order.sql).
 pub async fn insert(tx: &mut Tx, handler: &str, messages: &[NewMessage]) -> Result<(), DbError> {
-    let mut by_bucket: BTreeMap<i64, Vec<&NewMessage>> = BTreeMap::new();
-    for message in messages {
-        by_bucket
-            .entry(bucket(handler, message.key.as_deref()))
-            .or_default()
-            .push(message);
-    }
     let created_at = now_ms();
-    for (bucket, messages) in by_bucket {
-        let count = messages.len() as i64;
-        let rows = tx
-            .query(
-                "UPDATE outbox_sequences SET next_seq = next_seq + $2 WHERE bucket = $1 RETURNING next_seq",
-                &[bucket.into(), count.into()],
-            )
-            .await?;
-        let last = rows
-            .first()
-            .and_then(|r| r.first())
-            .and_then(SqlValue::as_i64)
-            .unwrap_or(count);
-        for (i, message) in messages.into_iter().enumerate() {
-            let bucket_seq = last - count + 1 + i as i64;
-            tx.execute(
-                "INSERT INTO outbox (id, handler, topic, key, payload, headers, bucket, bucket_seq, created_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-                &[
-                    message.id.as_str().into(),
-                    handler.into(),
-                    message.topic.as_str().into(),
-                    message.key.as_deref().map_or(SqlValue::Null, SqlValue::from),
-                    message.payload.as_slice().into(),
-                    headers_json(&message.headers).into(),
-                    bucket.into(),
-                    bucket_seq.into(),
-                    created_at.into(),
-                ],
-            )
-            .await?;
-        }
+    for message in messages {
+        tx.execute(
+            "INSERT INTO outbox (id, handler, topic, key, payload, headers, bucket, created_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            &[
+                message.id.as_str().into(),
+                handler.into(),
+                message.topic.as_str().into(),
+                message.key.as_deref().map_or(SqlValue::Null, SqlValue::from),
+                message.payload.as_slice().into(),
+                headers_json(&message.headers).into(),
+                bucket(handler, message.key.as_deref()).into(),
+                created_at.into(),
+            ],
+        )
+        .await?;
     }
     Ok(())
 }
@@ -139,7 +112,7 @@ pub async fn pending(db: &Database, buckets: &[i64], limit: i64) -> Result<Vec<P
     let list: Vec<String> = buckets.iter().map(i64::to_string).collect();
     let sql = format!(
         "SELECT seq, bucket, id, topic, key, payload, headers FROM outbox
-         WHERE published_at IS NULL AND bucket IN ({}) ORDER BY bucket, bucket_seq LIMIT $1",
+         WHERE published_at IS NULL AND bucket IN ({}) ORDER BY bucket, seq LIMIT $1",
         list.join(", ")
     );
     let rows = db.query(&sql, &[limit.into()]).await?;

@@ -17,6 +17,11 @@ const STATEMENT_SAVEPOINT: &str = "inboxd_statement";
 
 pub struct Tx {
     inner: Inner,
+    /// PostgreSQL: wrap each guest statement in a savepoint (the default). Off
+    /// for a handler's first run of an event: see [`Tx::set_statement_savepoints`].
+    statement_savepoints: bool,
+    /// A guest statement failed while `statement_savepoints` was off.
+    statement_failed: bool,
     /// The SQLite writer slot this transaction holds, if any; released when it ends.
     _writer: Option<OwnedSemaphorePermit>,
 }
@@ -30,6 +35,8 @@ impl Tx {
     pub(super) fn sqlite(tx: Transaction<'static, Sqlite>) -> Self {
         Self {
             inner: Inner::Sqlite(tx),
+            statement_savepoints: true,
+            statement_failed: false,
             _writer: None,
         }
     }
@@ -37,6 +44,8 @@ impl Tx {
     pub(super) fn postgres(tx: Transaction<'static, Postgres>) -> Self {
         Self {
             inner: Inner::Postgres(tx),
+            statement_savepoints: true,
+            statement_failed: false,
             _writer: None,
         }
     }
@@ -63,12 +72,21 @@ impl Tx {
         self.fetch(sql, params, usize::MAX, true).await
     }
 
-    /// Runs a guest's statement: never from the statement cache (so SQLite's
-    /// authorizer sees it prepared), and on PostgreSQL inside a savepoint so a
-    /// failure leaves the transaction usable, as it does on SQLite.
+    /// Runs a guest's statement. On SQLite never from the statement cache,
+    /// because the authorizer (the second wall) judges a statement when it is
+    /// prepared. On PostgreSQL it is prepared once per connection and cached:
+    /// privileges are checked at every execution and a plan is re-made when
+    /// the search path (the handler's schema) differs. On PostgreSQL it runs
+    /// inside a savepoint, so a failure leaves the transaction usable, as it
+    /// does on SQLite.
     pub async fn guest_execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, DbError> {
+        if self.optimistic()? {
+            let result = self.run(sql, params, true).await;
+            self.statement_failed = result.is_err();
+            return result;
+        }
         self.statement_savepoint().await?;
-        let result = self.run(sql, params, false).await;
+        let result = self.run(sql, params, self.caches_guest_statements()).await;
         self.end_statement_savepoint(result.is_ok()).await?;
         result
     }
@@ -80,10 +98,52 @@ impl Tx {
         params: &[SqlValue],
         max_rows: usize,
     ) -> Result<Vec<Vec<SqlValue>>, DbError> {
+        if self.optimistic()? {
+            let result = self.fetch(sql, params, max_rows, true).await;
+            self.statement_failed = result.is_err();
+            return result;
+        }
         self.statement_savepoint().await?;
-        let result = self.fetch(sql, params, max_rows, false).await;
+        let result = self
+            .fetch(sql, params, max_rows, self.caches_guest_statements())
+            .await;
         self.end_statement_savepoint(result.is_ok()).await?;
         result
+    }
+
+    /// Turns the per-statement savepoints of guest statements off (`false`)
+    /// or on. Each costs two round trips on PostgreSQL, and a handler's
+    /// statements rarely fail, so the pipeline runs a handler without them
+    /// first. If a statement then fails, PostgreSQL has aborted the whole
+    /// transaction: every later statement of the call is refused,
+    /// [`Tx::take_statement_failed`] says so, and the pipeline rolls the call
+    /// back to its savepoint and runs it again with them on, so the handler
+    /// sees exactly what it would have seen with them on from the start.
+    /// (SQLite undoes a failed statement by itself and needs neither.)
+    pub fn set_statement_savepoints(&mut self, on: bool) {
+        self.statement_savepoints = on;
+        self.statement_failed = false;
+    }
+
+    /// True (once) if a guest statement failed with statement savepoints off.
+    pub fn take_statement_failed(&mut self) -> bool {
+        std::mem::take(&mut self.statement_failed)
+    }
+
+    /// With statement savepoints off on PostgreSQL: `Err` if an earlier
+    /// statement of the call failed (the transaction is aborted), else `Ok(true)`.
+    fn optimistic(&self) -> Result<bool, DbError> {
+        if self.statement_savepoints || self.backend() != Backend::Postgres {
+            return Ok(false);
+        }
+        if self.statement_failed {
+            return Err(DbError::AfterFailedStatement);
+        }
+        Ok(true)
+    }
+
+    fn caches_guest_statements(&self) -> bool {
+        self.backend() == Backend::Postgres
     }
 
     async fn statement_savepoint(&mut self) -> Result<(), DbError> {
@@ -219,24 +279,50 @@ impl Tx {
         Ok(())
     }
 
-    /// Ends a guest call that started with `SAVEPOINT savepoint` and
-    /// [`Tx::enter_handler_scope`]: keeps its work (`succeeded`) or undoes it,
-    /// and leaves the walls. Every guest call ends here, whatever happened.
-    /// The order matters: SQLite's authorizer would refuse the host's own
-    /// savepoint statement, so it comes off first; on PostgreSQL a rollback to
-    /// the savepoint also ends the role and search path.
-    pub async fn exit_handler_scope(
-        &mut self,
-        savepoint: &'static str,
-        succeeded: bool,
-    ) -> Result<(), DbError> {
-        match (self.backend(), succeeded) {
-            (Backend::Postgres, false) => self.rollback_to(savepoint).await,
-            (_, true) => {
+    /// Starts a guest call: `SAVEPOINT savepoint`, then the handler's walls
+    /// (as [`Tx::enter_handler_scope`]). On PostgreSQL both go in one round
+    /// trip; the names spliced in are the host's constants and validated
+    /// handler names (`config::is_identifier`), never guest input.
+    pub async fn enter_guest(&mut self, savepoint: &'static str, handler: &str) -> Result<(), DbError> {
+        match &mut self.inner {
+            Inner::Postgres(tx) => {
+                let sql = format!(
+                    "SAVEPOINT {savepoint}; SELECT set_config('search_path', '{}', true), set_config('role', '{}', true)",
+                    handler_schema(handler),
+                    handler_role(handler)
+                );
+                sqlx::Executor::execute(&mut **tx, sql.as_str()).await?;
+                Ok(())
+            }
+            Inner::Sqlite(_) => {
+                self.savepoint(savepoint).await?;
+                self.enter_handler_scope(handler, Scope::Guest).await
+            }
+        }
+    }
+
+    /// Ends a guest call begun with [`Tx::enter_guest`]: keeps its work
+    /// (`succeeded`) or undoes it, and leaves the walls. Every guest call ends
+    /// here, whatever happened. The order matters: SQLite's authorizer would
+    /// refuse the host's own savepoint statement, so it comes off first; on
+    /// PostgreSQL a rollback to the savepoint also ends the role and search
+    /// path, and a success leaves both and releases in one round trip.
+    pub async fn exit_guest(&mut self, savepoint: &'static str, succeeded: bool) -> Result<(), DbError> {
+        match (&mut self.inner, succeeded) {
+            (Inner::Postgres(_), false) => self.rollback_to(savepoint).await,
+            (Inner::Postgres(tx), true) => {
+                let sql = format!(
+                    "SELECT set_config('role', 'none', true), set_config('search_path', '{HOST_SCHEMA}', true); \
+                     RELEASE SAVEPOINT {savepoint}"
+                );
+                sqlx::Executor::execute(&mut **tx, sql.as_str()).await?;
+                Ok(())
+            }
+            (Inner::Sqlite(_), true) => {
                 self.leave_handler_scope().await?;
                 self.release(savepoint).await
             }
-            (Backend::Sqlite, false) => {
+            (Inner::Sqlite(_), false) => {
                 self.leave_handler_scope().await?;
                 self.rollback_to(savepoint).await
             }

@@ -3,7 +3,7 @@
 //!
 //! Each host runs one relay. A relay leases buckets of the outbox (a lease it
 //! renews every cycle and that runs out if the host dies, so another host picks
-//! the bucket up) and sends a bucket's messages in commit order with an
+//! the bucket up) and sends a bucket's messages in insert order with an
 //! idempotent producer, each with its id in the `event_id` header. Rows are
 //! marked published only after Kafka acknowledged them: a crash in between
 //! sends them again, and the consuming handler's inbox drops the copy.

@@ -26,7 +26,6 @@ use crate::db::{Database, DbError, Tx, now_ms, offsets};
 use crate::event_id;
 use crate::handler::Handler;
 use crate::record::Record;
-use crate::sandbox::authorizer::Scope;
 use crate::stats::Stats;
 use crate::wasm::GuestFailure;
 use rand::Rng;
@@ -234,14 +233,30 @@ impl Pipeline {
             );
             return Ok((tx, Step::TooLarge(reason)));
         }
-        tx.savepoint(GUEST_SAVEPOINT).await?;
-        tx.enter_handler_scope(claim.handler, Scope::Guest).await?;
-        let invocation = self.handler.invoke(tx, record, claim.event_id, attempt).await;
-        let Some(mut tx) = invocation.tx else {
+        tx.enter_guest(GUEST_SAVEPOINT, claim.handler).await?;
+        tx.set_statement_savepoints(false);
+        let mut invocation = self.handler.invoke(tx, record, claim.event_id, attempt).await;
+        let Some(mut tx) = invocation.tx.take() else {
             return Err(PipelineError::LostTransaction);
         };
+        if tx.take_statement_failed() && invocation.host_error.is_none() {
+            // A statement failed without its own savepoint, which aborts the
+            // transaction on PostgreSQL: undo the call and run it again with
+            // one, as if it had been that way from the start.
+            tracing::debug!(
+                handler = claim.handler,
+                event_id = claim.event_id,
+                "re-running with statement savepoints"
+            );
+            tx.exit_guest(GUEST_SAVEPOINT, false).await?;
+            tx.release(GUEST_SAVEPOINT).await?;
+            tx.enter_guest(GUEST_SAVEPOINT, claim.handler).await?;
+            tx.set_statement_savepoints(true);
+            invocation = self.handler.invoke(tx, record, claim.event_id, attempt).await;
+            tx = invocation.tx.take().ok_or(PipelineError::LostTransaction)?;
+        }
         let succeeded = invocation.result.is_ok() && invocation.host_error.is_none();
-        let exited = tx.exit_handler_scope(GUEST_SAVEPOINT, succeeded).await;
+        let exited = tx.exit_guest(GUEST_SAVEPOINT, succeeded).await;
         if let Some(error) = invocation.host_error {
             // Dropping the transaction rolls it back; the caller retries.
             return Err(error.into());

@@ -16,8 +16,9 @@ use sqlparser::ast::{
 };
 use sqlparser::dialect::{Dialect, PostgreSqlDialect, SQLiteDialect};
 use sqlparser::parser::Parser;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ops::ControlFlow;
+use std::sync::Mutex;
 
 /// Scalar and aggregate functions with no side effects and no access to
 /// anything outside the statement's own rows.
@@ -119,8 +120,16 @@ pub enum Refusal {
     Limit(String),
 }
 
+/// Verdicts remembered per guard. A handler sends the same few statement
+/// texts over and over, with different parameters; when a guest sends more
+/// distinct texts than this, the memory starts over.
+const MAX_VERDICTS: usize = 1024;
+
 pub struct Guard {
     backend: Backend,
+    /// Statement text -> verdict. A verdict depends on the text alone (the
+    /// handler's tables are fixed for the guard's life), so parsing it once is enough.
+    verdicts: Mutex<HashMap<String, Result<(), Refusal>>>,
     /// Lower-case names of the handler's own tables.
     own_tables: HashSet<String>,
     /// The schema a qualified own table may name (`handler_x`, or `main` on SQLite).
@@ -137,6 +146,7 @@ impl Guard {
     ) -> Self {
         Self {
             backend,
+            verdicts: Mutex::default(),
             own_tables: own_tables.iter().map(|t| t.to_lowercase()).collect(),
             own_schema: own_schema.to_lowercase(),
             max_statement_bytes,
@@ -152,6 +162,20 @@ impl Guard {
                 self.max_statement_bytes
             )));
         }
+        let mut verdicts = self.verdicts.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(verdict) = verdicts.get(sql) {
+            return verdict.clone();
+        }
+        let verdict = self.judge(sql);
+        if verdicts.len() >= MAX_VERDICTS {
+            verdicts.clear();
+        }
+        verdicts.insert(sql.to_owned(), verdict.clone());
+        verdict
+    }
+
+    /// Parses and checks one statement text.
+    fn judge(&self, sql: &str) -> Result<(), Refusal> {
         let dialect: &dyn Dialect = match self.backend {
             Backend::Sqlite => &SQLiteDialect {},
             Backend::Postgres => &PostgreSqlDialect {},

@@ -18,6 +18,7 @@ pub const HOST_TABLES: &[&str] = &[
     "handler_migrations",
     "handler_tables",
     "outbox",
+    // Dropped in migration 0002; still refused, as any host name is.
     "outbox_sequences",
     "outbox_leases",
     "_sqlx_migrations",

@@ -8,7 +8,7 @@ use super::state::StoreState;
 use std::path::PathBuf;
 use std::sync::Arc;
 use wasmtime::component::Linker;
-use wasmtime::{Config, Engine};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 #[derive(Clone)]
 pub struct WasmEngine {
@@ -25,6 +25,7 @@ impl WasmEngine {
         // Epoch interruption, not fuel: it costs a load and compare at loop
         // heads instead of counting every instruction.
         config.epoch_interruption(true);
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling()));
         let engine = Engine::new(&config)?;
         spawn_epoch_ticker(&engine);
         let mut linker = Linker::new(&engine);
@@ -35,6 +36,26 @@ impl WasmEngine {
             cache_dir,
         })
     }
+}
+
+/// Every event gets a fresh instance, so instantiation is on the hot path.
+/// The pooling allocator keeps linear memories, tables and stacks mapped in
+/// slots that are reused, instead of an mmap, guard pages and an munmap (with
+/// its cross-core TLB shootdown) per event. Instances at once are bounded by
+/// the database pool (a guest only runs inside a transaction), far below these.
+fn pooling() -> PoolingAllocationConfig {
+    let mut pool = PoolingAllocationConfig::default();
+    pool.total_component_instances(256)
+        // A Python component holds about 14 core instances (design §7).
+        .total_core_instances(1024)
+        .total_memories(256)
+        .total_tables(512)
+        .total_stacks(256)
+        // Slots keep a little memory resident for the next instance of the
+        // same component; with few warm slots this stays a few MiB in all.
+        .linear_memory_keep_resident(1 << 20)
+        .max_unused_warm_slots(16);
+    pool
 }
 
 /// Advances the engine's epoch every [`EPOCH_TICK`] until the engine is dropped.
