@@ -16,14 +16,16 @@ async fn postgres_restart_mid_stream_pauses_and_resumes_exactly_once() {
     create_topic(&topic, 3).await;
     let db_url = create_postgres_database(&cluster.admin_url).await;
     let env = TestEnv::with_database(tempfile::tempdir().unwrap(), db_url, "billing", &topic, "");
-    let unique_events = 3_000;
-    let records = orders_with_duplicates(unique_events, 5);
-    let ends = produce(&topic, &records).await;
-    let total: i64 = ends.values().sum();
+    let initial = 3_000;
+    let mut ends = produce(&topic, &orders_with_duplicates(initial, 5)).await;
 
     let mut host = env.spawn_host();
-    let started = wait_for_progress(&env, &topic, total / 10).await;
+    let started = wait_for_progress(&env, &topic, 100).await;
     assert!(started, "no progress before the restart:\n{}", host.log());
+    // Orders keep arriving through the outage, so the host is mid-stream
+    // when the database goes, however fast it is.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let trickle = tokio::spawn(trickle_orders(topic.clone(), stop.clone()));
     // Stop, and start again only once the host has met the outage: a plain
     // `pg_ctl restart` can fall between two transactions, where the pool
     // silently reconnects and the outage path is never exercised.
@@ -38,10 +40,12 @@ async fn postgres_restart_mid_stream_pauses_and_resumes_exactly_once() {
         .await
         .values()
         .sum();
-    assert!(
-        after_restart < total,
-        "the restart came after the end; the test proved nothing"
-    );
+    let resumed = wait_for_progress(&env, &topic, after_restart + 500).await;
+    assert!(resumed, "no progress after the restart:\n{}", host.log());
+    stop.cancel();
+    let (trickled_ends, trickled) = trickle.await.expect("the producer task");
+    merge_ends(&mut ends, trickled_ends);
+    let unique_events = initial + trickled;
 
     env.wait_for_offsets(&ends, Duration::from_secs(180), &mut host)
         .await;
@@ -71,19 +75,21 @@ async fn two_hosts_in_one_group_split_partitions_and_stay_exactly_once() {
     let topic = unique("orders");
     create_topic(&topic, 4).await;
     let env = TestEnv::new(Backend::Postgres, "billing", &topic, "").await;
-    let unique_events = 5_000;
-    let records = orders_with_duplicates(unique_events, 5);
-    let ends = produce(&topic, &records).await;
-    let total: i64 = ends.values().sum();
+    let initial = 3_000;
+    let mut ends = produce(&topic, &orders_with_duplicates(initial, 5)).await;
 
     let mut first = env.spawn_host();
     let db = env.db().await;
-    let started = wait_for_progress(&env, &topic, total / 20).await;
+    let started = wait_for_progress(&env, &topic, 100).await;
     assert!(
         started,
         "no progress before the second host joined:\n{}",
         first.log()
     );
+    // Orders keep arriving until well after the second host is in, so the
+    // rebalance happens mid-stream however fast the first host is.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let trickle = tokio::spawn(trickle_orders(topic.clone(), stop.clone()));
     let mut second = env.spawn_host();
     let joined = poll_until(Duration::from_secs(60), || {
         let log = second.log();
@@ -93,12 +99,14 @@ async fn two_hosts_in_one_group_split_partitions_and_stay_exactly_once() {
         }
     })
     .await;
-    let at_join: i64 = stored_offsets(&db, &env.handler, &topic).await.values().sum();
     assert!(joined, "the second host never got partitions:\n{}", second.log());
-    assert!(
-        at_join < total,
-        "the first host finished before the rebalance; the test proved nothing"
-    );
+    let at_join: i64 = stored_offsets(&db, &env.handler, &topic).await.values().sum();
+    let after_join = wait_for_progress(&env, &topic, at_join + 500).await;
+    assert!(after_join, "no progress after the rebalance:\n{}", second.log());
+    stop.cancel();
+    let (trickled_ends, trickled) = trickle.await.expect("the producer task");
+    merge_ends(&mut ends, trickled_ends);
+    assert!(trickled > 0, "orders arrived during the rebalance");
 
     env.wait_for_offsets(&ends, Duration::from_secs(240), &mut first)
         .await;
@@ -110,5 +118,34 @@ async fn two_hosts_in_one_group_split_partitions_and_stay_exactly_once() {
     assert!(second.is_running() && first.is_running());
     assert_eq!(first.terminate(Duration::from_secs(30)).await, Some(0));
     assert_eq!(second.terminate(Duration::from_secs(30)).await, Some(0));
-    env.assert_exactly_once("invoices", unique_events, &ends).await;
+    env.assert_exactly_once("invoices", initial + trickled, &ends)
+        .await;
+}
+
+/// Keeps the later end of each partition.
+fn merge_ends(ends: &mut std::collections::HashMap<i32, i64>, more: std::collections::HashMap<i32, i64>) {
+    for (partition, end) in more {
+        let entry = ends.entry(partition).or_default();
+        *entry = end.max(*entry);
+    }
+}
+
+/// Produces 100 new orders (and some re-sent copies) every 50 ms until
+/// `stop`; returns the partitions' ends and how many distinct orders it sent.
+async fn trickle_orders(
+    topic: String,
+    stop: tokio_util::sync::CancellationToken,
+) -> (std::collections::HashMap<i32, i64>, usize) {
+    let mut ends = std::collections::HashMap::new();
+    let mut sent = 0;
+    while !stop.is_cancelled() {
+        merge_ends(&mut ends, produce(&topic, &orders_with_duplicates(100, 5)).await);
+        sent += 100;
+        // Pacing the producer, not waiting for anything.
+        tokio::select! {
+            _ = stop.cancelled() => {}
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+    }
+    (ends, sent)
 }

@@ -5,6 +5,7 @@
 //! concurrent copies of one event cannot both win.
 
 use super::{Database, DbError, SqlValue, Tx, now_ms};
+use std::collections::HashSet;
 
 /// Where an event came from and which handler version ran it.
 pub struct Claim<'a> {
@@ -43,6 +44,52 @@ ON CONFLICT DO NOTHING"#;
 /// `false`: already applied or dead-lettered, skip it.
 pub async fn claim(tx: &mut Tx, claim: &Claim<'_>) -> Result<bool, DbError> {
     Ok(tx.execute(INSERT, &claim.params("done")).await? == 1)
+}
+
+/// Claims per INSERT statement, at most.
+const CLAIM_CHUNK: usize = 64;
+const CLAIM_COLUMNS: usize = 9;
+
+/// Claims many events in a few statements (a batch's worth); returns the ids
+/// claimed now, i.e. not duplicates. The ids must be distinct. They are
+/// inserted in id order, so two transactions claiming overlapping ids (one
+/// event sent to two partitions) wait for each other in the same order
+/// instead of deadlocking. Chunks are powers of two, as in `outbox::insert`.
+pub async fn claim_many(tx: &mut Tx, claims: &[Claim<'_>]) -> Result<HashSet<String>, DbError> {
+    let mut sorted: Vec<&Claim<'_>> = claims.iter().collect();
+    sorted.sort_by_key(|c| c.event_id);
+    let mut fresh = HashSet::with_capacity(claims.len());
+    let mut rest = sorted.as_slice();
+    while !rest.is_empty() {
+        let take = CLAIM_CHUNK.min(1 << rest.len().ilog2());
+        let (chunk, tail) = rest.split_at(take);
+        let params: Vec<SqlValue> = chunk.iter().flat_map(|c| c.params("done")).collect();
+        for row in tx.query(&claim_many_sql(chunk.len()), &params).await? {
+            if let Some(SqlValue::Text(id)) = row.into_iter().next() {
+                fresh.insert(id);
+            }
+        }
+        rest = tail;
+    }
+    Ok(fresh)
+}
+
+fn claim_many_sql(rows: usize) -> String {
+    let values: Vec<String> = (0..rows)
+        .map(|row| {
+            let first = row * CLAIM_COLUMNS + 1;
+            let params: Vec<String> = (first..first + CLAIM_COLUMNS).map(|p| format!("${p}")).collect();
+            format!("({})", params.join(", "))
+        })
+        .collect();
+    format!(
+        r#"INSERT INTO inbox
+(handler, event_id, status, topic, partition, "offset", handler_version, processed_at, id_day)
+VALUES {}
+ON CONFLICT DO NOTHING
+RETURNING event_id"#,
+        values.join(", ")
+    )
 }
 
 /// Takes back a claim made earlier in this transaction, when the event is to
@@ -215,6 +262,25 @@ mod tests {
         assert!(
             !claim(&mut tx, &claim_of("fresh")).await.unwrap(),
             "a dead event is not run again"
+        );
+    }
+
+    #[tokio::test]
+    async fn claiming_many_returns_only_the_new_ones() {
+        let db = memory_db().await;
+        let mut tx = db.begin().await.unwrap();
+        assert!(claim(&mut tx, &claim_of("old")).await.unwrap());
+        let ids: Vec<String> = (0..70)
+            .map(|i| format!("e{i:02}"))
+            .chain(["old".into()])
+            .collect();
+        let claims: Vec<Claim<'_>> = ids.iter().map(|id| claim_of(id)).collect();
+        let fresh = claim_many(&mut tx, &claims).await.unwrap();
+        assert_eq!(fresh.len(), 70);
+        assert!(!fresh.contains("old"), "a duplicate is not returned");
+        assert!(
+            claim_many(&mut tx, &claims).await.unwrap().is_empty(),
+            "all taken now"
         );
     }
 }

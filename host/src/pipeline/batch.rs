@@ -16,6 +16,7 @@ use crate::db::outbox;
 use crate::event_id;
 use crate::record::Record;
 use crate::wasm::GuestFailure;
+use std::collections::HashSet;
 use tokio_util::sync::CancellationToken;
 
 /// How far a batch has committed. The caller keeps it across retries after
@@ -128,25 +129,46 @@ impl Pipeline {
     /// handler failure is to be retried.
     async fn batch_tx(&self, records: &[Record], expected: Option<i64>) -> Result<TxEnd, PipelineError> {
         let mut tx = self.db.begin_write().await?;
+        // Every event id first, then all new ones claimed in one go (a
+        // statement per event would be a round trip per event).
+        let ids: Vec<Result<String, String>> = records
+            .iter()
+            .map(|r| event_id::extract(&self.event_id, &r.headers, &r.payload).map_err(|e| e.to_string()))
+            .collect();
+        let mut seen = HashSet::new();
+        let claims: Vec<_> = records
+            .iter()
+            .zip(&ids)
+            .filter_map(|(record, id)| {
+                let id = id.as_deref().ok().filter(|id| seen.insert(*id))?;
+                Some(self.claim(record, id))
+            })
+            .collect();
+        let mut fresh = inbox::claim_many(&mut tx, &claims).await?;
         let mut done = Vec::with_capacity(records.len());
         let mut applied = Vec::new();
         let mut messages = Vec::new();
         let mut retry = None;
-        for record in records {
-            let event_id = match event_id::extract(&self.event_id, &record.headers, &record.payload) {
+        for (record, id) in records.iter().zip(&ids) {
+            let event_id = match id {
                 Ok(id) => id,
-                Err(error) => {
-                    let parked = self.park_without_id(&mut tx, record, &error.to_string()).await?;
+                Err(reason) => {
+                    let parked = self.park_without_id(&mut tx, record, reason).await?;
                     done.push(Done::Parked(parked));
                     continue;
                 }
             };
-            let claim = self.claim(record, &event_id);
-            let (returned, step) = self.step(tx, &claim, record, 1).await?;
+            // Taken out, so a later copy in this batch counts as the duplicate it is.
+            if !fresh.remove(event_id) {
+                tracing::debug!(handler = self.handler.name(), event_id, "duplicate skipped");
+                done.push(Done::Duplicate);
+                continue;
+            }
+            let claim = self.claim(record, event_id);
+            let (returned, step) = self.run_claimed(tx, &claim, record, 1).await?;
             tx = returned;
             let failure = match step {
                 Step::Duplicate => {
-                    tracing::debug!(handler = claim.handler, event_id, "duplicate skipped");
                     done.push(Done::Duplicate);
                     continue;
                 }
@@ -180,9 +202,13 @@ impl Pipeline {
                 done.push(Done::Parked(parked));
                 continue;
             }
-            // Its claim goes back: the event runs again after a backoff, and
-            // nothing after it may commit before it does.
+            // Its claim and those of the records after it go back: the event
+            // runs again after a backoff, and nothing after it may commit first.
             inbox::unclaim(&mut tx, &claim).await?;
+            for later in fresh.drain() {
+                let claim = self.claim(record, &later);
+                inbox::unclaim(&mut tx, &claim).await?;
+            }
             retry = Some(failure);
             break;
         }

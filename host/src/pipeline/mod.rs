@@ -213,8 +213,7 @@ impl Pipeline {
         }
     }
 
-    /// Claims the event and, the first time, runs the handler in `tx` inside
-    /// the guest savepoint.
+    /// Claims the event and, the first time, runs the handler in `tx`.
     async fn step(
         &self,
         mut tx: Tx,
@@ -225,6 +224,17 @@ impl Pipeline {
         if !inbox::claim(&mut tx, claim).await? {
             return Ok((tx, Step::Duplicate));
         }
+        self.run_claimed(tx, claim, record, attempt).await
+    }
+
+    /// Runs the handler for an event claimed in `tx`, inside the guest savepoint.
+    async fn run_claimed(
+        &self,
+        tx: Tx,
+        claim: &Claim<'_>,
+        record: &Record,
+        attempt: u32,
+    ) -> Result<(Tx, Step), PipelineError> {
         let max_payload = self.handler.max_payload_bytes();
         if record.payload.len() > max_payload {
             let reason = format!(
@@ -233,6 +243,7 @@ impl Pipeline {
             );
             return Ok((tx, Step::TooLarge(reason)));
         }
+        let mut tx = tx;
         tx.enter_guest(GUEST_SAVEPOINT, claim.handler).await?;
         tx.set_statement_savepoints(false);
         let mut invocation = self.handler.invoke(tx, record, claim.event_id, attempt).await;
