@@ -1,11 +1,12 @@
 //! `inboxd-bench`: end-to-end events/s and latency, side by side, in one run.
 //!
-//! For each backend it runs three modes over the same input, each with a
+//! For each backend it runs four modes over the same input, each with a
 //! fresh database and consumer group, each host in a child process:
 //! (a) Inboxd as configured by default (micro-batches), (b) one event per
 //! transaction (`batch.max_events = 1`, the classic inbox) with the same
 //! partition parallelism, (c) a native Rust billing handler through the same
-//! pipeline. Throughput: a backlog of `--events` records is consumed and
+//! pipeline, and (d) as (a) with `instances.reuse` (one instance serves
+//! consecutive events). Throughput: a backlog of `--events` records is consumed and
 //! timed from the first commit to the last. Latency: then `--rate` records/s
 //! arrive live for `--live-secs`, and each applied event's time from produce
 //! to commit is recorded. The last stdout line is one JSON object.

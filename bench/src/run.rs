@@ -33,8 +33,9 @@ pub struct Options {
     live_secs: u64,
     #[arg(long, value_delimiter = ',', default_value = "sqlite,postgres")]
     backends: Vec<String>,
-    /// Any of a (default config), b (one event per transaction), c (native handler).
-    #[arg(long, value_delimiter = ',', default_value = "a,b,c")]
+    /// Any of a (default config), b (one event per transaction), c (native
+    /// handler), d (instances reused between events).
+    #[arg(long, value_delimiter = ',', default_value = "a,b,c,d")]
     modes: Vec<String>,
     #[arg(long, env = "INBOXD_BENCH_BROKERS")]
     brokers: String,
@@ -60,29 +61,35 @@ pub struct Options {
 struct Mode {
     label: &'static str,
     what: &'static str,
-    /// `[handlers.batch]` settings; empty: the defaults.
-    batch: &'static str,
+    /// Extra `[[handlers]]` settings; empty: the defaults.
+    settings: &'static str,
     native: bool,
 }
 
-const MODES: [Mode; 3] = [
+const MODES: [Mode; 4] = [
     Mode {
         label: "a",
         what: "inboxd defaults (micro-batches), billing.wasm",
-        batch: "",
+        settings: "",
         native: false,
     },
     Mode {
         label: "b",
         what: "one event per transaction, billing.wasm",
-        batch: "[handlers.batch]\nmax_events = 1\nlinger_ms = 0\n",
+        settings: "[handlers.batch]\nmax_events = 1\nlinger_ms = 0\n",
         native: false,
     },
     Mode {
         label: "c",
         what: "inboxd defaults, native Rust billing (no Wasm)",
-        batch: "",
+        settings: "",
         native: true,
+    },
+    Mode {
+        label: "d",
+        what: "inboxd defaults plus instances.reuse, billing.wasm",
+        settings: "[handlers.instances]\nreuse = true\n",
+        native: false,
     },
 ];
 
@@ -286,7 +293,7 @@ component = "{component}"
 migrations = "{migrations}"
 topics = ["{bulk}", "{live}"]
 group_id = "bench-{id}"
-{batch}
+{settings}
 [handlers.outbox_topics]
 "invoices.created" = "{invoices}"
 "#,
@@ -296,7 +303,7 @@ group_id = "bench-{id}"
             component = self.opts.component.display(),
             migrations = self.opts.migrations.display(),
             bulk = self.bulk,
-            batch = self.mode.batch,
+            settings = self.mode.settings,
         )
     }
 

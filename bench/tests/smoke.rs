@@ -41,7 +41,7 @@ fn a_small_benchmark_run_reports_every_mode_with_exact_effects() {
     let report: Value = serde_json::from_str(last).expect("the last line is JSON");
     assert_eq!(report["records"], 600);
     for backend in ["sqlite", "postgres"] {
-        for mode in ["a", "b", "c"] {
+        for mode in ["a", "b", "c", "d"] {
             let m = &report[backend][mode];
             assert_eq!(m["effects_exact"], true, "{backend} {mode}: {m}\n{stderr}");
             assert!(m["events_per_s"].as_f64().unwrap() > 0.0, "{backend} {mode}: {m}");

@@ -11,7 +11,7 @@ use crate::kafka::{InboxConsumer, create_consumer, run_pump, run_relay};
 use crate::pipeline::Pipeline;
 use crate::sandbox::Guard;
 use crate::stats::Stats;
-use crate::wasm::{HandlerComponent, Limits, LoadError, WasmEngine};
+use crate::wasm::{HandlerComponent, Limits, LoadError, Reuse, WasmEngine};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -92,7 +92,13 @@ pub async fn load_handler(
         handler: handler.name.clone(),
         source,
     })?;
-    Ok(component.with_outbox_topics(handler.outbox_topics.clone()))
+    let reuse = handler.instances.reuse.then_some(Reuse {
+        max_memory_bytes: (handler.instances.recycle_memory_mb as usize) << 20,
+        max_events: handler.instances.recycle_after_events,
+    });
+    Ok(component
+        .with_outbox_topics(handler.outbox_topics.clone())
+        .with_reuse(reuse))
 }
 
 /// Connects and applies the host's migrations and every handler's.

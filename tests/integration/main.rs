@@ -10,6 +10,7 @@ mod chaos;
 mod crash;
 mod dead_letters;
 mod delivery;
+mod instances;
 mod limits;
 mod postgres;
 mod retention;

@@ -19,6 +19,7 @@ wit_bindgen::generate!({ world: "handler", path: "../../wit" });
 
 use inboxd::handler::sql::{self, Value};
 use std::io::Write;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 struct Hostile;
 
@@ -28,6 +29,9 @@ fn recurse(depth: u64) -> u64 {
     let frame = std::hint::black_box([depth; 64]);
     recurse(depth + 1) + frame[depth as usize % 64]
 }
+
+/// Events this instance has handled (a fresh instance starts at 0).
+static EVENTS_SEEN: AtomicU32 = AtomicU32::new(0);
 
 fn field<'a>(payload: &'a serde_json::Value, name: &str) -> Option<&'a serde_json::Value> {
     payload.get(name)
@@ -130,6 +134,21 @@ impl Guest for Hostile {
                 }
                 sql::execute("INSERT INTO hostile_effects (event_id) VALUES ($1)", &[Value::Text(event.id)])
                     .map_err(|e| HandlerError::Retry(format!("after a handled error: {e:?}")))?;
+                Ok(())
+            }
+            "count" | "grow" => {
+                // Not attacks: how many events this instance has handled, so
+                // tests can see when the host reuses an instance and when not.
+                if attack == "grow" {
+                    let mib = field(&payload, "mib").and_then(|m| m.as_u64()).unwrap_or(1) as usize;
+                    std::hint::black_box(Box::leak(vec![1u8; mib << 20].into_boxed_slice()));
+                }
+                let seen = EVENTS_SEEN.fetch_add(1, Ordering::Relaxed) + 1;
+                sql::execute(
+                    "INSERT INTO hostile_effects (event_id) VALUES ($1)",
+                    &[Value::Text(format!("{} {seen}", event.id))],
+                )
+                .map_err(|e| HandlerError::Retry(format!("{e:?}")))?;
                 Ok(())
             }
             "retry" => Err(HandlerError::Retry("asked to retry".into())),

@@ -2,9 +2,11 @@
 //!
 //! Loading compiles and links once (`HandlerPre`, a cached `InstancePre`);
 //! each invocation gets a fresh `Store` and instance, so a guest that trapped
-//! or ran out of a limit costs only its own event.
+//! or ran out of a limit costs only its own event. With `instances.reuse` an
+//! instance that ended its event cleanly is kept for a later one, until its
+//! memory or its event count passes the handler's recycle bounds.
 
-use super::bindings::{Event, HandlerError, HandlerPre};
+use super::bindings::{Event, Handler as Instance, HandlerError, HandlerPre};
 use super::engine::WasmEngine;
 use super::limits::{LimitExceeded, Limits};
 use super::state::StoreState;
@@ -16,7 +18,7 @@ use crate::sandbox::Guard;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use wasmtime::{Store, Trap};
 
@@ -78,8 +80,25 @@ pub struct Invocation {
     pub outbox: Vec<NewMessage>,
 }
 
+/// When a reused instance is replaced by a fresh one.
+#[derive(Debug, Clone, Copy)]
+pub struct Reuse {
+    pub max_memory_bytes: usize,
+    pub max_events: u32,
+}
+
+/// An instance kept between events, with its store.
+struct Warm {
+    store: Store<StoreState>,
+    instance: Instance,
+    events: u32,
+}
+
 pub struct HandlerComponent {
     name: Arc<str>,
+    reuse: Option<Reuse>,
+    /// Instances waiting for their next event (at most one per call running at once).
+    warm: Mutex<Vec<Warm>>,
     version: String,
     pre: HandlerPre<StoreState>,
     engine: wasmtime::Engine,
@@ -138,6 +157,8 @@ impl HandlerComponent {
         let digest = Sha256::digest(bytes);
         let version = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
         Ok(Self {
+            reuse: None,
+            warm: Mutex::default(),
             outbox_topics: Arc::default(),
             guard: Arc::new(guard),
             name: name.into(),
@@ -151,6 +172,12 @@ impl HandlerComponent {
     /// Maps the topic names the handler publishes to onto the deployment's real topics.
     pub fn with_outbox_topics(mut self, topics: BTreeMap<String, String>) -> Self {
         self.outbox_topics = Arc::new(topics);
+        self
+    }
+
+    /// Keeps instances between events (`instances.reuse`).
+    pub fn with_reuse(mut self, reuse: Option<Reuse>) -> Self {
+        self.reuse = reuse;
         self
     }
 
@@ -175,18 +202,34 @@ impl HandlerComponent {
             self.outbox_topics.clone(),
             &record.headers,
         );
-        let state = StoreState::new(
-            tx,
-            self.guard.clone(),
-            &self.limits,
-            outbox,
-            self.name.clone(),
-            event_id.to_owned(),
-        );
-        let mut store = Store::new(&self.engine, state);
-        store.limiter(|s| &mut s.limiter);
+        let (mut store, warm_instance, events) = match self.take_warm() {
+            Some(mut warm) => {
+                warm.store.data_mut().next_event(
+                    tx,
+                    self.guard.clone(),
+                    &self.limits,
+                    outbox,
+                    self.name.clone(),
+                    event_id.to_owned(),
+                );
+                (warm.store, Some(warm.instance), warm.events)
+            }
+            None => {
+                let state = StoreState::new(
+                    tx,
+                    self.guard.clone(),
+                    &self.limits,
+                    outbox,
+                    self.name.clone(),
+                    event_id.to_owned(),
+                );
+                let mut store = Store::new(&self.engine, state);
+                store.limiter(|s| &mut s.limiter);
+                store.epoch_deadline_trap();
+                (store, None, 0)
+            }
+        };
         store.set_epoch_deadline(self.limits.deadline_ticks());
-        store.epoch_deadline_trap();
         let event = Event {
             id: event_id.to_owned(),
             topic: record.topic.clone(),
@@ -200,8 +243,12 @@ impl HandlerComponent {
         };
         let outcome = {
             let call = async {
-                let instance = self.pre.instantiate_async(&mut store).await?;
-                instance.call_handle(&mut store, &event).await
+                let instance = match warm_instance {
+                    Some(instance) => instance,
+                    None => self.pre.instantiate_async(&mut store).await?,
+                };
+                let result = instance.call_handle(&mut store, &event).await?;
+                wasmtime::Result::Ok((instance, result))
             };
             tokio::time::timeout(self.limits.timeout + BACKSTOP_GRACE, call).await
         };
@@ -210,19 +257,57 @@ impl HandlerComponent {
         let host_error = state.sql.take_host_error();
         let outbox = state.outbox.take();
         let stderr = self.forward_output(state, event_id);
-        let result = match outcome {
-            Ok(Ok(Ok(()))) => Ok(()),
-            Ok(Ok(Err(HandlerError::Retry(m)))) => Err(GuestFailure::Retry(bounded(m))),
-            Ok(Ok(Err(HandlerError::Reject(m)))) => Err(GuestFailure::Reject(bounded(m))),
-            Ok(Err(error)) => Err(self.classify_trap(state, &error, &stderr)),
-            Err(_elapsed) => Err(GuestFailure::Limit(self.timeout_exceeded())),
+        let (result, instance) = match outcome {
+            Ok(Ok((instance, Ok(())))) => (Ok(()), Some(instance)),
+            Ok(Ok((instance, Err(HandlerError::Retry(m))))) => {
+                (Err(GuestFailure::Retry(bounded(m))), Some(instance))
+            }
+            Ok(Ok((instance, Err(HandlerError::Reject(m))))) => {
+                (Err(GuestFailure::Reject(bounded(m))), Some(instance))
+            }
+            Ok(Err(error)) => (Err(self.classify_trap(state, &error, &stderr)), None),
+            Err(_elapsed) => (Err(GuestFailure::Limit(self.timeout_exceeded())), None),
         };
+        // Only an instance that returned normally is kept: after a trap or a
+        // limit its state is suspect, and the next event gets a fresh one.
+        if let (Some(instance), None) = (instance, &host_error) {
+            self.keep_warm(Warm {
+                store,
+                instance,
+                events: events + 1,
+            });
+        }
         Invocation {
             tx,
             result,
             host_error,
             outbox,
         }
+    }
+
+    fn take_warm(&self) -> Option<Warm> {
+        self.reuse?;
+        self.warm.lock().unwrap_or_else(|p| p.into_inner()).pop()
+    }
+
+    fn keep_warm(&self, warm: Warm) {
+        let Some(reuse) = self.reuse else { return };
+        let memory = warm.store.data().limiter.total_bytes();
+        if memory > reuse.max_memory_bytes || warm.events >= reuse.max_events {
+            tracing::debug!(
+                handler = &*self.name,
+                memory,
+                events = warm.events,
+                "recycling a reused instance"
+            );
+            return;
+        }
+        self.warm.lock().unwrap_or_else(|p| p.into_inner()).push(warm);
+    }
+
+    /// Instances kept for reuse right now (tests).
+    pub fn warm_instances(&self) -> usize {
+        self.warm.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
     fn timeout_exceeded(&self) -> LimitExceeded {

@@ -78,6 +78,11 @@ impl MemoryLimiter {
         }
     }
 
+    /// The guest's linear memory now, all memories together.
+    pub fn total_bytes(&self) -> usize {
+        self.total_bytes
+    }
+
     /// Set once the guest asked for more than its limit; the trap that
     /// usually follows (an allocation failure) is then reported as this.
     pub fn exceeded(&self) -> Option<&LimitExceeded> {

@@ -13,6 +13,6 @@ pub mod limits;
 mod output;
 pub(crate) mod state;
 
-pub use component::{GuestFailure, HandlerComponent, Invocation, LoadError};
+pub use component::{GuestFailure, HandlerComponent, Invocation, LoadError, Reuse};
 pub use engine::WasmEngine;
 pub use limits::{LimitExceeded, Limits};

@@ -1,9 +1,11 @@
 //! The data of one guest invocation's `Store`.
 //!
-//! A store lives for exactly one event: it is created with the event's open
-//! transaction moved in, and dropped (with the instance and all guest memory)
-//! when the call returns. Nothing a guest does survives into the next event
-//! except what it committed through `sql`.
+//! A store normally lives for exactly one event: it is created with the
+//! event's open transaction moved in, and dropped (with the instance and all
+//! guest memory) when the call returns, so nothing a guest does survives into
+//! the next event except what it committed through `sql`. With
+//! `instances.reuse` a store and its instance serve several events in turn
+//! ([`StoreState::next_event`]); a trap or a limit still ends them.
 
 use super::limits::{Limits, MemoryLimiter};
 use super::output::GuestOutput;
@@ -58,6 +60,24 @@ impl StoreState {
             stdout,
             stderr,
         }
+    }
+}
+
+impl StoreState {
+    /// Readies a reused store for its next event: a new transaction, outbox,
+    /// statement budget and log budget; the guest's memory stays as it was.
+    pub fn next_event(
+        &mut self,
+        tx: Tx,
+        guard: Arc<Guard>,
+        limits: &Limits,
+        outbox: OutboxState,
+        handler: Arc<str>,
+        event_id: String,
+    ) {
+        self.sql = SqlState::new(tx, guard, limits);
+        self.outbox = outbox;
+        self.log = LogState::new(handler, event_id, limits.output_bytes);
     }
 }
 
