@@ -61,6 +61,14 @@ fn bad_values_name_their_key() {
         ),
         ("[handlers.batch]\nmax_events = 0", "handlers[0].batch.max_events"),
         (
+            "[handlers.instances]\nrecycle_memory_mb = 0",
+            "handlers[0].instances.recycle_memory_mb",
+        ),
+        (
+            "[handlers.instances]\nrecycle_after_events = 0",
+            "handlers[0].instances.recycle_after_events",
+        ),
+        (
             "[handlers.batch]\nlinger_ms = 60000",
             "handlers[0].batch.linger_ms",
         ),
