@@ -15,6 +15,12 @@ use tokio::sync::OwnedSemaphorePermit;
 /// otherwise abort the whole transaction (SQLite undoes just the statement).
 const STATEMENT_SAVEPOINT: &str = "inboxd_statement";
 
+/// See [`Tx::exit_guest`].
+struct Lingering {
+    savepoint: &'static str,
+    handler: String,
+}
+
 pub struct Tx {
     inner: Inner,
     /// PostgreSQL: wrap each guest statement in a savepoint (the default). Off
@@ -22,6 +28,10 @@ pub struct Tx {
     statement_savepoints: bool,
     /// A guest statement failed while `statement_savepoints` was off.
     statement_failed: bool,
+    /// The handler whose call is running (between `enter_guest` and `exit_guest`).
+    in_guest: Option<String>,
+    /// A successful guest call whose walls and savepoint are still up.
+    lingering: Option<Lingering>,
     /// The SQLite writer slot this transaction holds, if any; released when it ends.
     _writer: Option<OwnedSemaphorePermit>,
 }
@@ -37,6 +47,8 @@ impl Tx {
             inner: Inner::Sqlite(tx),
             statement_savepoints: true,
             statement_failed: false,
+            in_guest: None,
+            lingering: None,
             _writer: None,
         }
     }
@@ -46,6 +58,8 @@ impl Tx {
             inner: Inner::Postgres(tx),
             statement_savepoints: true,
             statement_failed: false,
+            in_guest: None,
+            lingering: None,
             _writer: None,
         }
     }
@@ -64,11 +78,13 @@ impl Tx {
 
     /// Runs one of the host's statements and returns the number of rows it changed.
     pub async fn execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, DbError> {
+        self.leave_lingering().await?;
         self.run(sql, params, true).await
     }
 
     /// Runs one of the host's statements and returns every row it produced.
     pub async fn query(&mut self, sql: &str, params: &[SqlValue]) -> Result<Vec<Vec<SqlValue>>, DbError> {
+        self.leave_lingering().await?;
         self.fetch(sql, params, usize::MAX, true).await
     }
 
@@ -215,6 +231,7 @@ impl Tx {
 
     /// Runs a script of several statements without parameters (migrations only).
     pub async fn execute_script(&mut self, sql: &str) -> Result<(), DbError> {
+        self.leave_lingering().await?;
         match &mut self.inner {
             Inner::Sqlite(tx) => {
                 sqlx::raw_sql(sql).execute(&mut **tx).await?;
@@ -282,8 +299,19 @@ impl Tx {
     /// Starts a guest call: `SAVEPOINT savepoint`, then the handler's walls
     /// (as [`Tx::enter_handler_scope`]). On PostgreSQL both go in one round
     /// trip; the names spliced in are the host's constants and validated
-    /// handler names (`config::is_identifier`), never guest input.
+    /// handler names (`config::is_identifier`), never guest input. Right after
+    /// a successful call of the same handler (see [`Tx::exit_guest`]) the
+    /// walls are still up, and only the savepoint is renewed.
     pub async fn enter_guest(&mut self, savepoint: &'static str, handler: &str) -> Result<(), DbError> {
+        if let Some(open) = self.lingering.take() {
+            if open.savepoint == savepoint && open.handler == handler {
+                self.renew_savepoint(savepoint).await?;
+                self.in_guest = Some(open.handler);
+                return Ok(());
+            }
+            self.lingering = Some(open);
+            self.leave_lingering().await?;
+        }
         match &mut self.inner {
             Inner::Postgres(tx) => {
                 let sql = format!(
@@ -292,41 +320,103 @@ impl Tx {
                     handler_role(handler)
                 );
                 sqlx::Executor::execute(&mut **tx, sql.as_str()).await?;
-                Ok(())
             }
             Inner::Sqlite(_) => {
                 self.savepoint(savepoint).await?;
-                self.enter_handler_scope(handler, Scope::Guest).await
+                self.enter_handler_scope(handler, Scope::Guest).await?;
             }
         }
+        self.in_guest = Some(handler.to_owned());
+        Ok(())
     }
 
     /// Ends a guest call begun with [`Tx::enter_guest`]: keeps its work
     /// (`succeeded`) or undoes it, and leaves the walls. Every guest call ends
-    /// here, whatever happened. The order matters: SQLite's authorizer would
-    /// refuse the host's own savepoint statement, so it comes off first; on
-    /// PostgreSQL a rollback to the savepoint also ends the role and search
-    /// path, and a success leaves both and releases in one round trip.
+    /// here, whatever happened.
+    ///
+    /// A failure is undone at once and the walls come down (on SQLite the
+    /// authorizer first: it would refuse the host's own savepoint statement). A success
+    /// only *lingers*: the walls stay up and the savepoint open until the
+    /// next statement of the host's own (which leaves them first, see
+    /// [`Tx::leave_lingering`]) or the next call of the same handler (which
+    /// just releases the savepoint and takes a new one). In a batch of
+    /// events that saves a round trip per event, and no host statement ever
+    /// runs inside the walls.
     pub async fn exit_guest(&mut self, savepoint: &'static str, succeeded: bool) -> Result<(), DbError> {
-        match (&mut self.inner, succeeded) {
-            (Inner::Postgres(_), false) => self.rollback_to(savepoint).await,
-            (Inner::Postgres(tx), true) => {
+        let handler = self.in_guest.take().unwrap_or_default();
+        if succeeded {
+            self.lingering = Some(Lingering { savepoint, handler });
+            return Ok(());
+        }
+        match &mut self.inner {
+            // The walls are left explicitly, not by the rollback: after a
+            // renewed savepoint they were put up before it, and a rollback to
+            // it would leave them standing.
+            Inner::Postgres(tx) => {
+                let sql = format!(
+                    "ROLLBACK TO SAVEPOINT {savepoint}; \
+                     SELECT set_config('role', 'none', true), set_config('search_path', '{HOST_SCHEMA}', true)"
+                );
+                sqlx::Executor::execute(&mut **tx, sql.as_str()).await?;
+                Ok(())
+            }
+            Inner::Sqlite(_) => {
+                self.leave_handler_scope().await?;
+                self.rollback_to(savepoint).await
+            }
+        }
+    }
+
+    /// Between two successful calls of one handler: keep the first one's work
+    /// and open a savepoint for the next, inside the same walls.
+    async fn renew_savepoint(&mut self, savepoint: &'static str) -> Result<(), DbError> {
+        let sql = format!("RELEASE SAVEPOINT {savepoint}; SAVEPOINT {savepoint}");
+        match &mut self.inner {
+            Inner::Postgres(tx) => {
+                sqlx::Executor::execute(&mut **tx, sql.as_str()).await?;
+            }
+            Inner::Sqlite(tx) => {
+                // The authorizer would refuse the savepoint statements.
+                let mut handle = tx.lock_handle().await?;
+                let raw = handle.as_raw_handle().as_ptr();
+                // SAFETY: the handle is locked for us, so no other thread uses the connection.
+                unsafe { authorizer::set(raw, None) };
+                drop(handle);
+                sqlx::Executor::execute(&mut **tx, sql.as_str()).await?;
+                let mut handle = tx.lock_handle().await?;
+                // SAFETY: as above.
+                unsafe { authorizer::set(handle.as_raw_handle().as_ptr(), Some(Scope::Guest)) };
+            }
+        }
+        Ok(())
+    }
+
+    /// Leaves the walls of a successful guest call that is still lingering,
+    /// keeping its work. Every host statement calls this first.
+    async fn leave_lingering(&mut self) -> Result<(), DbError> {
+        let Some(open) = self.lingering.take() else {
+            return Ok(());
+        };
+        let savepoint = open.savepoint;
+        match &mut self.inner {
+            Inner::Postgres(tx) => {
                 let sql = format!(
                     "SELECT set_config('role', 'none', true), set_config('search_path', '{HOST_SCHEMA}', true); \
                      RELEASE SAVEPOINT {savepoint}"
                 );
                 sqlx::Executor::execute(&mut **tx, sql.as_str()).await?;
-                Ok(())
             }
-            (Inner::Sqlite(_), true) => {
-                self.leave_handler_scope().await?;
-                self.release(savepoint).await
-            }
-            (Inner::Sqlite(_), false) => {
-                self.leave_handler_scope().await?;
-                self.rollback_to(savepoint).await
+            Inner::Sqlite(tx) => {
+                {
+                    let mut handle = tx.lock_handle().await?;
+                    // SAFETY: the handle is locked for us, so no other thread uses the connection.
+                    unsafe { authorizer::set(handle.as_raw_handle().as_ptr(), None) };
+                }
+                let sql = format!("RELEASE SAVEPOINT {savepoint}");
+                sqlx::Executor::execute(&mut **tx, sql.as_str()).await?;
             }
         }
+        Ok(())
     }
 
     /// Leaves the handler's walls; always called after its SQL, whatever happened.
