@@ -94,10 +94,10 @@ RETURNING event_id"#,
 
 /// Takes back a claim made earlier in this transaction, when the event is to
 /// run again later (a batch stops at an event whose handler asked to retry).
-pub async fn unclaim(tx: &mut Tx, claim: &Claim<'_>) -> Result<(), DbError> {
+pub async fn unclaim(tx: &mut Tx, handler: &str, event_id: &str) -> Result<(), DbError> {
     tx.execute(
         "DELETE FROM inbox WHERE handler = $1 AND event_id = $2 AND status = 'done'",
-        &[claim.handler.into(), claim.event_id.into()],
+        &[handler.into(), event_id.into()],
     )
     .await?;
     Ok(())

@@ -8,7 +8,6 @@
 //! check also runs once per batch and covers every event it applied.
 
 use super::{Outcome, Park, Parked, Pipeline, PipelineError, Step};
-use crate::db::dead_letters::ReasonKind;
 use crate::db::inbox;
 use crate::db::invariants;
 use crate::db::now_ms;
@@ -178,13 +177,7 @@ impl Pipeline {
                     messages.extend(published);
                     continue;
                 }
-                Step::TooLarge(reason) => {
-                    let park = Park {
-                        kind: ReasonKind::Limit,
-                        reason,
-                        attempts: 0,
-                        first_failed_at: now_ms(),
-                    };
+                Step::TooLarge(park) => {
                     let parked = self.park_claimed(&mut tx, &claim, record, park).await?;
                     done.push(Done::Parked(parked));
                     continue;
@@ -204,10 +197,8 @@ impl Pipeline {
             }
             // Its claim and those of the records after it go back: the event
             // runs again after a backoff, and nothing after it may commit first.
-            inbox::unclaim(&mut tx, &claim).await?;
-            for later in fresh.drain() {
-                let claim = self.claim(record, &later);
-                inbox::unclaim(&mut tx, &claim).await?;
+            for id in std::iter::once(event_id.clone()).chain(fresh.drain()) {
+                inbox::unclaim(&mut tx, claim.handler, &id).await?;
             }
             retry = Some(failure);
             break;

@@ -72,7 +72,7 @@ enum Step {
     /// The inbox already had its event id.
     Duplicate,
     /// Its payload is past the handler's limit: parked without running it.
-    TooLarge(String),
+    TooLarge(Park),
     /// The handler succeeded; its writes are in the transaction, and these
     /// messages must be written to the outbox before it commits.
     Applied(Vec<NewMessage>),
@@ -158,13 +158,7 @@ impl Pipeline {
                     tracing::debug!(handler = claim.handler, event_id, "duplicate skipped");
                     return Ok(Outcome::Duplicate);
                 }
-                Step::TooLarge(reason) => {
-                    let park = Park {
-                        kind: ReasonKind::Limit,
-                        reason,
-                        attempts: 0,
-                        first_failed_at: now_ms(),
-                    };
+                Step::TooLarge(park) => {
                     let letter = self.park_claimed(&mut tx, &claim, record, park).await?;
                     return self.commit_parked(tx, record, expected, letter).await;
                 }
@@ -241,7 +235,13 @@ impl Pipeline {
                 "limit limits.max_payload_bytes exceeded: the payload is {} bytes; the limit is {max_payload}",
                 record.payload.len()
             );
-            return Ok((tx, Step::TooLarge(reason)));
+            let park = Park {
+                kind: ReasonKind::Limit,
+                reason,
+                attempts: 0,
+                first_failed_at: now_ms(),
+            };
+            return Ok((tx, Step::TooLarge(park)));
         }
         let mut tx = tx;
         tx.enter_guest(GUEST_SAVEPOINT, claim.handler).await?;
