@@ -49,7 +49,7 @@ async fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::Serve { config, native }) => {
-            inboxd::telemetry::init("warn");
+            inboxd::telemetry::init("warn", inboxd::telemetry::LogFormat::Text);
             serve::serve(&config, native).await
         }
         None => run::run(cli.run).await,

@@ -4,14 +4,15 @@
 //! migrate, compile and link components, create consumers) before any record
 //! is consumed, so a broken deployment fails fast with a clear error.
 
-use crate::config::{BatchConfig, Config, HandlerConfig, InboxConfig, KafkaConfig, OutboxConfig};
-use crate::db::{Backend, Database, DbError, handler_schema, migrate};
+use crate::config::{Config, InboxConfig, KafkaConfig, OutboxConfig};
+use crate::db::{Database, DbError, migrate};
 use crate::handler::Handler;
-use crate::kafka::{InboxConsumer, create_consumer, run_pump, run_relay};
-use crate::pipeline::Pipeline;
-use crate::sandbox::Guard;
+use crate::kafka::run_relay;
+use crate::metrics::Metrics;
+use crate::registry::Registry;
+pub use crate::registry::load::load_handler;
 use crate::stats::Stats;
-use crate::wasm::{HandlerComponent, Limits, LoadError, Reuse, WasmEngine};
+use crate::wasm::{LoadError, WasmEngine};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -26,6 +27,8 @@ pub enum StartError {
     Load { handler: String, source: LoadError },
     #[error("cannot start the WebAssembly engine: {0}")]
     Engine(String),
+    #[error("cannot listen on {addr} (admin.listen): {source}")]
+    Listen { addr: String, source: std::io::Error },
     #[error("handler {handler}: cannot create its Kafka consumer: {source}")]
     Kafka {
         handler: String,
@@ -33,18 +36,13 @@ pub enum StartError {
     },
 }
 
-struct Running {
-    consumer: InboxConsumer,
-    pipeline: Pipeline,
-    batching: BatchConfig,
-}
-
 pub struct Host {
     db: Database,
     inbox: InboxConfig,
     outbox: OutboxConfig,
     kafka: KafkaConfig,
-    handlers: Vec<Running>,
+    registry: Registry,
+    admin: Option<crate::admin::Listener>,
     stats: BTreeMap<String, Arc<Stats>>,
 }
 
@@ -58,47 +56,6 @@ pub fn redact_url(url: &str) -> String {
         }
         _ => url.to_owned(),
     }
-}
-
-/// Compiles and links a handler's component, with its statement guard built
-/// from the tables its migrations created.
-pub async fn load_handler(
-    db: &Database,
-    engine: &WasmEngine,
-    handler: &HandlerConfig,
-) -> Result<HandlerComponent, StartError> {
-    let own_tables = migrate::own_tables(db, &handler.name)
-        .await
-        .map_err(StartError::Migrate)?;
-    let own_schema = match db.backend() {
-        Backend::Sqlite => "main".to_owned(),
-        Backend::Postgres => handler_schema(&handler.name),
-    };
-    let guard = Guard::new(
-        db.backend(),
-        &own_schema,
-        &own_tables,
-        handler.limits.max_statement_bytes,
-    );
-    tracing::debug!(handler = handler.name, tables = ?own_tables, "handler's own tables");
-    let component = HandlerComponent::load(
-        engine,
-        &handler.name,
-        &handler.component,
-        Limits::from(&handler.limits),
-        guard,
-    )
-    .map_err(|source| StartError::Load {
-        handler: handler.name.clone(),
-        source,
-    })?;
-    let reuse = handler.instances.reuse.then_some(Reuse {
-        max_memory_bytes: (handler.instances.recycle_memory_mb as usize) << 20,
-        max_events: handler.instances.recycle_after_events,
-    });
-    Ok(component
-        .with_outbox_topics(handler.outbox_topics.clone())
-        .with_reuse(reuse))
 }
 
 /// Connects and applies the host's migrations and every handler's.
@@ -139,67 +96,58 @@ impl Host {
         let db = open_database(config).await?;
         let engine =
             WasmEngine::new(config.wasm.cache_dir()).map_err(|e| StartError::Engine(format!("{e:#}")))?;
-        let mut handlers = Vec::new();
-        let mut stats = BTreeMap::new();
+        let registry = Registry::new(db.clone(), engine.clone(), config.clone(), Metrics::default());
         for handler in &config.handlers {
             let code: Arc<dyn Handler> = match natives.remove(&handler.name) {
                 Some(native) => native,
-                None => Arc::new(load_handler(&db, &engine, handler).await?),
+                None => Arc::new(load_handler(&db, &engine, handler, None).await?),
             };
             tracing::info!(handler = handler.name, version = code.version(), "handler loaded");
-            let running = Self::start_handler(&db, config, handler, code)?;
-            stats.insert(handler.name.clone(), running.1);
-            handlers.push(running.0);
+            registry.add_config_handler(handler, code).await?;
         }
+        // Uploaded handlers load now too; one that cannot load here is logged
+        // and keeps `/readyz` failing, but does not stop the others.
+        registry.reconcile().await.map_err(StartError::Migrate)?;
         crate::retention::ensure_partitions(&db, &config.inbox)
             .await
             .map_err(StartError::Migrate)?;
+        let admin = match &config.admin {
+            Some(admin) => Some(crate::admin::Listener::bind(admin).await?),
+            None => None,
+        };
+        if config.handlers.is_empty() && registry.running().await.is_empty() {
+            tracing::warn!(
+                "no handlers configured or uploaded yet: nothing to consume until one is uploaded"
+            );
+        }
         Ok(Self {
+            stats: registry.stats().await,
             db,
             inbox: config.inbox.clone(),
             outbox: config.outbox.clone(),
             kafka: config.kafka.clone(),
-            handlers,
-            stats,
+            registry,
+            admin,
         })
-    }
-
-    fn start_handler(
-        db: &Database,
-        config: &Config,
-        handler: &HandlerConfig,
-        code: Arc<dyn Handler>,
-    ) -> Result<(Running, Arc<Stats>), StartError> {
-        let stats = Arc::new(Stats::default());
-        let pipeline = Pipeline::new(
-            db.clone(),
-            code,
-            handler.event_id.clone(),
-            handler.retry.clone(),
-            stats.clone(),
-        );
-        let consumer = create_consumer(&config.kafka, &handler.name, &handler.group_id(), &handler.topics)
-            .map_err(|source| StartError::Kafka {
-                handler: handler.name.clone(),
-                source,
-            })?;
-        Ok((
-            Running {
-                consumer,
-                pipeline,
-                batching: handler.batch.clone(),
-            },
-            stats,
-        ))
     }
 
     pub fn database(&self) -> &Database {
         &self.db
     }
 
-    /// Counters per handler name.
+    /// Counters per handler name, of the handlers loaded at start.
     pub fn stats(&self) -> &BTreeMap<String, Arc<Stats>> {
         &self.stats
+    }
+
+    /// The handlers, and what changes them at run time.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Where the admin API listens (resolved if the configured port was 0).
+    pub fn admin_addr(&self) -> Option<std::net::SocketAddr> {
+        self.admin.as_ref().map(crate::admin::Listener::local_addr)
     }
 
     /// Runs every handler's pump until `shutdown` is cancelled and all have drained.
@@ -222,24 +170,16 @@ impl Host {
             owner,
             shutdown.clone(),
         ));
-        let mut pumps = tokio::task::JoinSet::new();
-        for running in self.handlers {
-            pumps.spawn(run_pump(
-                running.consumer,
-                running.pipeline,
-                running.batching,
-                shutdown.clone(),
-            ));
-        }
-        while let Some(result) = pumps.join_next().await {
-            if let Err(error) = result {
-                tracing::error!("a handler's pump panicked: {error}");
-                shutdown.cancel();
-            }
-        }
+        let admin = self
+            .admin
+            .map(|listener| tokio::spawn(listener.serve(self.registry.clone(), shutdown.clone())));
+        self.registry.run(shutdown.clone()).await;
         shutdown.cancel();
         let _ = purger.await;
         let _ = relay.await;
+        if let Some(admin) = admin {
+            let _ = admin.await;
+        }
         self.db.close().await;
     }
 }

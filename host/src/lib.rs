@@ -5,6 +5,7 @@
 //! redelivered copy is skipped; handlers are sandboxed WebAssembly components
 //! that only ever see that transaction. See `pipeline` for the heart of it.
 
+pub mod admin;
 pub mod capabilities;
 pub mod cli;
 pub mod config;
@@ -14,8 +15,10 @@ pub mod failpoints;
 pub mod handler;
 pub mod host;
 pub mod kafka;
+pub mod metrics;
 pub mod pipeline;
 pub mod record;
+pub mod registry;
 pub mod replay;
 pub mod retention;
 pub mod sandbox;

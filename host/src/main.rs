@@ -3,7 +3,7 @@
 //! 1: failure, 0: success).
 
 use clap::Parser;
-use inboxd::cli::{Cli, CliError, Command, demo, dlq, purge, run, status};
+use inboxd::cli::{Cli, CliError, Command, demo, dlq, purge, remote, run, status};
 
 #[tokio::main]
 async fn main() {
@@ -13,7 +13,7 @@ async fn main() {
         // sqlx reports PostgreSQL's "already exists, skipping" notices at info.
         _ => "info,sqlx::postgres::notice=warn",
     };
-    inboxd::telemetry::init(default_log);
+    inboxd::telemetry::init(default_log, cli.log_format);
     let result: Result<(), CliError> = match cli.command {
         Command::Run { config } => run::run(&config).await,
         Command::Migrate { config } => run::migrate(&config).await,
@@ -21,6 +21,13 @@ async fn main() {
         Command::Status(args) => status::status(args).await,
         Command::Purge(args) => purge::purge(args).await,
         Command::Demo(args) => demo::demo(args).await,
+        Command::Deploy(args) => remote::deploy(args).await,
+        Command::Handlers(args) => remote::handlers(args).await,
+        Command::Activate(args) => remote::activate(args).await,
+        Command::Rollback(args) => remote::action("rollback", args).await,
+        Command::Pause(args) => remote::action("pause", args).await,
+        Command::Resume(args) => remote::action("resume", args).await,
+        Command::Delete(args) => remote::action("delete", args).await,
     };
     if let Err(error) = result {
         eprintln!("inboxd: {error}");

@@ -11,8 +11,8 @@
 use crate::db::dead_letters::{self, Row};
 use crate::db::inbox::{self, Claim};
 use crate::db::{Database, DbError, invariants, outbox};
+use crate::handler::Handler;
 use crate::record::Record;
-use crate::wasm::HandlerComponent;
 
 /// The savepoint around the guest during a replay.
 const REPLAY_SAVEPOINT: &str = "inboxd_replay";
@@ -32,11 +32,7 @@ pub enum ReplayOutcome {
     Failed(String),
 }
 
-pub async fn replay(
-    db: &Database,
-    handler: &HandlerComponent,
-    letter: &Row,
-) -> Result<ReplayOutcome, DbError> {
+pub async fn replay(db: &Database, handler: &dyn Handler, letter: &Row) -> Result<ReplayOutcome, DbError> {
     if let Some(resolution) = &letter.resolution {
         return Ok(ReplayOutcome::AlreadyResolved(resolution.clone()));
     }

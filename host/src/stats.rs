@@ -1,11 +1,13 @@
 //! Counters of what a handler's pipeline did, and how long its events took
 //! from the producer to the committed effect, for the demo summary, the
-//! benchmark and (later) metrics. Counters are plain atomics; the latency
-//! histogram takes a lock once per committed transaction, not per statement.
+//! benchmark and `/metrics`. Counters are the handler's Prometheus series
+//! (atomics); the latency histogram takes a lock once per committed
+//! transaction, not per statement.
 
+use crate::metrics::{FailureKind, HandlerMetrics};
 use hdrhistogram::Histogram;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 /// Latencies above an hour are clamped: they are replays of old records, not
 /// a measure of the pipeline.
@@ -13,21 +15,21 @@ const MAX_LATENCY_MS: u64 = 3_600_000;
 
 #[derive(Debug)]
 pub struct Stats {
-    applied: AtomicU64,
-    duplicates: AtomicU64,
-    dead_lettered: AtomicU64,
-    guest_failures: AtomicU64,
+    metrics: HandlerMetrics,
     /// Milliseconds from the record's Kafka timestamp to its commit, per applied event.
     latency_ms: Mutex<Histogram<u64>>,
 }
 
 impl Default for Stats {
     fn default() -> Self {
+        Self::new(HandlerMetrics::default())
+    }
+}
+
+impl Stats {
+    pub fn new(metrics: HandlerMetrics) -> Self {
         Self {
-            applied: AtomicU64::new(0),
-            duplicates: AtomicU64::new(0),
-            dead_lettered: AtomicU64::new(0),
-            guest_failures: AtomicU64::new(0),
+            metrics,
             // Two significant digits: 1% resolution is plenty for p50/p99.
             latency_ms: Mutex::new(
                 Histogram::new_with_bounds(1, MAX_LATENCY_MS, 2).expect("valid histogram bounds"),
@@ -46,6 +48,8 @@ pub struct Snapshot {
     pub dead_lettered: u64,
     /// Failed guest calls, including ones that later succeeded on retry.
     pub guest_failures: u64,
+    /// Records read from Kafka.
+    pub consumed: u64,
     /// Median milliseconds from produce (the record's timestamp) to commit.
     pub latency_p50_ms: u64,
     pub latency_p99_ms: u64,
@@ -66,16 +70,25 @@ impl Stats {
                 latency.saturating_record(ms);
             }
         }
-        self.applied.fetch_add(count, Ordering::Relaxed);
+        self.metrics.applied.inc_by(count);
     }
     pub(crate) fn duplicates(&self, count: u64) {
-        self.duplicates.fetch_add(count, Ordering::Relaxed);
+        self.metrics.duplicates.inc_by(count);
     }
     pub(crate) fn dead_lettered(&self) {
-        self.dead_lettered.fetch_add(1, Ordering::Relaxed);
+        self.metrics.dead_lettered.inc();
     }
-    pub(crate) fn guest_failure(&self) {
-        self.guest_failures.fetch_add(1, Ordering::Relaxed);
+    pub(crate) fn guest_failure(&self, kind: FailureKind) {
+        self.metrics.failures[kind as usize].inc();
+    }
+    pub(crate) fn consumed(&self) {
+        self.metrics.consumed.inc();
+    }
+    pub(crate) fn batch_took(&self, took: Duration) {
+        self.metrics.batch_seconds.observe(took.as_secs_f64());
+    }
+    pub(crate) fn guest_took(&self, took: Duration) {
+        self.metrics.guest_seconds.observe(took.as_secs_f64());
     }
 
     /// Forgets the latencies seen so far (a benchmark between its phases).
@@ -86,10 +99,11 @@ impl Stats {
     pub fn snapshot(&self) -> Snapshot {
         let latency = self.latency_ms.lock().unwrap_or_else(|p| p.into_inner());
         Snapshot {
-            applied: self.applied.load(Ordering::Relaxed),
-            duplicates: self.duplicates.load(Ordering::Relaxed),
-            dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
-            guest_failures: self.guest_failures.load(Ordering::Relaxed),
+            applied: self.metrics.applied.get(),
+            duplicates: self.metrics.duplicates.get(),
+            dead_lettered: self.metrics.dead_lettered.get(),
+            guest_failures: self.metrics.failures.iter().map(|c| c.get()).sum(),
+            consumed: self.metrics.consumed.get(),
             latency_p50_ms: latency.value_at_quantile(0.50),
             latency_p99_ms: latency.value_at_quantile(0.99),
             latency_max_ms: latency.max(),

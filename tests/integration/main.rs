@@ -4,6 +4,7 @@
 //! Each test gets its own topic, consumer group and database, so tests run in
 //! parallel without seeing each other's data. Every wait polls with a deadline.
 
+mod admin;
 mod bad_input;
 mod chain;
 mod chaos;

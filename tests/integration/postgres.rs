@@ -121,31 +121,3 @@ async fn two_hosts_in_one_group_split_partitions_and_stay_exactly_once() {
     env.assert_exactly_once("invoices", initial + trickled, &ends)
         .await;
 }
-
-/// Keeps the later end of each partition.
-fn merge_ends(ends: &mut std::collections::HashMap<i32, i64>, more: std::collections::HashMap<i32, i64>) {
-    for (partition, end) in more {
-        let entry = ends.entry(partition).or_default();
-        *entry = end.max(*entry);
-    }
-}
-
-/// Produces 100 new orders (and some re-sent copies) every 50 ms until
-/// `stop`; returns the partitions' ends and how many distinct orders it sent.
-async fn trickle_orders(
-    topic: String,
-    stop: tokio_util::sync::CancellationToken,
-) -> (std::collections::HashMap<i32, i64>, usize) {
-    let mut ends = std::collections::HashMap::new();
-    let mut sent = 0;
-    while !stop.is_cancelled() {
-        merge_ends(&mut ends, produce(&topic, &orders_with_duplicates(100, 5)).await);
-        sent += 100;
-        // Pacing the producer, not waiting for anything.
-        tokio::select! {
-            _ = stop.cancelled() => {}
-            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
-        }
-    }
-    (ends, sent)
-}

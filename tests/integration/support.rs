@@ -250,22 +250,7 @@ cache_dir = "{cache}"
 
     /// A host with extra environment variables (failpoints, for one).
     pub fn spawn_host_with(&self, vars: &[(&str, &str)]) -> HostProcess {
-        let log_path = self
-            .dir
-            .path()
-            .join(format!("inboxd-{}.log", uuid::Uuid::new_v4().simple()));
-        let log = std::fs::File::create(&log_path).expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_inboxd"))
-            .args(["run", "--config"])
-            .arg(&self.config_path)
-            .env("INBOXD_LOG", "info,inboxd=debug")
-            .envs(vars.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .spawn()
-            .expect("spawn inboxd");
-        HostProcess { child, log_path }
+        spawn_inboxd(self.dir.path(), &self.config_path, vars)
     }
 
     pub async fn db(&self) -> Database {
@@ -389,6 +374,23 @@ where
     }
 }
 
+/// Starts `inboxd run` on a config file, logging to a file in `dir`.
+pub fn spawn_inboxd(dir: &Path, config_path: &Path, vars: &[(&str, &str)]) -> HostProcess {
+    let log_path = dir.join(format!("inboxd-{}.log", uuid::Uuid::new_v4().simple()));
+    let log = std::fs::File::create(&log_path).expect("log file");
+    let child = Command::new(env!("CARGO_BIN_EXE_inboxd"))
+        .args(["run", "--config"])
+        .arg(config_path)
+        .env("INBOXD_LOG", "info,inboxd=debug")
+        .envs(vars.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("spawn inboxd");
+    HostProcess { child, log_path }
+}
+
 /// An `inboxd run` child process; killed on drop so a failed test leaves nothing behind.
 pub struct HostProcess {
     pub child: Child,
@@ -466,6 +468,34 @@ pub async fn wait_for_progress(env: &TestEnv, topic: &str, at_least: i64) -> boo
         async move { progress(&db, &handler, &topic).await.values().sum::<i64>() >= at_least }
     })
     .await
+}
+
+/// Keeps the later end of each partition.
+pub fn merge_ends(ends: &mut std::collections::HashMap<i32, i64>, more: std::collections::HashMap<i32, i64>) {
+    for (partition, end) in more {
+        let entry = ends.entry(partition).or_default();
+        *entry = end.max(*entry);
+    }
+}
+
+/// Produces 100 new orders (and some re-sent copies) every 50 ms until
+/// `stop`; returns the partitions' ends and how many distinct orders it sent.
+pub async fn trickle_orders(
+    topic: String,
+    stop: tokio_util::sync::CancellationToken,
+) -> (std::collections::HashMap<i32, i64>, usize) {
+    let mut ends = std::collections::HashMap::new();
+    let mut sent = 0;
+    while !stop.is_cancelled() {
+        merge_ends(&mut ends, produce(&topic, &orders_with_duplicates(100, 5)).await);
+        sent += 100;
+        // Pacing the producer, not waiting for anything.
+        tokio::select! {
+            _ = stop.cancelled() => {}
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+    }
+    (ends, sent)
 }
 
 pub fn new_id() -> String {

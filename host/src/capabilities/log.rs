@@ -4,8 +4,16 @@ use crate::wasm::bindings::{Level, log_api, types_api};
 use std::sync::Arc;
 use wasmtime::component::HasData;
 
+/// What every guest log line is tagged with, besides the event id.
+#[derive(Debug)]
+pub struct LogTag {
+    pub handler: String,
+    /// The version recorded on the event's inbox row.
+    pub version: String,
+}
+
 pub struct LogState {
-    handler: Arc<str>,
+    tag: Arc<LogTag>,
     event_id: String,
     /// Bytes the guest may still log for this event; past it, lines are dropped and counted.
     budget: usize,
@@ -13,9 +21,9 @@ pub struct LogState {
 }
 
 impl LogState {
-    pub fn new(handler: Arc<str>, event_id: String, budget: usize) -> Self {
+    pub fn new(tag: Arc<LogTag>, event_id: String, budget: usize) -> Self {
         Self {
-            handler,
+            tag,
             event_id,
             budget,
             dropped_lines: 0,
@@ -47,13 +55,14 @@ impl log_api::Host for LogView<'_> {
             return;
         }
         state.budget -= message.len();
-        let (handler, event_id) = (&*state.handler, state.event_id.as_str());
+        let (handler, version) = (state.tag.handler.as_str(), state.tag.version.as_str());
+        let event_id = state.event_id.as_str();
         match level {
-            Level::Trace => tracing::trace!(target: "guest", handler, event_id, "{message}"),
-            Level::Debug => tracing::debug!(target: "guest", handler, event_id, "{message}"),
-            Level::Info => tracing::info!(target: "guest", handler, event_id, "{message}"),
-            Level::Warn => tracing::warn!(target: "guest", handler, event_id, "{message}"),
-            Level::Error => tracing::error!(target: "guest", handler, event_id, "{message}"),
+            Level::Trace => tracing::trace!(target: "guest", handler, version, event_id, "{message}"),
+            Level::Debug => tracing::debug!(target: "guest", handler, version, event_id, "{message}"),
+            Level::Info => tracing::info!(target: "guest", handler, version, event_id, "{message}"),
+            Level::Warn => tracing::warn!(target: "guest", handler, version, event_id, "{message}"),
+            Level::Error => tracing::error!(target: "guest", handler, version, event_id, "{message}"),
         }
     }
 }

@@ -145,6 +145,7 @@ fn build_config(args: &DemoArgs, brokers: String) -> Result<(Config, String), Cl
         handlers.push(notifier);
     }
     let config = Config {
+        admin: None,
         database: DatabaseConfig {
             url: database,
             ..DatabaseConfig::default()

@@ -8,6 +8,8 @@ use crate::config::Config;
 use crate::db::Database;
 use crate::db::dead_letters::{self, Filter, Row};
 use crate::host::{load_handler, open_database};
+use crate::registry::load::load_uploaded;
+use crate::registry::store;
 use crate::replay::{ReplayOutcome, replay};
 use crate::wasm::{HandlerComponent, WasmEngine};
 use std::collections::HashMap;
@@ -77,6 +79,20 @@ fn bytes_text(bytes: &[u8]) -> String {
             bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
         ),
     }
+}
+
+/// A dead letter in full, with key, payload and headers as text where they are UTF-8.
+pub(crate) fn detail_json(row: &Row) -> serde_json::Value {
+    let headers: Vec<serde_json::Value> = row
+        .headers
+        .iter()
+        .map(|(name, value)| serde_json::json!({ "name": name, "value": bytes_text(value) }))
+        .collect();
+    let mut value = serde_json::to_value(row).unwrap_or_default();
+    value["key"] = row.key.as_deref().map(bytes_text).into();
+    value["payload"] = bytes_text(&row.payload).into();
+    value["headers"] = headers.into();
+    value
 }
 
 fn print_json(value: &impl serde::Serialize) -> Result<(), CliError> {
@@ -182,17 +198,8 @@ async fn list(db: &Database, handler: Option<&str>, all: bool, json: bool) -> Re
 
 async fn show(db: &Database, id: i64, json: bool) -> Result<(), CliError> {
     let row = fetch(db, &[id]).await?.remove(0);
-    let headers: Vec<serde_json::Value> = row
-        .headers
-        .iter()
-        .map(|(name, value)| serde_json::json!({ "name": name, "value": bytes_text(value) }))
-        .collect();
     if json {
-        let mut value = serde_json::to_value(&row).map_err(failed)?;
-        value["key"] = row.key.as_deref().map(bytes_text).into();
-        value["payload"] = bytes_text(&row.payload).into();
-        value["headers"] = headers.into();
-        return print_json(&value);
+        return print_json(&detail_json(&row));
     }
     println!("dead letter {}", row.id);
     println!(
@@ -225,12 +232,8 @@ async fn show(db: &Database, id: i64, json: bool) -> Result<(), CliError> {
         "  key              {}",
         row.key.as_deref().map(bytes_text).unwrap_or_else(|| "-".into())
     );
-    for header in &headers {
-        println!(
-            "  header           {}: {}",
-            header["name"].as_str().unwrap_or(""),
-            header["value"].as_str().unwrap_or("")
-        );
+    for (name, value) in &row.headers {
+        println!("  header           {name}: {}", bytes_text(value));
     }
     println!(
         "  payload          {} bytes\n{}",
@@ -265,14 +268,7 @@ async fn replay_many(
     let mut results = Vec::new();
     for row in &rows {
         if !handlers.contains_key(&row.handler) {
-            let Some(handler_config) = config.handlers.iter().find(|h| h.name == row.handler) else {
-                return Err(CliError::Usage(format!(
-                    "dead letter {} belongs to handler {:?}, which the config does not declare: \
-                     add it to [[handlers]] to replay it",
-                    row.id, row.handler
-                )));
-            };
-            let component = load_handler(db, &engine, handler_config).await.map_err(failed)?;
+            let component = handler_for(db, &engine, config, row).await?;
             handlers.insert(row.handler.clone(), component);
         }
         let outcome = replay(db, &handlers[&row.handler], row).await.map_err(failed)?;
@@ -317,6 +313,31 @@ async fn replay_many(
         )));
     }
     Ok(())
+}
+
+/// The handler that replays a dead letter: the config's, else the uploaded active version.
+async fn handler_for(
+    db: &Database,
+    engine: &WasmEngine,
+    config: &Config,
+    row: &Row,
+) -> Result<HandlerComponent, CliError> {
+    if let Some(handler_config) = config.handlers.iter().find(|h| h.name == row.handler) {
+        return load_handler(db, engine, handler_config, None)
+            .await
+            .map_err(failed);
+    }
+    let Some(deployment) = store::deployment(db, &row.handler).await.map_err(failed)? else {
+        return Err(CliError::Usage(format!(
+            "dead letter {} belongs to handler {:?}, which is neither in the config nor uploaded: \
+             add it to [[handlers]] or upload it to replay it",
+            row.id, row.handler
+        )));
+    };
+    let (_, component) = load_uploaded(db, engine, &row.handler, deployment.active_version)
+        .await
+        .map_err(failed)?;
+    Ok(component)
 }
 
 async fn discard(db: &Database, ids: &[i64], json: bool) -> Result<(), CliError> {

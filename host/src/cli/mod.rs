@@ -4,6 +4,7 @@
 pub mod demo;
 pub mod dlq;
 pub mod purge;
+pub mod remote;
 pub mod run;
 pub mod status;
 
@@ -17,6 +18,15 @@ use std::path::PathBuf;
     about = "Effectively-once Kafka consumption with sandboxed WebAssembly handlers"
 )]
 pub struct Cli {
+    /// `text` for people, `json` (one object per line) for log shippers.
+    #[arg(
+        long,
+        env = "INBOXD_LOG_FORMAT",
+        value_enum,
+        default_value = "text",
+        global = true
+    )]
+    pub log_format: crate::telemetry::LogFormat,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -42,6 +52,20 @@ pub enum Command {
     Purge(purge::PurgeArgs),
     /// Run the whole pipeline in-process on an embedded broker and SQLite, with duplicates.
     Demo(demo::DemoArgs),
+    /// Upload a handler version through a running host's admin API and make it active.
+    Deploy(remote::DeployArgs),
+    /// List the handlers a running host knows, with their versions.
+    Handlers(remote::Remote),
+    /// Make an uploaded version of a handler the active one.
+    Activate(remote::ActivateArgs),
+    /// Go back to the version that was active before the current one.
+    Rollback(remote::NameArgs),
+    /// Stop consuming for a handler (on every host), after its batches in flight.
+    Pause(remote::NameArgs),
+    /// Start consuming again for a paused handler.
+    Resume(remote::NameArgs),
+    /// Stop and remove an uploaded handler; its inbox rows and tables are kept.
+    Delete(remote::NameArgs),
 }
 
 /// What went wrong, split by the exit code a script sees.

@@ -49,3 +49,7 @@ pub const PURGE_INTERVAL: &str = "1h";
 /// Rows deleted per purge transaction: small enough that no lock is held
 /// for more than milliseconds, large enough that 1M rows take seconds.
 pub const PURGE_BATCH_SIZE: u32 = 5_000;
+/// The admin API listens on loopback only unless told otherwise: it speaks plain HTTP.
+pub const ADMIN_LISTEN: &str = "127.0.0.1:8480";
+/// Python and JavaScript components are tens of MiB; Rust ones hundreds of KiB.
+pub const MAX_COMPONENT_MB: u64 = 100;

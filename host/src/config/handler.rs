@@ -36,7 +36,39 @@ pub struct HandlerConfig {
     pub outbox_topics: BTreeMap<String, String>,
 }
 
+/// Keys of a `[[handlers]]` entry that an upload supplies itself.
+const UPLOAD_OWNED_KEYS: &[&str] = &["name", "component", "migrations"];
+
 impl HandlerConfig {
+    /// A handler uploaded through the admin API: `settings` is a JSON object
+    /// with the keys of a `[[handlers]]` entry except those the upload itself
+    /// carries (name, component, migrations). Errors name the key.
+    pub fn from_settings(name: &str, settings: &str) -> Result<Self, ConfigError> {
+        let value: serde_json::Value =
+            serde_json::from_str(settings).map_err(|e| invalid("settings", format!("is not JSON: {e}")))?;
+        let serde_json::Value::Object(mut map) = value else {
+            return Err(invalid("settings", "must be a JSON object"));
+        };
+        if let Some(key) = UPLOAD_OWNED_KEYS.iter().find(|k| map.contains_key(**k)) {
+            return Err(invalid(
+                format!("settings.{key}"),
+                "comes from the upload itself and cannot be set here",
+            ));
+        }
+        map.insert("name".into(), name.into());
+        map.insert("component".into(), "".into());
+        let config: Self =
+            serde_json::from_value(map.into()).map_err(|e| invalid("settings", e.to_string()))?;
+        if !is_identifier(name) {
+            return Err(invalid(
+                "name",
+                format!("{name:?} must be 1-48 characters of a-z, 0-9 and _, starting with a letter"),
+            ));
+        }
+        config.validate_settings("settings")?;
+        Ok(config)
+    }
+
     pub fn group_id(&self) -> String {
         self.group_id
             .clone()
@@ -250,18 +282,23 @@ impl HandlerConfig {
                 ),
             ));
         }
-        if self.topics.is_empty() || self.topics.iter().any(|t| t.trim().is_empty()) {
-            return Err(invalid(
-                format!("{key}.topics"),
-                "must list at least one non-empty topic",
-            ));
-        }
         if let Some(dir) = &self.migrations
             && !dir.is_dir()
         {
             return Err(invalid(
                 format!("{key}.migrations"),
                 format!("{} is not a folder", dir.display()),
+            ));
+        }
+        self.validate_settings(key)
+    }
+
+    /// Checks everything but the name and the files: what an upload's settings carry.
+    pub fn validate_settings(&self, key: &str) -> Result<(), ConfigError> {
+        if self.topics.is_empty() || self.topics.iter().any(|t| t.trim().is_empty()) {
+            return Err(invalid(
+                format!("{key}.topics"),
+                "must list at least one non-empty topic",
             ));
         }
         if self.event_id.header.is_empty() {

@@ -10,8 +10,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+mod admin;
 pub mod defaults;
 mod handler;
+
+pub use admin::{AdminConfig, TokenConfig};
 
 pub use handler::{
     BatchConfig, EventIdConfig, HandlerConfig, InstancesConfig, LimitsConfig, RetryConfig, is_identifier,
@@ -46,6 +49,10 @@ pub struct Config {
     pub outbox: OutboxConfig,
     #[serde(default)]
     pub wasm: WasmConfig,
+    /// The admin API; off unless the section is present.
+    #[serde(default)]
+    pub admin: Option<AdminConfig>,
+    /// Handlers defined here. More can be uploaded through the admin API.
     #[serde(default)]
     pub handlers: Vec<HandlerConfig>,
 }
@@ -242,6 +249,9 @@ impl Config {
         if let Some(brokers) = var("INBOXD_KAFKA_BROKERS") {
             self.kafka.brokers = brokers;
         }
+        if let Some(admin) = &mut self.admin {
+            admin.apply_env(&var);
+        }
     }
 
     fn resolve_paths(&mut self, base: &Path) {
@@ -305,11 +315,8 @@ impl Config {
                 "\"daily\" needs PostgreSQL; SQLite keeps one table",
             ));
         }
-        if self.handlers.is_empty() {
-            return Err(invalid(
-                "handlers",
-                "must declare at least one [[handlers]] entry",
-            ));
+        if let Some(admin) = &self.admin {
+            admin.validate()?;
         }
         let mut names = std::collections::HashSet::new();
         for (i, handler) in self.handlers.iter().enumerate() {

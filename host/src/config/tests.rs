@@ -149,3 +149,84 @@ fn duplicate_handler_names_are_refused() {
     let err = load(&format!("{one}\n{handler}")).unwrap_err();
     assert!(err.contains("declared twice"), "{err}");
 }
+
+fn with_admin(admin: &str) -> Result<Config, String> {
+    let text = format!("[kafka]\nbrokers = \"127.0.0.1:9092\"\n[admin]\n{admin}\n");
+    let mut config = Config::parse(&text)?;
+    config.apply_env(|key| (key == "TEAM_TOKEN").then(|| "from-the-environment-123".to_owned()));
+    config.validate().map_err(|e| e.to_string())?;
+    Ok(config)
+}
+
+#[test]
+fn admin_tokens_are_validated_and_read_from_the_environment() {
+    let ok = with_admin(
+        "[[admin.tokens]]\nname = \"ops\"\ntoken = \"0123456789abcdef\"\nadmin = true\n\
+         [[admin.tokens]]\nname = \"team\"\ntoken_env = \"TEAM_TOKEN\"\nhandlers = [\"billing\"]",
+    )
+    .unwrap();
+    let admin = ok.admin.expect("admin section");
+    assert_eq!(admin.listen, defaults::ADMIN_LISTEN);
+    assert_eq!(admin.tokens[1].token.as_deref(), Some("from-the-environment-123"));
+    assert!(
+        !format!("{admin:?}").contains("0123456789abcdef"),
+        "Debug hides secrets"
+    );
+
+    let cases = [
+        ("", "admin.tokens"),
+        (
+            "[[admin.tokens]]\nname = \"a\"\ntoken = \"short\"\nadmin = true",
+            "at least 16",
+        ),
+        (
+            "[[admin.tokens]]\nname = \"a\"\ntoken_env = \"UNSET_VAR\"\nadmin = true",
+            "UNSET_VAR",
+        ),
+        (
+            "[[admin.tokens]]\nname = \"a\"\ntoken = \"0123456789abcdef\"",
+            "exactly one of",
+        ),
+        (
+            "[[admin.tokens]]\nname = \"a\"\ntoken = \"0123456789abcdef\"\nhandlers = [\"Bad-Name\"]",
+            "Bad-Name",
+        ),
+        (
+            "listen = \"localhost\"\n[[admin.tokens]]\nname = \"a\"\ntoken = \"0123456789abcdef\"\nadmin = true",
+            "admin.listen",
+        ),
+    ];
+    for (admin, says) in cases {
+        let err = with_admin(admin).unwrap_err();
+        assert!(err.contains(says), "{admin:?}: {err}");
+    }
+}
+
+#[test]
+fn upload_settings_reuse_the_handler_keys_and_name_the_bad_one() {
+    let config = HandlerConfig::from_settings(
+        "billing",
+        r#"{"topics": ["orders"], "limits": {"timeout_ms": 50}}"#,
+    )
+    .unwrap();
+    assert_eq!(config.limits.timeout_ms, 50);
+    assert_eq!(config.group_id(), "inboxd.billing");
+    for (settings, says) in [
+        (
+            r#"{"topics": ["orders"], "component": "x.wasm"}"#,
+            "settings.component",
+        ),
+        (r#"{"topics": ["orders"], "colour": 1}"#, "colour"),
+        (r#"{"topics": []}"#, "settings.topics"),
+        ("[1]", "JSON object"),
+    ] {
+        let err = HandlerConfig::from_settings("billing", settings)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(says), "{settings}: {err}");
+    }
+    let err = HandlerConfig::from_settings("Bad", r#"{"topics": ["o"]}"#)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("`name`"), "{err}");
+}

@@ -9,50 +9,63 @@
 use super::{Backend, Database, DbError, SqlValue, Tx, handler_role, handler_schema, now_ms};
 use crate::sandbox::authorizer::Scope;
 use sha2::{Digest, Sha256};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-struct MigrationFile {
-    version: i64,
-    name: String,
-    path: PathBuf,
+/// One of a handler's migrations: `NNNN_description.sql` and its SQL.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Migration {
+    pub version: i64,
+    pub name: String,
+    pub sql: String,
 }
 
-fn list(dir: &Path) -> Result<Vec<MigrationFile>, DbError> {
+impl Migration {
+    /// Reads a migration from its file name (`NNNN_description.sql`) and text.
+    pub fn new(file_name: &str, sql: String) -> Result<Self, DbError> {
+        let stem = file_name.strip_suffix(".sql").unwrap_or(file_name);
+        let digits: String = stem.chars().take_while(char::is_ascii_digit).collect();
+        let version = digits.parse::<i64>().map_err(|_| {
+            DbError::HandlerMigration(format!(
+                "migration {file_name} must be named NNNN_description.sql (a version number first)"
+            ))
+        })?;
+        Ok(Self {
+            version,
+            name: stem.to_owned(),
+            sql,
+        })
+    }
+}
+
+/// Sorts migrations by version, refusing two with the same one.
+pub fn in_order(mut migrations: Vec<Migration>) -> Result<Vec<Migration>, DbError> {
+    migrations.sort_by_key(|m| m.version);
+    if let Some(pair) = migrations.windows(2).find(|w| w[0].version == w[1].version) {
+        return Err(DbError::HandlerMigration(format!(
+            "migrations {} and {} share version {}",
+            pair[0].name, pair[1].name, pair[0].version
+        )));
+    }
+    Ok(migrations)
+}
+
+/// The `.sql` files of a migrations folder, in version order.
+pub fn read_dir(dir: &Path) -> Result<Vec<Migration>, DbError> {
     let err = |m: String| DbError::HandlerMigration(m);
     let entries = std::fs::read_dir(dir)
         .map_err(|e| err(format!("cannot read migrations folder {}: {e}", dir.display())))?;
-    let mut files = Vec::new();
+    let mut migrations = Vec::new();
     for entry in entries {
         let path = entry.map_err(|e| err(e.to_string()))?.path();
         if path.extension().and_then(|e| e.to_str()) != Some("sql") {
             continue;
         }
-        let stem = path
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .unwrap_or_default()
-            .to_owned();
-        let digits: String = stem.chars().take_while(char::is_ascii_digit).collect();
-        let version = digits.parse::<i64>().map_err(|_| {
-            err(format!(
-                "migration {} must be named NNNN_description.sql (a version number first)",
-                path.display()
-            ))
-        })?;
-        files.push(MigrationFile {
-            version,
-            name: stem,
-            path,
-        });
+        let file_name = path.file_name().and_then(|s| s.to_str()).unwrap_or_default();
+        let sql = std::fs::read_to_string(&path)
+            .map_err(|e| err(format!("cannot read {}: {e}", path.display())))?;
+        migrations.push(Migration::new(file_name, sql)?);
     }
-    files.sort_by_key(|f| f.version);
-    if let Some(pair) = files.windows(2).find(|w| w[0].version == w[1].version) {
-        return Err(err(format!(
-            "migrations {} and {} share version {}",
-            pair[0].name, pair[1].name, pair[0].version
-        )));
-    }
-    Ok(files)
+    in_order(migrations)
 }
 
 /// Tables and views in an SQLite database (empty on PostgreSQL, where a
@@ -129,63 +142,70 @@ pub async fn own_tables(db: &Database, handler: &str) -> Result<Vec<String>, DbE
         .collect())
 }
 
-/// Applies every migration in `dir` that `handler` has not applied yet; returns how many ran.
-/// Each runs inside the handler's walls (its role, or the SQLite authorizer in
-/// migration mode), so a migration cannot reach the host's tables either.
+/// Applies every migration in `dir` that `handler` has not applied yet, each
+/// in its own transaction; returns how many ran.
 pub async fn apply_handler(db: &Database, handler: &str, dir: &Path) -> Result<usize, DbError> {
     let mut applied = 0;
-    for file in list(dir)? {
-        let sql = std::fs::read_to_string(&file.path)
-            .map_err(|e| DbError::HandlerMigration(format!("cannot read {}: {e}", file.path.display())))?;
-        let checksum = format!("{:x}", Sha256::digest(sql.as_bytes()));
+    for migration in read_dir(dir)? {
         let mut tx = db.begin().await?;
-        tx.lock_migrations().await?;
-        let existing = tx
-            .query(
-                "SELECT checksum FROM handler_migrations WHERE handler = $1 AND version = $2",
-                &[handler.into(), file.version.into()],
-            )
-            .await?;
-        if let Some(row) = existing.first() {
-            if row.first().and_then(SqlValue::as_str) != Some(checksum.as_str()) {
-                return Err(DbError::HandlerMigration(format!(
-                    "migration {} of handler {handler} changed after it was applied; add a new migration instead",
-                    file.name
-                )));
-            }
-            continue;
+        if apply_one(&mut tx, handler, &migration).await? {
+            applied += 1;
         }
-        let before = sqlite_tables(&mut tx).await?;
-        tx.enter_handler_scope(handler, Scope::Migration).await?;
-        let outcome = tx.execute_script(&sql).await;
-        tx.leave_handler_scope().await?;
-        outcome.map_err(|e| {
-            DbError::HandlerMigration(format!(
-                "migration {} of handler {handler} failed: {e}",
-                file.name
-            ))
-        })?;
-        for table in sqlite_tables(&mut tx)
-            .await?
-            .into_iter()
-            .filter(|t| !before.contains(t))
-        {
-            tx.execute(
-                "INSERT INTO handler_tables (handler, table_name) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-                &[handler.into(), table.into()],
-            )
-            .await?;
-        }
-        tx.execute(
-            "INSERT INTO handler_migrations (handler, version, name, checksum, applied_at) VALUES ($1, $2, $3, $4, $5)",
-            &[handler.into(), file.version.into(), file.name.as_str().into(), checksum.into(), now_ms().into()],
-        )
-        .await?;
         tx.commit().await?;
-        tracing::info!(handler, migration = %file.name, "applied handler migration");
-        applied += 1;
     }
     Ok(applied)
+}
+
+/// Applies `migration` inside `tx` unless `handler` already has it; `false`:
+/// it was already applied. It runs inside the handler's walls (its role, or
+/// the SQLite authorizer in migration mode), so a migration cannot reach the
+/// host's tables either.
+pub async fn apply_one(tx: &mut Tx, handler: &str, migration: &Migration) -> Result<bool, DbError> {
+    let checksum = format!("{:x}", Sha256::digest(migration.sql.as_bytes()));
+    tx.lock_migrations().await?;
+    let existing = tx
+        .query(
+            "SELECT checksum FROM handler_migrations WHERE handler = $1 AND version = $2",
+            &[handler.into(), migration.version.into()],
+        )
+        .await?;
+    if let Some(row) = existing.first() {
+        if row.first().and_then(SqlValue::as_str) != Some(checksum.as_str()) {
+            return Err(DbError::HandlerMigration(format!(
+                "migration {} of handler {handler} changed after it was applied; add a new migration instead",
+                migration.name
+            )));
+        }
+        return Ok(false);
+    }
+    let before = sqlite_tables(tx).await?;
+    tx.enter_handler_scope(handler, Scope::Migration).await?;
+    let outcome = tx.execute_script(&migration.sql).await;
+    tx.leave_handler_scope().await?;
+    outcome.map_err(|e| {
+        DbError::HandlerMigration(format!(
+            "migration {} of handler {handler} failed: {e}",
+            migration.name
+        ))
+    })?;
+    for table in sqlite_tables(tx)
+        .await?
+        .into_iter()
+        .filter(|t| !before.contains(t))
+    {
+        tx.execute(
+            "INSERT INTO handler_tables (handler, table_name) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+            &[handler.into(), table.into()],
+        )
+        .await?;
+    }
+    tx.execute(
+        "INSERT INTO handler_migrations (handler, version, name, checksum, applied_at) VALUES ($1, $2, $3, $4, $5)",
+        &[handler.into(), migration.version.into(), migration.name.as_str().into(), checksum.into(), now_ms().into()],
+    )
+    .await?;
+    tracing::info!(handler, migration = %migration.name, "applied handler migration");
+    Ok(true)
 }
 
 #[cfg(test)]

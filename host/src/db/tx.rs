@@ -233,11 +233,14 @@ impl Tx {
     pub async fn execute_script(&mut self, sql: &str) -> Result<(), DbError> {
         self.leave_lingering().await?;
         match &mut self.inner {
+            // `Executor::execute` on a bare `&str` runs every statement of the
+            // text (simple query protocol); unlike `raw_sql`, its future is
+            // `Send` for any lifetime, so it can run inside a spawned task.
             Inner::Sqlite(tx) => {
-                sqlx::raw_sql(sql).execute(&mut **tx).await?;
+                sqlx::Executor::execute(&mut **tx, sql).await?;
             }
             Inner::Postgres(tx) => {
-                sqlx::raw_sql(sql).execute(&mut **tx).await?;
+                sqlx::Executor::execute(&mut **tx, sql).await?;
             }
         }
         Ok(())

@@ -5,10 +5,14 @@
 //! after the database transaction that applied the record has committed.
 
 use crate::config::KafkaConfig;
+use crate::metrics::PartitionLabels;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use rdkafka::ClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::error::KafkaResult;
+use rdkafka::statistics::Statistics;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
@@ -21,6 +25,8 @@ pub struct InboxContext {
     handler: String,
     fresh: FreshPartitions,
     revoked: FreshPartitions,
+    /// `inboxd_consumer_lag`, fed by librdkafka's statistics.
+    lag: Family<PartitionLabels, Gauge>,
 }
 
 impl InboxContext {
@@ -45,7 +51,25 @@ impl InboxContext {
     }
 }
 
-impl ClientContext for InboxContext {}
+impl ClientContext for InboxContext {
+    fn stats(&self, statistics: Statistics) {
+        for (topic, stats) in statistics.topics {
+            // Partition -1 is librdkafka's internal "unassigned" one; a lag of
+            // -1 means "not known yet" (no fetch or no position).
+            for (partition, p) in stats.partitions {
+                if partition < 0 || p.consumer_lag < 0 {
+                    continue;
+                }
+                let labels = PartitionLabels {
+                    handler: self.handler.clone(),
+                    topic: topic.clone(),
+                    partition,
+                };
+                self.lag.get_or_create(&labels).set(p.consumer_lag);
+            }
+        }
+    }
+}
 
 impl ConsumerContext for InboxContext {
     // Runs inside the consumer's poll. Batches of a revoked partition may still
@@ -83,11 +107,15 @@ impl ConsumerContext for InboxContext {
     }
 }
 
+/// How often librdkafka reports statistics (consumer lag for `/metrics`).
+const STATISTICS_INTERVAL_MS: &str = "5000";
+
 pub fn create_consumer(
     kafka: &KafkaConfig,
     handler: &str,
     group_id: &str,
     topics: &[String],
+    lag: Family<PartitionLabels, Gauge>,
 ) -> KafkaResult<InboxConsumer> {
     let mut config = ClientConfig::new();
     for (key, value) in &kafka.properties {
@@ -106,10 +134,14 @@ pub fn create_consumer(
         // A partition this handler never saw starts at its beginning: nothing is skipped.
         config.set("auto.offset.reset", "earliest");
     }
+    if !kafka.properties.contains_key("statistics.interval.ms") {
+        config.set("statistics.interval.ms", STATISTICS_INTERVAL_MS);
+    }
     let context = InboxContext {
         handler: handler.to_owned(),
         fresh: FreshPartitions::default(),
         revoked: FreshPartitions::default(),
+        lag,
     };
     let consumer: InboxConsumer = config.create_with_context(context)?;
     let topics: Vec<&str> = topics.iter().map(String::as_str).collect();

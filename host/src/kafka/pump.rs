@@ -165,6 +165,7 @@ impl Pump {
     /// stored position (and seeking there) if it was just assigned.
     /// `false`: shutdown came first.
     async fn accept(&mut self, record: Record, shutdown: &CancellationToken) -> bool {
+        self.pipeline.stats().consumed();
         let key = (record.topic.clone(), record.partition);
         if self
             .consumer
@@ -261,7 +262,8 @@ impl Pump {
                 key: key.clone(),
                 generation: partition.generation,
                 cursor: BatchCursor::new(partition.next),
-                pipeline: self.pipeline.clone(),
+                // A batch runs on the version current when it starts, to its end.
+                pipeline: Arc::new(self.pipeline.pinned()),
                 outage: self.outage.clone(),
             };
             self.batches.spawn(task.run(records, shutdown.clone()));
@@ -338,6 +340,7 @@ struct BatchTask {
 impl BatchTask {
     async fn run(mut self, records: Vec<Record>, shutdown: CancellationToken) -> BatchDone {
         let mut attempt = super::outage::Attempt::new(&self.outage);
+        let started = Instant::now();
         let end = loop {
             match self
                 .pipeline
@@ -357,6 +360,7 @@ impl BatchTask {
             }
         };
         drop(attempt);
+        self.pipeline.stats().batch_took(started.elapsed());
         BatchDone {
             key: self.key,
             generation: self.generation,

@@ -80,29 +80,73 @@ enum Step {
     Failed(GuestFailure),
 }
 
+/// What a handler's pipeline runs: its code and the settings of that version.
+#[derive(Clone)]
+pub struct Version {
+    pub handler: Arc<dyn Handler>,
+    pub event_id: EventIdConfig,
+    pub retry: RetryConfig,
+}
+
+/// The version a handler's next batch will run. Swapping it is how a new
+/// version goes live without a restart: a batch pins the version it started
+/// with ([`Pipeline::pinned`]) and finishes on it, retries included.
+#[derive(Clone)]
+pub struct Slot(Arc<std::sync::RwLock<Version>>);
+
+impl Slot {
+    pub fn new(version: Version) -> Self {
+        Self(Arc::new(std::sync::RwLock::new(version)))
+    }
+
+    pub fn current(&self) -> Version {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn swap(&self, version: Version) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = version;
+    }
+}
+
+#[derive(Clone)]
 pub struct Pipeline {
     db: Database,
     handler: Arc<dyn Handler>,
     event_id: EventIdConfig,
     retry: RetryConfig,
     stats: Arc<Stats>,
+    slot: Slot,
 }
 
 impl Pipeline {
-    pub fn new(
-        db: Database,
-        handler: Arc<dyn Handler>,
-        event_id: EventIdConfig,
-        retry: RetryConfig,
-        stats: Arc<Stats>,
-    ) -> Self {
+    pub fn new(db: Database, slot: Slot, stats: Arc<Stats>) -> Self {
+        let Version {
+            handler,
+            event_id,
+            retry,
+        } = slot.current();
         Self {
             db,
             handler,
             event_id,
             retry,
             stats,
+            slot,
         }
+    }
+
+    /// This pipeline on the slot's current version: what a new batch runs.
+    pub fn pinned(&self) -> Self {
+        Self::new(self.db.clone(), self.slot.clone(), self.stats.clone())
+    }
+
+    /// The handler version this pipeline runs.
+    pub fn handler(&self) -> &Arc<dyn Handler> {
+        &self.handler
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
     }
 
     pub fn db(&self) -> &Database {
@@ -246,7 +290,9 @@ impl Pipeline {
         let mut tx = tx;
         tx.enter_guest(GUEST_SAVEPOINT, claim.handler).await?;
         tx.set_statement_savepoints(false);
+        let started = std::time::Instant::now();
         let mut invocation = self.handler.invoke(tx, record, claim.event_id, attempt).await;
+        self.stats.guest_took(started.elapsed());
         let Some(mut tx) = invocation.tx.take() else {
             return Err(PipelineError::LostTransaction);
         };
@@ -276,7 +322,7 @@ impl Pipeline {
         match invocation.result {
             Ok(()) => Ok((tx, Step::Applied(invocation.outbox))),
             Err(failure) => {
-                self.stats.guest_failure();
+                self.stats.guest_failure(failure.kind());
                 Ok((tx, Step::Failed(failure)))
             }
         }

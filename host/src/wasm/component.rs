@@ -10,6 +10,7 @@ use super::bindings::{Event, Handler as Instance, HandlerError, HandlerPre};
 use super::engine::WasmEngine;
 use super::limits::{LimitExceeded, Limits};
 use super::state::StoreState;
+use crate::capabilities::log::LogTag;
 use crate::capabilities::outbox::OutboxState;
 use crate::db::outbox::NewMessage;
 use crate::db::{DbError, Tx};
@@ -38,7 +39,9 @@ pub enum LoadError {
     CoreModule { path: String },
     #[error("{path} is not a valid WebAssembly component: {message}")]
     Invalid { path: String, message: String },
-    #[error("{path} does not fit the inboxd:handler world: {message}")]
+    #[error(
+        "{path} does not fit the inboxd:handler world: {message} (a handler exports `handle` and imports only inboxd:handler/{{types,sql,outbox,log}} and WASI 0.2 interfaces)"
+    )]
     Link { path: String, message: String },
 }
 
@@ -55,6 +58,18 @@ pub enum GuestFailure {
     Trap(String),
     /// The guest hit a configured limit.
     Limit(LimitExceeded),
+}
+
+impl GuestFailure {
+    pub fn kind(&self) -> crate::metrics::FailureKind {
+        use crate::metrics::FailureKind;
+        match self {
+            GuestFailure::Retry(_) => FailureKind::Retry,
+            GuestFailure::Reject(_) => FailureKind::Reject,
+            GuestFailure::Trap(_) => FailureKind::Trap,
+            GuestFailure::Limit(_) => FailureKind::Limit,
+        }
+    }
 }
 
 impl std::fmt::Display for GuestFailure {
@@ -96,6 +111,8 @@ struct Warm {
 
 pub struct HandlerComponent {
     name: Arc<str>,
+    /// Handler and version, on every guest log line.
+    tag: Arc<LogTag>,
     reuse: Option<Reuse>,
     /// Instances waiting for their next event (at most one per call running at once).
     warm: Mutex<Vec<Warm>>,
@@ -131,32 +148,14 @@ impl HandlerComponent {
         limits: Limits,
         guard: Guard,
     ) -> Result<Self, LoadError> {
-        if is_core_module(bytes) {
-            return Err(LoadError::CoreModule {
-                path: shown.to_owned(),
-            });
-        }
-        let started = std::time::Instant::now();
-        let (component, cached) = super::cache::compile(&engine.engine, bytes, engine.cache_dir.as_deref())
-            .map_err(|e| LoadError::Invalid {
-            path: shown.to_owned(),
-            message: format!("{e:#}"),
-        })?;
-        let ms = started.elapsed().as_millis() as u64;
-        if cached {
-            tracing::info!(handler = name, ms, "component loaded from the compile cache");
-        } else {
-            tracing::info!(handler = name, ms, "component compiled");
-        }
-        let link = |e: wasmtime::Error| LoadError::Link {
-            path: shown.to_owned(),
-            message: format!("{e:#}"),
-        };
-        let instance_pre = engine.linker.instantiate_pre(&component).map_err(link)?;
-        let pre = HandlerPre::new(instance_pre).map_err(link)?;
+        let pre = link(engine, name, shown, bytes)?;
         let digest = Sha256::digest(bytes);
-        let version = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
+        let version: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
         Ok(Self {
+            tag: Arc::new(LogTag {
+                handler: name.to_owned(),
+                version: version.clone(),
+            }),
             reuse: None,
             warm: Mutex::default(),
             outbox_topics: Arc::default(),
@@ -169,6 +168,57 @@ impl HandlerComponent {
         })
     }
 
+    /// Checks that `bytes` is a component of the `inboxd:handler` world that
+    /// this host can run, compiling it (into the compile cache) on the way.
+    pub fn check(engine: &WasmEngine, name: &str, shown: &str, bytes: &[u8]) -> Result<(), LoadError> {
+        link(engine, name, shown, bytes).map(drop)
+    }
+
+    /// Labels the version recorded on inbox rows (default: the first 12 hex
+    /// digits of the component's SHA-256).
+    pub fn with_version(mut self, version: String) -> Self {
+        self.tag = Arc::new(LogTag {
+            handler: self.name.to_string(),
+            version: version.clone(),
+        });
+        self.version = version;
+        self
+    }
+}
+
+/// Compiles (or loads from the compile cache) and links a component.
+fn link(
+    engine: &WasmEngine,
+    name: &str,
+    shown: &str,
+    bytes: &[u8],
+) -> Result<HandlerPre<StoreState>, LoadError> {
+    if is_core_module(bytes) {
+        return Err(LoadError::CoreModule {
+            path: shown.to_owned(),
+        });
+    }
+    let started = std::time::Instant::now();
+    let (component, cached) = super::cache::compile(&engine.engine, bytes, engine.cache_dir.as_deref())
+        .map_err(|e| LoadError::Invalid {
+            path: shown.to_owned(),
+            message: format!("{e:#}"),
+        })?;
+    let ms = started.elapsed().as_millis() as u64;
+    if cached {
+        tracing::info!(handler = name, ms, "component loaded from the compile cache");
+    } else {
+        tracing::info!(handler = name, ms, "component compiled");
+    }
+    let link = |e: wasmtime::Error| LoadError::Link {
+        path: shown.to_owned(),
+        message: format!("{e:#}"),
+    };
+    let instance_pre = engine.linker.instantiate_pre(&component).map_err(link)?;
+    HandlerPre::new(instance_pre).map_err(link)
+}
+
+impl HandlerComponent {
     /// Maps the topic names the handler publishes to onto the deployment's real topics.
     pub fn with_outbox_topics(mut self, topics: BTreeMap<String, String>) -> Self {
         self.outbox_topics = Arc::new(topics);
@@ -209,7 +259,7 @@ impl HandlerComponent {
                     self.guard.clone(),
                     &self.limits,
                     outbox,
-                    self.name.clone(),
+                    self.tag.clone(),
                     event_id.to_owned(),
                 );
                 (warm.store, Some(warm.instance), warm.events)
@@ -220,7 +270,7 @@ impl HandlerComponent {
                     self.guard.clone(),
                     &self.limits,
                     outbox,
-                    self.name.clone(),
+                    self.tag.clone(),
                     event_id.to_owned(),
                 );
                 let mut store = Store::new(&self.engine, state);
@@ -343,7 +393,7 @@ impl HandlerComponent {
 
     /// Copies the guest's captured stdout/stderr into the host log; returns stderr.
     fn forward_output(&self, state: &mut StoreState, event_id: &str) -> String {
-        let handler = &*self.name;
+        let (handler, version) = (&*self.name, self.version.as_str());
         let (stdout, stdout_dropped) = state.stdout.take();
         let (stderr, stderr_dropped) = state.stderr.take();
         for (stream, text, dropped) in [
@@ -351,18 +401,18 @@ impl HandlerComponent {
             ("stderr", &stderr, stderr_dropped),
         ] {
             if !text.is_empty() {
-                tracing::info!(target: "guest", handler, event_id, stream, "{}", text.trim_end());
+                tracing::info!(target: "guest", handler, version, event_id, stream, "{}", text.trim_end());
             }
             if dropped > 0 {
                 tracing::warn!(
-                    target: "guest", handler, event_id, stream, dropped,
+                    target: "guest", handler, version, event_id, stream, dropped,
                     "guest output past limits.output_bytes was dropped"
                 );
             }
         }
         let dropped_lines = state.log.dropped_lines();
         if dropped_lines > 0 {
-            tracing::warn!(target: "guest", handler, event_id, dropped_lines, "guest log lines past limits.output_bytes were dropped");
+            tracing::warn!(target: "guest", handler, version, event_id, dropped_lines, "guest log lines past limits.output_bytes were dropped");
         }
         stderr
     }

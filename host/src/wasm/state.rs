@@ -9,7 +9,7 @@
 
 use super::limits::{Limits, MemoryLimiter};
 use super::output::GuestOutput;
-use crate::capabilities::log::LogState;
+use crate::capabilities::log::{LogState, LogTag};
 use crate::capabilities::outbox::OutboxState;
 use crate::capabilities::sql::SqlState;
 use crate::db::Tx;
@@ -35,7 +35,7 @@ impl StoreState {
         guard: Arc<Guard>,
         limits: &Limits,
         outbox: OutboxState,
-        handler: Arc<str>,
+        tag: Arc<LogTag>,
         event_id: String,
     ) -> Self {
         let stdout = GuestOutput::new(limits.output_bytes);
@@ -56,7 +56,7 @@ impl StoreState {
             limiter: MemoryLimiter::new(limits.memory_bytes),
             sql: SqlState::new(tx, guard, limits),
             outbox,
-            log: LogState::new(handler, event_id, limits.output_bytes),
+            log: LogState::new(tag, event_id, limits.output_bytes),
             stdout,
             stderr,
         }
@@ -72,12 +72,12 @@ impl StoreState {
         guard: Arc<Guard>,
         limits: &Limits,
         outbox: OutboxState,
-        handler: Arc<str>,
+        tag: Arc<LogTag>,
         event_id: String,
     ) {
         self.sql = SqlState::new(tx, guard, limits);
         self.outbox = outbox;
-        self.log = LogState::new(handler, event_id, limits.output_bytes);
+        self.log = LogState::new(tag, event_id, limits.output_bytes);
     }
 }
 

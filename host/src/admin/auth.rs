@@ -1,0 +1,118 @@
+//! Bearer tokens: who is calling, and which handlers they may touch.
+//!
+//! Secrets are kept only as SHA-256 digests and compared in constant time
+//! against every configured token (no early exit), so neither the response
+//! time nor the log reveals how much of a guess was right. Only a token's
+//! name is ever logged.
+
+use super::{ApiError, AppState};
+use crate::config::TokenConfig;
+use axum::extract::FromRequestParts;
+use axum::http::header::AUTHORIZATION;
+use axum::http::request::Parts;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+struct Token {
+    name: String,
+    digest: [u8; 32],
+    scope: Scope,
+}
+
+#[derive(Debug, Clone)]
+pub enum Scope {
+    Admin,
+    Handlers(Vec<String>),
+}
+
+pub struct Tokens(Vec<Token>);
+
+impl Tokens {
+    pub fn new(configured: &[TokenConfig]) -> Self {
+        Self(
+            configured
+                .iter()
+                .filter_map(|t| {
+                    let secret = t.token.as_deref()?;
+                    Some(Token {
+                        name: t.name.clone(),
+                        digest: Sha256::digest(secret.as_bytes()).into(),
+                        scope: if t.admin {
+                            Scope::Admin
+                        } else {
+                            Scope::Handlers(t.handlers.clone())
+                        },
+                    })
+                })
+                .collect(),
+        )
+    }
+
+    fn find(&self, presented: &str) -> Option<&Token> {
+        let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
+        let mut found = None;
+        for token in &self.0 {
+            if bool::from(token.digest.ct_eq(&digest)) {
+                found = Some(token);
+            }
+        }
+        found
+    }
+}
+
+/// The authenticated caller of a request.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub name: String,
+    pub scope: Scope,
+}
+
+impl Caller {
+    pub fn may_manage(&self, handler: &str) -> bool {
+        match &self.scope {
+            Scope::Admin => true,
+            Scope::Handlers(names) => names.iter().any(|n| n == handler),
+        }
+    }
+
+    /// 403 unless this caller may manage `handler`.
+    pub fn check(&self, handler: &str) -> Result<(), ApiError> {
+        if self.may_manage(handler) {
+            return Ok(());
+        }
+        let allowed = match &self.scope {
+            Scope::Admin => String::new(),
+            Scope::Handlers(names) => names.join(", "),
+        };
+        Err(ApiError::forbidden(format!(
+            "token {:?} may not manage handler {handler:?}; it may manage only: {allowed}",
+            self.name
+        )))
+    }
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let Some(header) = parts.headers.get(AUTHORIZATION) else {
+            return Err(ApiError::unauthorized(
+                "missing bearer token: send the header `Authorization: Bearer <token>` (inboxd CLI: --token or INBOXD_TOKEN)",
+            ));
+        };
+        let presented = header
+            .to_str()
+            .ok()
+            .and_then(|h| h.strip_prefix("Bearer "))
+            .map(str::trim)
+            .ok_or_else(|| ApiError::unauthorized("the Authorization header must be `Bearer <token>`"))?;
+        let Some(token) = state.tokens.find(presented) else {
+            tracing::warn!(path = %parts.uri.path(), "admin API call with an unknown token");
+            return Err(ApiError::unauthorized("unknown token"));
+        };
+        Ok(Caller {
+            name: token.name.clone(),
+            scope: token.scope.clone(),
+        })
+    }
+}

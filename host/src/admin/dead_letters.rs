@@ -1,0 +1,102 @@
+//! `/v1/dead-letters`: the `inboxd dlq` commands over HTTP. A team token
+//! sees and acts on its own handlers' dead letters only.
+
+use super::auth::Caller;
+use super::{ApiError, AppState};
+use crate::db::dead_letters::{self, Filter, Row};
+use crate::replay::replay as replay_letter;
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use serde_json::{Value, json};
+
+#[derive(serde::Deserialize)]
+pub struct ListQuery {
+    handler: Option<String>,
+    /// Also replayed and discarded ones.
+    #[serde(default)]
+    all: bool,
+}
+
+pub async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(query): Query<ListQuery>,
+) -> Result<Json<Vec<Row>>, ApiError> {
+    if let Some(handler) = &query.handler {
+        caller.check(handler)?;
+    }
+    let filter = Filter {
+        handler: query.handler.as_deref(),
+        include_resolved: query.all,
+        ..Filter::default()
+    };
+    let rows = dead_letters::find(state.registry.db(), &filter).await?;
+    Ok(Json(
+        rows.into_iter()
+            .filter(|r| caller.may_manage(&r.handler))
+            .collect(),
+    ))
+}
+
+/// The dead letter, if it exists and the caller may see it.
+async fn fetch(state: &AppState, caller: &Caller, id: i64) -> Result<Row, ApiError> {
+    let ids = [id];
+    let filter = Filter {
+        ids: Some(&ids),
+        include_resolved: true,
+        ..Filter::default()
+    };
+    let row = dead_letters::find(state.registry.db(), &filter)
+        .await?
+        .pop()
+        .ok_or_else(|| ApiError::not_found(format!("no dead letter with id {id}")))?;
+    caller.check(&row.handler)?;
+    Ok(row)
+}
+
+pub async fn show(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<i64>,
+) -> Result<Json<Value>, ApiError> {
+    let row = fetch(&state, &caller, id).await?;
+    Ok(Json(crate::cli::dlq::detail_json(&row)))
+}
+
+/// Runs the dead letter through the version of its handler running here.
+pub async fn replay(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<i64>,
+) -> Result<Json<Value>, ApiError> {
+    let row = fetch(&state, &caller, id).await?;
+    let Some(handler) = state.registry.current(&row.handler).await else {
+        return Err(ApiError::conflict(format!(
+            "handler {} is not loaded on this host, so its dead letters cannot be replayed here",
+            row.handler
+        )));
+    };
+    let outcome = replay_letter(state.registry.db(), handler.as_ref(), &row).await?;
+    tracing::info!(
+        id,
+        handler = row.handler,
+        by = caller.name,
+        ?outcome,
+        "dead letter replayed through the API"
+    );
+    let mut value = serde_json::to_value(&outcome).unwrap_or_default();
+    value["id"] = id.into();
+    Ok(Json(value))
+}
+
+pub async fn discard(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<i64>,
+) -> Result<Json<Value>, ApiError> {
+    fetch(&state, &caller, id).await?;
+    let mut tx = state.registry.db().begin_write().await?;
+    let discarded = dead_letters::resolve(&mut tx, id, "discarded").await?;
+    tx.commit().await?;
+    Ok(Json(json!({ "id": id, "discarded": discarded })))
+}

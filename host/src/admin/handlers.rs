@@ -1,0 +1,254 @@
+//! `/v1/handlers`: upload versions, list, activate, roll back, pause,
+//! resume and delete. Every change is written to the database first and
+//! then applied on this host at once (other hosts follow within seconds);
+//! the response says what now runs here.
+
+use super::auth::Caller;
+use super::{ApiError, AppState};
+use crate::registry::store::{self, Deployment, VersionInfo};
+use crate::registry::upload::{self, Upload, UploadError};
+use crate::registry::{Running, Source};
+use axum::Json;
+use axum::extract::{Multipart, Path, State};
+use axum::http::StatusCode;
+use serde_json::{Value, json};
+
+#[derive(serde::Serialize)]
+pub struct HandlerView {
+    name: String,
+    source: Source,
+    /// Uploaded handlers: the deployment as the database has it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deployment: Option<Deployment>,
+    versions: Vec<VersionInfo>,
+    /// What this host runs now (`None`: not loaded here).
+    running: Option<Running>,
+}
+
+async fn view(state: &AppState, name: &str) -> Result<Option<HandlerView>, ApiError> {
+    let registry = &state.registry;
+    let deployment = store::deployment(registry.db(), name).await?;
+    let running = registry.running().await.remove(name);
+    let source = match (&running, &deployment) {
+        (Some(r), _) => r.source,
+        (None, Some(_)) => Source::Api,
+        (None, None) => return Ok(None),
+    };
+    Ok(Some(HandlerView {
+        name: name.to_owned(),
+        source,
+        versions: store::versions(registry.db(), name).await?,
+        deployment,
+        running,
+    }))
+}
+
+async fn view_or_404(state: &AppState, name: &str) -> Result<Json<HandlerView>, ApiError> {
+    view(state, name)
+        .await?
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found(format!("no handler named {name:?}")))
+}
+
+/// Every handler the caller may manage.
+pub async fn list(State(state): State<AppState>, caller: Caller) -> Result<Json<Vec<HandlerView>>, ApiError> {
+    let mut names: Vec<String> = state.registry.running().await.into_keys().collect();
+    for deployment in store::deployments(state.registry.db()).await? {
+        if !names.contains(&deployment.name) {
+            names.push(deployment.name);
+        }
+    }
+    names.sort();
+    let mut views = Vec::new();
+    for name in names.iter().filter(|n| caller.may_manage(n)) {
+        if let Some(view) = view(&state, name).await? {
+            views.push(view);
+        }
+    }
+    Ok(Json(views))
+}
+
+pub async fn show(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> Result<Json<HandlerView>, ApiError> {
+    caller.check(&name)?;
+    view_or_404(&state, &name).await
+}
+
+/// A multipart upload: `component` (the .wasm), `settings` (JSON, optional:
+/// the keys of a `[[handlers]]` entry but name, component and migrations; at
+/// least `topics`), and any number of `migration` parts named `NNNN_x.sql`.
+pub async fn upload(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(name): Path<String>,
+    mut form: Multipart,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    caller.check(&name)?;
+    let mut component = None;
+    let mut settings = None;
+    let mut migrations = Vec::new();
+    let too_large = |e: axum::extract::multipart::MultipartError| {
+        ApiError::new(
+            e.status(),
+            format!(
+                "cannot read the upload: {} (components may be at most admin.max_component_mb = {} MiB)",
+                e.body_text(),
+                state.max_component_bytes >> 20
+            ),
+        )
+    };
+    while let Some(field) = form.next_field().await.map_err(too_large)? {
+        match field.name().unwrap_or_default() {
+            "component" => component = Some(field.bytes().await.map_err(too_large)?.to_vec()),
+            "settings" => settings = Some(field.text().await.map_err(too_large)?),
+            "migration" => {
+                let file = field.file_name().map(str::to_owned).ok_or_else(|| {
+                    ApiError::bad_request("a `migration` part needs a file name (NNNN_x.sql)")
+                })?;
+                migrations.push((file, field.text().await.map_err(too_large)?));
+            }
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "unknown part {other:?}: an upload has `component`, `settings` and `migration` parts"
+                )));
+            }
+        }
+    }
+    let component = component.ok_or_else(|| ApiError::bad_request("the upload has no `component` part"))?;
+    let upload = Upload {
+        name: name.clone(),
+        component,
+        settings: settings.unwrap_or_else(|| "{}".into()),
+        migrations,
+        uploaded_by: caller.name.clone(),
+    };
+    let registry = &state.registry;
+    let uploaded = upload::upload(
+        registry.db(),
+        registry.engine(),
+        &registry.config_names(),
+        state.max_component_bytes,
+        upload,
+    )
+    .await
+    .map_err(|e| match e {
+        UploadError::Invalid(_) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
+        UploadError::TooLarge { .. } => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, e.to_string()),
+        UploadError::ConfigOwned(_) => ApiError::conflict(e.to_string()),
+        UploadError::Database(db) => db.into(),
+    })?;
+    registry.reconcile().await?;
+    let view = view(&state, &name).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({ "uploaded": uploaded, "handler": view })),
+    ))
+}
+
+/// 404 for unknown names, 409 for handlers the config file owns.
+async fn uploaded_deployment(state: &AppState, caller: &Caller, name: &str) -> Result<Deployment, ApiError> {
+    caller.check(name)?;
+    if state.registry.config_names().iter().any(|n| n == name) {
+        return Err(ApiError::conflict(format!(
+            "handler {name} is defined in the configuration file; change it there"
+        )));
+    }
+    store::deployment(state.registry.db(), name)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no uploaded handler named {name:?}")))
+}
+
+#[derive(serde::Deserialize)]
+pub struct Activate {
+    version: i64,
+}
+
+pub async fn activate(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(name): Path<String>,
+    Json(body): Json<Activate>,
+) -> Result<Json<HandlerView>, ApiError> {
+    uploaded_deployment(&state, &caller, &name).await?;
+    switch(&state, &name, body.version).await
+}
+
+/// Activates the version that was active before the current one.
+pub async fn rollback(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> Result<Json<HandlerView>, ApiError> {
+    let deployment = uploaded_deployment(&state, &caller, &name).await?;
+    let Some(previous) = deployment.previous_version else {
+        return Err(ApiError::conflict(format!(
+            "handler {name} has no earlier active version to roll back to"
+        )));
+    };
+    switch(&state, &name, previous).await
+}
+
+async fn switch(state: &AppState, name: &str, version: i64) -> Result<Json<HandlerView>, ApiError> {
+    let db = state.registry.db();
+    let mut tx = db.begin_write().await?;
+    if !store::version_exists(&mut tx, name, version).await? {
+        return Err(ApiError::not_found(format!(
+            "handler {name} has no version {version}"
+        )));
+    }
+    store::set_active(&mut tx, name, version).await?;
+    tx.commit().await?;
+    tracing::info!(handler = name, version, "version activated through the API");
+    state.registry.reconcile().await?;
+    view_or_404(state, name).await
+}
+
+pub async fn pause(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> Result<Json<HandlerView>, ApiError> {
+    set_paused(&state, &caller, &name, true).await
+}
+
+pub async fn resume(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> Result<Json<HandlerView>, ApiError> {
+    set_paused(&state, &caller, &name, false).await
+}
+
+async fn set_paused(
+    state: &AppState,
+    caller: &Caller,
+    name: &str,
+    paused: bool,
+) -> Result<Json<HandlerView>, ApiError> {
+    uploaded_deployment(state, caller, name).await?;
+    store::set_paused(state.registry.db(), name, paused).await?;
+    state.registry.reconcile().await?;
+    view_or_404(state, name).await
+}
+
+/// Stops the handler everywhere and removes its versions. Its inbox rows,
+/// dead letters and tables stay, so uploading it again continues where it
+/// left off (and still skips what it already applied).
+pub async fn delete(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    uploaded_deployment(&state, &caller, &name).await?;
+    store::delete(state.registry.db(), &name).await?;
+    state.registry.reconcile().await?;
+    tracing::info!(
+        handler = name,
+        by = caller.name,
+        "handler deleted through the API"
+    );
+    Ok(Json(json!({ "deleted": name })))
+}

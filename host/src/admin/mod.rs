@@ -1,0 +1,170 @@
+//! The admin HTTP API (axum): handler uploads and their lifecycle, dead
+//! letters, metrics and health. Off unless `[admin]` is configured; bound to
+//! loopback by default.
+//!
+//! Every `/v1` route needs a bearer token ([`auth`]); a team token reaches
+//! only its own handlers (403 otherwise). `/metrics`, `/healthz` and
+//! `/readyz` are open, as scrapers and probes expect. Errors are JSON:
+//! `{"error": "..."}` with a status that says whose fault it was.
+
+mod auth;
+mod dead_letters;
+mod handlers;
+mod ops;
+
+use crate::config::AdminConfig;
+use crate::host::StartError;
+use crate::registry::Registry;
+use auth::Tokens;
+use axum::Json;
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// Room for the settings and migrations next to the largest component.
+const UPLOAD_OVERHEAD_BYTES: usize = 4 << 20;
+
+/// The admin API's socket, bound at start-up so a taken port fails the start.
+pub struct Listener {
+    listener: tokio::net::TcpListener,
+    config: AdminConfig,
+}
+
+impl Listener {
+    pub async fn bind(config: &AdminConfig) -> Result<Self, StartError> {
+        let addr = config.listen_addr();
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| StartError::Listen {
+                addr: addr.to_string(),
+                source,
+            })?;
+        if !addr.ip().is_loopback() {
+            tracing::warn!(%addr, "the admin API listens beyond loopback over plain HTTP: put TLS in front of it");
+        }
+        Ok(Self {
+            listener,
+            config: config.clone(),
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().expect("a bound socket has an address")
+    }
+
+    /// Serves until `shutdown`.
+    pub async fn serve(self, registry: Registry, shutdown: CancellationToken) {
+        let addr = self.local_addr();
+        let state = AppState(Arc::new(Shared {
+            tokens: Tokens::new(&self.config.tokens),
+            max_component_bytes: self.config.max_component_bytes(),
+            broker: ops::BrokerProbe::new(registry.kafka()),
+            registry,
+        }));
+        let app = router(state, self.config.max_component_bytes());
+        tracing::info!(%addr, "admin API listening");
+        let served = axum::serve(self.listener, app)
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await;
+        if let Err(error) = served {
+            tracing::error!("the admin API stopped: {error}");
+        }
+    }
+}
+
+fn router(state: AppState, max_component_bytes: usize) -> Router {
+    Router::new()
+        .route("/v1/handlers", get(handlers::list))
+        .route(
+            "/v1/handlers/{name}",
+            get(handlers::show)
+                .post(handlers::upload)
+                .delete(handlers::delete),
+        )
+        .route("/v1/handlers/{name}/activate", post(handlers::activate))
+        .route("/v1/handlers/{name}/rollback", post(handlers::rollback))
+        .route("/v1/handlers/{name}/pause", post(handlers::pause))
+        .route("/v1/handlers/{name}/resume", post(handlers::resume))
+        .route("/v1/dead-letters", get(dead_letters::list))
+        .route("/v1/dead-letters/{id}", get(dead_letters::show))
+        .route("/v1/dead-letters/{id}/replay", post(dead_letters::replay))
+        .route("/v1/dead-letters/{id}/discard", post(dead_letters::discard))
+        .route("/metrics", get(ops::metrics))
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .layer(DefaultBodyLimit::max(max_component_bytes + UPLOAD_OVERHEAD_BYTES))
+        .with_state(state)
+}
+
+#[derive(Clone)]
+pub struct AppState(Arc<Shared>);
+
+pub struct Shared {
+    registry: Registry,
+    tokens: Tokens,
+    max_component_bytes: usize,
+    broker: ops::BrokerProbe,
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// An error response: a status and a message for the caller.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+        }
+    }
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, message)
+    }
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, message)
+    }
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, message)
+    }
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, message)
+    }
+    /// The database (or another dependency) failed: the caller may retry.
+    pub fn unavailable(error: impl std::fmt::Display) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, error.to_string())
+    }
+}
+
+impl From<crate::db::DbError> for ApiError {
+    fn from(error: crate::db::DbError) -> Self {
+        Self::unavailable(format!("database: {error}"))
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = Json(serde_json::json!({ "error": self.message }));
+        if self.status == StatusCode::UNAUTHORIZED {
+            return (self.status, [(header::WWW_AUTHENTICATE, "Bearer")], body).into_response();
+        }
+        (self.status, body).into_response()
+    }
+}

@@ -1,0 +1,119 @@
+//! `/metrics`, `/healthz` and `/readyz`: open, for scrapers and probes.
+
+use super::AppState;
+use crate::config::KafkaConfig;
+use crate::metrics::HandlerLabel;
+use axum::Json;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A probe must answer faster than the orchestrator's timeout (often 1-5 s).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A client that only asks the broker for metadata.
+pub struct BrokerProbe(Option<Arc<BaseConsumer>>);
+
+impl BrokerProbe {
+    pub fn new(kafka: &KafkaConfig) -> Self {
+        let mut config = ClientConfig::new();
+        for (key, value) in &kafka.properties {
+            config.set(key, value);
+        }
+        config.set("bootstrap.servers", &kafka.brokers);
+        match config.create::<BaseConsumer>() {
+            Ok(client) => Self(Some(Arc::new(client))),
+            Err(error) => {
+                tracing::warn!("cannot create the broker probe for /readyz: {error}");
+                Self(None)
+            }
+        }
+    }
+
+    async fn answers(&self) -> Result<(), String> {
+        let Some(client) = self.0.clone() else {
+            return Err("no broker client".into());
+        };
+        tokio::task::spawn_blocking(move || client.fetch_metadata(None, PROBE_TIMEOUT))
+            .await
+            .map_err(|e| e.to_string())?
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// The process is up and serving.
+pub async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// Ready when the database and the broker answer and every handler loaded.
+pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+    let database = tokio::time::timeout(PROBE_TIMEOUT, state.registry.db().query("SELECT 1", &[]))
+        .await
+        .map_err(|_| "timed out".to_owned())
+        .and_then(|r| r.map(drop).map_err(|e| e.to_string()));
+    let broker = state.broker.answers().await;
+    let handlers = if state.registry.is_ready() {
+        Ok(())
+    } else {
+        Err("a handler version failed to load (see the log)".to_owned())
+    };
+    let ready = database.is_ok() && broker.is_ok() && handlers.is_ok();
+    let show = |r: Result<(), String>| r.err().unwrap_or_else(|| "ok".into());
+    let body = json!({
+        "ready": ready,
+        "database": show(database),
+        "broker": show(broker),
+        "handlers": show(handlers),
+    });
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body))
+}
+
+/// Prometheus text format. The outbox backlog and parked dead letters are
+/// read from the database now (skipped, keeping the last values, if it is down).
+pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    let registry = &state.registry;
+    let metrics = registry.metrics();
+    let names: Vec<String> = registry.running().await.into_keys().collect();
+    for (sql, family) in [
+        (
+            "SELECT handler, COUNT(*) FROM outbox WHERE published_at IS NULL GROUP BY handler",
+            &metrics.outbox_backlog,
+        ),
+        (
+            "SELECT handler, COUNT(*) FROM dead_letters WHERE resolution IS NULL GROUP BY handler",
+            &metrics.dead_letters_parked,
+        ),
+    ] {
+        let Ok(rows) = registry.db().query(sql, &[]).await else {
+            continue;
+        };
+        for name in &names {
+            let count = rows
+                .iter()
+                .find(|r| r.first().and_then(|v| v.as_str()) == Some(name))
+                .and_then(|r| r.get(1)?.as_i64())
+                .unwrap_or(0);
+            family
+                .get_or_create(&HandlerLabel {
+                    handler: name.clone(),
+                })
+                .set(count);
+        }
+    }
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        metrics.encode(),
+    )
+}

@@ -1,0 +1,221 @@
+//! Prometheus metrics of one host, served at `/metrics` by the admin API.
+//!
+//! Counters and histograms live here and each handler's [`crate::stats::Stats`]
+//! holds handles to its own labelled series, so the hot path only bumps an
+//! atomic. What the database knows better (outbox backlog, parked dead
+//! letters) is read at scrape time; consumer lag per partition comes from
+//! librdkafka's statistics callback.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HandlerLabel {
+    pub handler: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FailureLabels {
+    pub handler: String,
+    /// `retry`, `reject`, `trap` or `limit`.
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PartitionLabels {
+    pub handler: String,
+    pub topic: String,
+    pub partition: i32,
+}
+
+type Histograms = Family<HandlerLabel, Histogram, fn() -> Histogram>;
+
+/// 1 ms to ~16 s: a guest call is ~30 us-1 ms, a batch's commit a few ms,
+/// a stuck one is bounded by `limits.timeout_ms`.
+fn seconds_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.000_25, 2.0, 17))
+}
+
+/// Every series this host exports.
+#[derive(Clone)]
+pub struct Metrics {
+    consumed: Family<HandlerLabel, Counter>,
+    applied: Family<HandlerLabel, Counter>,
+    duplicates: Family<HandlerLabel, Counter>,
+    failures: Family<FailureLabels, Counter>,
+    dead_lettered: Family<HandlerLabel, Counter>,
+    batch_seconds: Histograms,
+    guest_seconds: Histograms,
+    pub(crate) outbox_backlog: Family<HandlerLabel, Gauge>,
+    pub(crate) dead_letters_parked: Family<HandlerLabel, Gauge>,
+    pub(crate) consumer_lag: Family<PartitionLabels, Gauge>,
+    registry: std::sync::Arc<Registry>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let consumed = Family::default();
+        let applied = Family::default();
+        let duplicates = Family::default();
+        let failures = Family::default();
+        let dead_lettered = Family::default();
+        let batch_seconds: Histograms = Family::new_with_constructor(seconds_histogram);
+        let guest_seconds: Histograms = Family::new_with_constructor(seconds_histogram);
+        let outbox_backlog = Family::default();
+        let dead_letters_parked = Family::default();
+        let consumer_lag = Family::default();
+        let mut registry = Registry::with_prefix("inboxd");
+        registry.register("events_consumed", "Records read from Kafka", consumed.clone());
+        registry.register(
+            "events_applied",
+            "Events whose handler ran and committed",
+            applied.clone(),
+        );
+        registry.register(
+            "duplicates_skipped",
+            "Copies skipped because the inbox already had their event id",
+            duplicates.clone(),
+        );
+        registry.register(
+            "handler_failures",
+            "Failed guest calls by kind, including ones that later succeeded on retry",
+            failures.clone(),
+        );
+        registry.register(
+            "dead_lettered",
+            "Events parked in dead_letters",
+            dead_lettered.clone(),
+        );
+        registry.register(
+            "batch_duration_seconds",
+            "One micro-batch from its start to its commit",
+            batch_seconds.clone(),
+        );
+        registry.register("guest_duration_seconds", "One guest call", guest_seconds.clone());
+        registry.register(
+            "outbox_backlog",
+            "Outbox messages not yet published (read at scrape time)",
+            outbox_backlog.clone(),
+        );
+        registry.register(
+            "dead_letters_parked",
+            "Dead letters neither replayed nor discarded (read at scrape time)",
+            dead_letters_parked.clone(),
+        );
+        registry.register(
+            "consumer_lag",
+            "Records behind the partition's high watermark, from librdkafka statistics",
+            consumer_lag.clone(),
+        );
+        Self {
+            consumed,
+            applied,
+            duplicates,
+            failures,
+            dead_lettered,
+            batch_seconds,
+            guest_seconds,
+            outbox_backlog,
+            dead_letters_parked,
+            consumer_lag,
+            registry: std::sync::Arc::new(registry),
+        }
+    }
+}
+
+impl Metrics {
+    /// The series of one handler. Calling it twice for a name gives the same series.
+    pub fn handler(&self, name: &str) -> HandlerMetrics {
+        let label = HandlerLabel {
+            handler: name.to_owned(),
+        };
+        let failure = |kind: &str| {
+            self.failures
+                .get_or_create(&FailureLabels {
+                    handler: name.to_owned(),
+                    kind: kind.to_owned(),
+                })
+                .clone()
+        };
+        HandlerMetrics {
+            consumed: self.consumed.get_or_create(&label).clone(),
+            applied: self.applied.get_or_create(&label).clone(),
+            duplicates: self.duplicates.get_or_create(&label).clone(),
+            dead_lettered: self.dead_lettered.get_or_create(&label).clone(),
+            failures: [
+                failure("retry"),
+                failure("reject"),
+                failure("trap"),
+                failure("limit"),
+            ],
+            batch_seconds: self.batch_seconds.get_or_create(&label).clone(),
+            guest_seconds: self.guest_seconds.get_or_create(&label).clone(),
+        }
+    }
+
+    /// Forgets a deleted handler's series.
+    pub fn remove_handler(&self, name: &str) {
+        let label = HandlerLabel {
+            handler: name.to_owned(),
+        };
+        for family in [
+            &self.consumed,
+            &self.applied,
+            &self.duplicates,
+            &self.dead_lettered,
+        ] {
+            family.remove(&label);
+        }
+        for kind in ["retry", "reject", "trap", "limit"] {
+            self.failures.remove(&FailureLabels {
+                handler: name.to_owned(),
+                kind: kind.to_owned(),
+            });
+        }
+        self.batch_seconds.remove(&label);
+        self.guest_seconds.remove(&label);
+        self.outbox_backlog.remove(&label);
+        self.dead_letters_parked.remove(&label);
+    }
+
+    /// The Prometheus text exposition format.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)
+            .expect("writing to a String cannot fail");
+        text
+    }
+}
+
+/// One handler's series.
+#[derive(Clone, Debug)]
+pub struct HandlerMetrics {
+    pub(crate) consumed: Counter,
+    pub(crate) applied: Counter,
+    pub(crate) duplicates: Counter,
+    pub(crate) dead_lettered: Counter,
+    /// By [`FailureKind`] order.
+    pub(crate) failures: [Counter; 4],
+    pub(crate) batch_seconds: Histogram,
+    pub(crate) guest_seconds: Histogram,
+}
+
+impl Default for HandlerMetrics {
+    /// Series that belong to no registry (benchmarks, unit tests).
+    fn default() -> Self {
+        Metrics::default().handler("unregistered")
+    }
+}
+
+/// The kinds of a failed guest call, as the `kind` label says them.
+#[derive(Debug, Clone, Copy)]
+pub enum FailureKind {
+    Retry = 0,
+    Reject = 1,
+    Trap = 2,
+    Limit = 3,
+}

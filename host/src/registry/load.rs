@@ -1,0 +1,120 @@
+//! Turning a handler's configuration and component into a runnable version.
+
+use super::store;
+use crate::config::HandlerConfig;
+use crate::db::{Backend, Database, DbError, handler_schema, migrate};
+use crate::host::StartError;
+use crate::pipeline::Version;
+use crate::sandbox::Guard;
+use crate::wasm::{HandlerComponent, Limits, Reuse, WasmEngine};
+use std::sync::Arc;
+
+/// An uploaded version's component, and the number that labels it.
+pub struct Uploaded {
+    pub bytes: Vec<u8>,
+    pub version: i64,
+}
+
+/// Compiles and links a handler's component (from its file, or the uploaded
+/// bytes), with its statement guard built from the tables its migrations created.
+pub async fn load_handler(
+    db: &Database,
+    engine: &WasmEngine,
+    handler: &HandlerConfig,
+    uploaded: Option<Uploaded>,
+) -> Result<HandlerComponent, StartError> {
+    let own_tables = migrate::own_tables(db, &handler.name)
+        .await
+        .map_err(StartError::Migrate)?;
+    let own_schema = match db.backend() {
+        Backend::Sqlite => "main".to_owned(),
+        Backend::Postgres => handler_schema(&handler.name),
+    };
+    let guard = Guard::new(
+        db.backend(),
+        &own_schema,
+        &own_tables,
+        handler.limits.max_statement_bytes,
+    );
+    tracing::debug!(handler = handler.name, tables = ?own_tables, "handler's own tables");
+    let limits = Limits::from(&handler.limits);
+    let load_error = |source| StartError::Load {
+        handler: handler.name.clone(),
+        source,
+    };
+    let component = match uploaded {
+        None => HandlerComponent::load(engine, &handler.name, &handler.component, limits, guard)
+            .map_err(load_error)?,
+        Some(Uploaded { bytes, version }) => {
+            // Another host may meet this component first: compiling takes seconds for Python or JS.
+            let (engine, name) = (engine.clone(), handler.name.clone());
+            let shown = format!("{name} version {version}");
+            tokio::task::spawn_blocking(move || {
+                HandlerComponent::from_bytes(&engine, &name, &shown, &bytes, limits, guard)
+            })
+            .await
+            .map_err(|e| StartError::Engine(format!("loading a component panicked: {e}")))?
+            .map_err(load_error)?
+            .with_version(version.to_string())
+        }
+    };
+    let reuse = handler.instances.reuse.then_some(Reuse {
+        max_memory_bytes: (handler.instances.recycle_memory_mb as usize) << 20,
+        max_events: handler.instances.recycle_after_events,
+    });
+    Ok(component
+        .with_outbox_topics(handler.outbox_topics.clone())
+        .with_reuse(reuse))
+}
+
+/// The pipeline's view of a loaded handler and its settings.
+pub fn version(handler: &HandlerConfig, code: Arc<dyn crate::handler::Handler>) -> Version {
+    Version {
+        handler: code,
+        event_id: handler.event_id.clone(),
+        retry: handler.retry.clone(),
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadUploadedError {
+    #[error("handler {name} has no stored version {version}")]
+    Missing { name: String, version: i64 },
+    #[error("handler {name} version {version}: its stored settings are invalid: {message}")]
+    Settings {
+        name: String,
+        version: i64,
+        message: String,
+    },
+    #[error(transparent)]
+    Database(#[from] DbError),
+    #[error(transparent)]
+    Load(#[from] StartError),
+}
+
+/// Loads a stored version of an uploaded handler.
+pub async fn load_uploaded(
+    db: &Database,
+    engine: &WasmEngine,
+    name: &str,
+    version: i64,
+) -> Result<(HandlerConfig, HandlerComponent), LoadUploadedError> {
+    let stored = store::load_version(db, name, version)
+        .await?
+        .ok_or_else(|| LoadUploadedError::Missing {
+            name: name.to_owned(),
+            version,
+        })?;
+    let config =
+        HandlerConfig::from_settings(name, &stored.settings).map_err(|e| LoadUploadedError::Settings {
+            name: name.to_owned(),
+            version,
+            message: e.to_string(),
+        })?;
+    let uploaded = Uploaded {
+        bytes: stored.component,
+        version: stored.version,
+    };
+    let component = load_handler(db, engine, &config, Some(uploaded)).await?;
+    Ok((config, component))
+}

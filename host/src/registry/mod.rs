@@ -1,0 +1,419 @@
+//! The handlers this host runs, and how they change while it runs.
+//!
+//! Handlers come from two places: the configuration file (fixed for the
+//! process's life) and the admin API (the `handlers` and
+//! `handler_deployments` tables). The database is the truth for uploaded
+//! handlers: every host polls `handler_deployments` and converges on it
+//! ([`Registry::reconcile`]), so a change made through any host's API
+//! reaches every host of the consumer group, and the host that took the call
+//! converges at once.
+//!
+//! A new version goes live by swapping the handler's [`Slot`]: the batch in
+//! flight finishes on the version it started with, the next batch runs the
+//! new one. If the new version changes what the consumer is (topics, group,
+//! batching), its pump is stopped (batches in flight commit first) and
+//! started again. Pausing stops the pump; its partitions go to other hosts
+//! of the group that are not paused, or wait.
+
+pub mod load;
+pub mod store;
+pub mod upload;
+
+use crate::config::{Config, HandlerConfig};
+use crate::db::{Database, DbError};
+use crate::handler::Handler;
+use crate::host::StartError;
+use crate::kafka::{InboxConsumer, create_consumer, run_pump};
+use crate::metrics::Metrics;
+use crate::pipeline::{Pipeline, Slot};
+use crate::stats::Stats;
+use crate::wasm::WasmEngine;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+use store::Deployment;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// How often a host re-reads `handler_deployments`: how long a change made
+/// through another host's API takes to arrive here. The table has one small
+/// row per uploaded handler.
+const POLL_INTERVAL: Duration = Duration::from_secs(2);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Source {
+    Config,
+    Api,
+}
+
+struct Pump {
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+struct Entry {
+    source: Source,
+    /// The settings of the running version.
+    config: HandlerConfig,
+    /// The uploaded version that runs (`None` for a config handler).
+    version: Option<i64>,
+    slot: Slot,
+    stats: Arc<Stats>,
+    /// A consumer made at start-up, so a bad Kafka setting fails the start.
+    consumer: Option<InboxConsumer>,
+    pump: Option<Pump>,
+    paused: bool,
+}
+
+/// What the API shows of a handler on this host.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Running {
+    pub name: String,
+    pub source: Source,
+    /// The version label recorded on inbox rows by this host.
+    pub version: String,
+    pub consuming: bool,
+    pub paused: bool,
+}
+
+#[derive(Clone)]
+pub struct Registry(Arc<Inner>);
+
+struct Inner {
+    db: Database,
+    engine: WasmEngine,
+    config: Config,
+    metrics: Metrics,
+    entries: tokio::sync::Mutex<BTreeMap<String, Entry>>,
+    /// Parent of every pump's stop token.
+    stopping: CancellationToken,
+    /// Uploaded versions that failed to load here, logged once each.
+    failed: std::sync::Mutex<HashSet<(String, i64)>>,
+    /// The first reconcile succeeded and every deployment loaded.
+    ready: std::sync::atomic::AtomicBool,
+    /// [`Registry::run`] has begun: pumps may start.
+    running: std::sync::atomic::AtomicBool,
+}
+
+impl Registry {
+    pub fn new(db: Database, engine: WasmEngine, config: Config, metrics: Metrics) -> Self {
+        Self(Arc::new(Inner {
+            db,
+            engine,
+            config,
+            metrics,
+            entries: tokio::sync::Mutex::default(),
+            stopping: CancellationToken::new(),
+            failed: std::sync::Mutex::default(),
+            ready: std::sync::atomic::AtomicBool::new(false),
+            running: std::sync::atomic::AtomicBool::new(false),
+        }))
+    }
+
+    pub fn db(&self) -> &Database {
+        &self.0.db
+    }
+
+    pub fn engine(&self) -> &WasmEngine {
+        &self.0.engine
+    }
+
+    pub fn kafka(&self) -> &crate::config::KafkaConfig {
+        &self.0.config.kafka
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.0.metrics
+    }
+
+    /// Names defined in the configuration file: the API may not manage them.
+    pub fn config_names(&self) -> Vec<String> {
+        self.0.config.handlers.iter().map(|h| h.name.clone()).collect()
+    }
+
+    /// True once every handler this host should run has loaded.
+    pub fn is_ready(&self) -> bool {
+        self.0.ready.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Adds a handler from the configuration file, with its consumer made now.
+    pub async fn add_config_handler(
+        &self,
+        handler: &HandlerConfig,
+        code: Arc<dyn Handler>,
+    ) -> Result<(), StartError> {
+        let consumer = self.consumer(handler).map_err(|source| StartError::Kafka {
+            handler: handler.name.clone(),
+            source,
+        })?;
+        let entry = Entry {
+            source: Source::Config,
+            version: None,
+            slot: Slot::new(load::version(handler, code)),
+            stats: Arc::new(Stats::new(self.0.metrics.handler(&handler.name))),
+            config: handler.clone(),
+            consumer: Some(consumer),
+            pump: None,
+            paused: false,
+        };
+        self.0.entries.lock().await.insert(handler.name.clone(), entry);
+        Ok(())
+    }
+
+    /// Counters per handler name.
+    pub async fn stats(&self) -> BTreeMap<String, Arc<Stats>> {
+        let entries = self.0.entries.lock().await;
+        entries
+            .iter()
+            .map(|(n, e)| (n.clone(), e.stats.clone()))
+            .collect()
+    }
+
+    /// What runs here, by name.
+    pub async fn running(&self) -> BTreeMap<String, Running> {
+        let entries = self.0.entries.lock().await;
+        entries
+            .iter()
+            .map(|(name, e)| {
+                let running = Running {
+                    name: name.clone(),
+                    source: e.source,
+                    version: e.slot.current().handler.version().to_owned(),
+                    consuming: e.pump.is_some(),
+                    paused: e.paused,
+                };
+                (name.clone(), running)
+            })
+            .collect()
+    }
+
+    /// The handler version a dead-letter replay runs: the one running here.
+    pub async fn current(&self, name: &str) -> Option<Arc<dyn Handler>> {
+        let entries = self.0.entries.lock().await;
+        entries.get(name).map(|e| e.slot.current().handler)
+    }
+
+    /// Starts every pump, then follows the deployments table until
+    /// `shutdown`; then stops every pump (their batches in flight commit).
+    /// A pump that ends by itself (a panic) stops the host, as before.
+    pub async fn run(&self, shutdown: CancellationToken) {
+        self.0.running.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Err(error) = self.reconcile().await {
+            tracing::warn!("reading handler deployments failed (retrying every {POLL_INTERVAL:?}): {error}");
+        }
+        self.start_idle().await;
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tokio::time::sleep(POLL_INTERVAL) => {}
+            }
+            if let Err(error) = self.reconcile().await {
+                tracing::warn!("reading handler deployments failed: {error}");
+            }
+            if let Some(name) = self.ended_pump().await {
+                tracing::error!(
+                    handler = name,
+                    "a handler's pump stopped by itself; stopping the host"
+                );
+                shutdown.cancel();
+                break;
+            }
+        }
+        self.0.stopping.cancel();
+        let mut entries = self.0.entries.lock().await;
+        for entry in entries.values_mut() {
+            stop(entry).await;
+        }
+    }
+
+    async fn start_idle(&self) {
+        let mut entries = self.0.entries.lock().await;
+        for entry in entries.values_mut() {
+            if !entry.paused && entry.pump.is_none() {
+                self.start_pump(entry);
+            }
+        }
+    }
+
+    async fn ended_pump(&self) -> Option<String> {
+        let entries = self.0.entries.lock().await;
+        entries
+            .iter()
+            .find(|(_, e)| e.pump.as_ref().is_some_and(|p| p.task.is_finished()))
+            .map(|(name, _)| name.clone())
+    }
+
+    /// Brings the uploaded handlers on this host in line with `handler_deployments`.
+    pub async fn reconcile(&self) -> Result<(), DbError> {
+        let deployments = store::deployments(&self.0.db).await?;
+        let mut entries = self.0.entries.lock().await;
+        let mut all_loaded = true;
+        // Deleted: stop, forget.
+        let gone: Vec<String> = entries
+            .iter()
+            .filter(|(name, e)| e.source == Source::Api && !deployments.iter().any(|d| &d.name == *name))
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in gone {
+            if let Some(mut entry) = entries.remove(&name) {
+                stop(&mut entry).await;
+                self.0.metrics.remove_handler(&name);
+                tracing::info!(handler = name, "handler deleted");
+            }
+        }
+        for deployment in &deployments {
+            if entries
+                .get(&deployment.name)
+                .is_some_and(|e| e.source == Source::Config)
+            {
+                continue;
+            }
+            if !self.apply(&mut entries, deployment).await {
+                all_loaded = false;
+            }
+        }
+        self.0
+            .ready
+            .store(all_loaded, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Applies one deployment; `false`: its version could not be loaded here.
+    async fn apply(&self, entries: &mut BTreeMap<String, Entry>, deployment: &Deployment) -> bool {
+        let name = &deployment.name;
+        let wanted = deployment.active_version;
+        if entries.get(name).is_none_or(|e| e.version != Some(wanted)) {
+            let Some((config, code)) = self.load(name, wanted).await else {
+                return false;
+            };
+            match entries.get_mut(name) {
+                None => {
+                    let entry = Entry {
+                        source: Source::Api,
+                        version: Some(wanted),
+                        slot: Slot::new(load::version(&config, code)),
+                        stats: Arc::new(Stats::new(self.0.metrics.handler(name))),
+                        config,
+                        consumer: None,
+                        pump: None,
+                        paused: true,
+                    };
+                    entries.insert(name.clone(), entry);
+                    tracing::info!(handler = name, version = wanted, "handler loaded");
+                }
+                Some(entry) => {
+                    let restart = consumer_changed(&entry.config, &config) && entry.pump.is_some();
+                    if restart {
+                        stop(entry).await;
+                    }
+                    entry.slot.swap(load::version(&config, code));
+                    entry.config = config;
+                    let from = entry.version.replace(wanted);
+                    tracing::info!(
+                        handler = name,
+                        from,
+                        to = wanted,
+                        restart,
+                        "handler version activated"
+                    );
+                }
+            }
+        }
+        let entry = entries.get_mut(name).expect("inserted above");
+        entry.paused = deployment.paused;
+        if deployment.paused && entry.pump.is_some() {
+            stop(entry).await;
+            tracing::info!(handler = name, "handler paused");
+        } else if !deployment.paused
+            && entry.pump.is_none()
+            && self.0.running.load(std::sync::atomic::Ordering::Relaxed)
+            && !self.0.stopping.is_cancelled()
+        {
+            self.start_pump(entry);
+        }
+        true
+    }
+
+    async fn load(&self, name: &str, version: i64) -> Option<(HandlerConfig, Arc<dyn Handler>)> {
+        match load::load_uploaded(&self.0.db, &self.0.engine, name, version).await {
+            Ok((config, component)) => {
+                self.0
+                    .failed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&(name.to_owned(), version));
+                Some((config, Arc::new(component)))
+            }
+            Err(error) => {
+                let first = self
+                    .0
+                    .failed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert((name.to_owned(), version));
+                if first {
+                    tracing::error!(
+                        handler = name,
+                        version,
+                        "cannot load the handler version: {error}"
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    fn consumer(&self, handler: &HandlerConfig) -> rdkafka::error::KafkaResult<InboxConsumer> {
+        create_consumer(
+            &self.0.config.kafka,
+            &handler.name,
+            &handler.group_id(),
+            &handler.topics,
+            self.0.metrics.consumer_lag.clone(),
+        )
+    }
+
+    fn start_pump(&self, entry: &mut Entry) {
+        let consumer = match entry.consumer.take() {
+            Some(consumer) => consumer,
+            None => match self.consumer(&entry.config) {
+                Ok(consumer) => consumer,
+                Err(error) => {
+                    tracing::error!(
+                        handler = entry.config.name,
+                        "cannot create the Kafka consumer: {error}"
+                    );
+                    return;
+                }
+            },
+        };
+        let pipeline = Pipeline::new(self.0.db.clone(), entry.slot.clone(), entry.stats.clone());
+        let stop = self.0.stopping.child_token();
+        let task = tokio::spawn(run_pump(
+            consumer,
+            pipeline,
+            entry.config.batch.clone(),
+            stop.clone(),
+        ));
+        entry.pump = Some(Pump { stop, task });
+    }
+}
+
+/// Stops a pump and waits for it: its batches in flight commit first.
+async fn stop(entry: &mut Entry) {
+    if let Some(pump) = entry.pump.take() {
+        pump.stop.cancel();
+        if let Err(error) = pump.task.await {
+            tracing::error!(handler = entry.config.name, "a handler's pump panicked: {error}");
+        }
+    }
+}
+
+/// A new version with other topics, group or batching needs a new consumer.
+fn consumer_changed(old: &HandlerConfig, new: &HandlerConfig) -> bool {
+    old.topics != new.topics
+        || old.group_id() != new.group_id()
+        || old.batch.max_events != new.batch.max_events
+        || old.batch.linger_ms != new.batch.linger_ms
+}

@@ -1,0 +1,205 @@
+//! The `handlers` and `handler_deployments` tables: uploaded versions, and
+//! which one runs. Every change is one short transaction; hosts pick it up by
+//! polling [`deployments`].
+
+use crate::db::migrate::Migration;
+use crate::db::{Database, DbError, SqlValue, Tx, now_ms};
+
+/// One uploaded handler's deployment state.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Deployment {
+    pub name: String,
+    pub active_version: i64,
+    pub previous_version: Option<i64>,
+    pub paused: bool,
+    pub updated_at: i64,
+}
+
+/// A stored version without its component bytes.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct VersionInfo {
+    pub version: i64,
+    pub sha256: String,
+    pub uploaded_at: i64,
+    pub uploaded_by: String,
+    pub migrations: Vec<String>,
+}
+
+/// A stored version, everything a host needs to run it.
+pub struct StoredVersion {
+    pub version: i64,
+    pub component: Vec<u8>,
+    pub settings: String,
+}
+
+pub async fn deployments(db: &Database) -> Result<Vec<Deployment>, DbError> {
+    let rows = db
+        .query(
+            "SELECT name, active_version, previous_version, paused, updated_at FROM handler_deployments ORDER BY name",
+            &[],
+        )
+        .await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|row| {
+            let mut v = row.into_iter();
+            Some(Deployment {
+                name: v.next()?.as_str()?.to_owned(),
+                active_version: v.next()?.as_i64()?,
+                previous_version: v.next()?.as_i64(),
+                paused: v.next()?.as_i64()? != 0,
+                updated_at: v.next()?.as_i64()?,
+            })
+        })
+        .collect())
+}
+
+pub async fn deployment(db: &Database, name: &str) -> Result<Option<Deployment>, DbError> {
+    Ok(deployments(db).await?.into_iter().find(|d| d.name == name))
+}
+
+pub async fn versions(db: &Database, name: &str) -> Result<Vec<VersionInfo>, DbError> {
+    let rows = db
+        .query(
+            "SELECT version, sha256, uploaded_at, uploaded_by, migrations FROM handlers WHERE name = $1 ORDER BY version",
+            &[name.into()],
+        )
+        .await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|row| {
+            let mut v = row.into_iter();
+            let version = v.next()?.as_i64()?;
+            let sha256 = v.next()?.as_str()?.to_owned();
+            let uploaded_at = v.next()?.as_i64()?;
+            let uploaded_by = v.next()?.as_str()?.to_owned();
+            let migrations: Vec<Migration> = serde_json::from_str(v.next()?.as_str()?).unwrap_or_default();
+            Some(VersionInfo {
+                version,
+                sha256,
+                uploaded_at,
+                uploaded_by,
+                migrations: migrations.into_iter().map(|m| m.name).collect(),
+            })
+        })
+        .collect())
+}
+
+pub async fn load_version(db: &Database, name: &str, version: i64) -> Result<Option<StoredVersion>, DbError> {
+    let rows = db
+        .query(
+            "SELECT component, settings FROM handlers WHERE name = $1 AND version = $2",
+            &[name.into(), version.into()],
+        )
+        .await?;
+    Ok(rows.into_iter().next().and_then(|row| {
+        let mut v = row.into_iter();
+        let component = match v.next()? {
+            SqlValue::Blob(bytes) => bytes,
+            _ => return None,
+        };
+        let settings = v.next()?.as_str()?.to_owned();
+        Some(StoredVersion {
+            version,
+            component,
+            settings,
+        })
+    }))
+}
+
+/// What a new version carries into the table.
+pub struct NewVersion<'a> {
+    pub name: &'a str,
+    pub sha256: &'a str,
+    pub component: &'a [u8],
+    pub settings: &'a str,
+    pub migrations: &'a [Migration],
+    pub uploaded_by: &'a str,
+}
+
+/// Stores a new version inside `tx`, makes it the running one, and returns
+/// its number (one more than the highest so far).
+pub async fn insert_version(tx: &mut Tx, new: &NewVersion<'_>) -> Result<i64, DbError> {
+    let rows = tx
+        .query(
+            "SELECT COALESCE(MAX(version), 0) FROM handlers WHERE name = $1",
+            &[new.name.into()],
+        )
+        .await?;
+    let version = rows
+        .first()
+        .and_then(|r| r.first())
+        .and_then(SqlValue::as_i64)
+        .unwrap_or(0)
+        + 1;
+    let migrations = serde_json::to_string(new.migrations).expect("migrations serialize");
+    tx.execute(
+        "INSERT INTO handlers (name, version, sha256, component, settings, migrations, uploaded_at, uploaded_by)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        &[
+            new.name.into(),
+            version.into(),
+            new.sha256.into(),
+            SqlValue::Blob(new.component.to_vec()),
+            new.settings.into(),
+            migrations.into(),
+            now_ms().into(),
+            new.uploaded_by.into(),
+        ],
+    )
+    .await?;
+    set_active(tx, new.name, version).await?;
+    Ok(version)
+}
+
+/// Makes `version` the running one; the one it replaces becomes the rollback target.
+pub async fn set_active(tx: &mut Tx, name: &str, version: i64) -> Result<(), DbError> {
+    tx.execute(
+        "INSERT INTO handler_deployments (name, active_version, previous_version, paused, updated_at)
+         VALUES ($1, $2, NULL, 0, $3)
+         ON CONFLICT (name) DO UPDATE SET
+           previous_version = CASE WHEN handler_deployments.active_version = excluded.active_version
+                                   THEN handler_deployments.previous_version
+                                   ELSE handler_deployments.active_version END,
+           active_version = excluded.active_version,
+           updated_at = excluded.updated_at",
+        &[name.into(), version.into(), now_ms().into()],
+    )
+    .await?;
+    Ok(())
+}
+
+pub async fn version_exists(tx: &mut Tx, name: &str, version: i64) -> Result<bool, DbError> {
+    Ok(!tx
+        .query(
+            "SELECT 1 FROM handlers WHERE name = $1 AND version = $2",
+            &[name.into(), version.into()],
+        )
+        .await?
+        .is_empty())
+}
+
+pub async fn set_paused(db: &Database, name: &str, paused: bool) -> Result<bool, DbError> {
+    let mut tx = db.begin_write().await?;
+    let changed = tx
+        .execute(
+            "UPDATE handler_deployments SET paused = $2, updated_at = $3 WHERE name = $1",
+            &[name.into(), i64::from(paused).into(), now_ms().into()],
+        )
+        .await?;
+    tx.commit().await?;
+    Ok(changed == 1)
+}
+
+/// Removes a handler's deployment and versions. Its inbox rows, dead letters
+/// and tables stay: uploading it again continues where it was.
+pub async fn delete(db: &Database, name: &str) -> Result<bool, DbError> {
+    let mut tx = db.begin_write().await?;
+    let changed = tx
+        .execute("DELETE FROM handler_deployments WHERE name = $1", &[name.into()])
+        .await?;
+    tx.execute("DELETE FROM handlers WHERE name = $1", &[name.into()])
+        .await?;
+    tx.commit().await?;
+    Ok(changed == 1)
+}
