@@ -44,15 +44,19 @@ pub async fn status(args: StatusArgs) -> Result<(), CliError> {
     let config = Config::load(&args.config).map_err(|e| CliError::Usage(e.to_string()))?;
     let db = open_database(&config).await.map_err(failed)?;
     let mut report = Vec::new();
-    for handler in &config.handlers {
-        let positions = offsets::load_all(&db, &handler.name).await.map_err(failed)?;
-        let parked = dead_letters::list(&db, &handler.name)
-            .await
-            .map_err(failed)?
-            .len();
-        let (backlog, oldest) = outbox::backlog(&db, &handler.name).await.map_err(failed)?;
+    // The config's handlers, then those uploaded through the admin API.
+    let mut names: Vec<String> = config.handlers.iter().map(|h| h.name.clone()).collect();
+    for deployment in crate::registry::store::deployments(&db).await.map_err(failed)? {
+        if !names.contains(&deployment.name) {
+            names.push(deployment.name);
+        }
+    }
+    for name in &names {
+        let positions = offsets::load_all(&db, name).await.map_err(failed)?;
+        let parked = dead_letters::list(&db, name).await.map_err(failed)?.len();
+        let (backlog, oldest) = outbox::backlog(&db, name).await.map_err(failed)?;
         report.push(HandlerStatus {
-            handler: handler.name.clone(),
+            handler: name.clone(),
             records_committed: positions.iter().map(|p| p.records_committed).sum(),
             partitions: positions
                 .into_iter()
