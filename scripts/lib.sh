@@ -16,10 +16,66 @@ ensure_wasm_target() {
     fi
 }
 
+GUESTS_OUT="$REPO_ROOT/guests/target/wasm32-wasip2/release"
+WIT_DIR="$REPO_ROOT/wit"
+
+# True if the file $1 is missing or older than anything under the other arguments.
+stale() {
+    local out="$1"
+    shift
+    [[ ! -f "$out" ]] || [[ -n "$(find "$@" -newer "$out" -print -quit)" ]]
+}
+
+# The Rust guests, then billing in Python (componentize-py) and in JavaScript
+# (jco), each rebuilt only when its sources or the WIT changed.
 build_guests() {
     ensure_wasm_target
     log "building the guest components"
     cargo build --release --target wasm32-wasip2 --manifest-path "$REPO_ROOT/guests/Cargo.toml"
+    build_python_guests
+    build_js_guests
+}
+
+# componentize-py, pinned in guests/python/requirements.txt (design §8), in a
+# virtualenv of its own under guests/target.
+build_python_guests() {
+    local venv="$REPO_ROOT/guests/target/python-venv"
+    local requirements="$REPO_ROOT/guests/python/requirements.txt"
+    if stale "$venv/installed" "$requirements"; then
+        log "installing componentize-py ($(cat "$requirements"))"
+        python3 -m venv "$venv"
+        "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$requirements"
+        touch "$venv/installed"
+    fi
+    local out="$GUESTS_OUT/billing_py.wasm"
+    if stale "$out" "$REPO_ROOT/guests/python" "$WIT_DIR" "$venv/installed"; then
+        log "building billing_py.wasm (componentize-py)"
+        mkdir -p "$GUESTS_OUT"
+        # -p: the app's folder, and the one holding the inboxd_guest helpers.
+        (cd "$REPO_ROOT/guests/python" &&
+            "$venv/bin/componentize-py" -d "$WIT_DIR" -w handler componentize app \
+                -p billing -p . -o "$out")
+    fi
+}
+
+# jco 1.35.0 from guests/js/package-lock.json. `-d http fetch-event`: the
+# host's WASI has no wasi:http (design §8); stdio stays on, so an uncaught
+# exception's stack reaches the dead letter.
+build_js_guests() {
+    local dir="$REPO_ROOT/guests/js"
+    if stale "$dir/node_modules/.installed" "$dir/package-lock.json"; then
+        log "installing jco (npm ci in guests/js)"
+        (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+        touch "$dir/node_modules/.installed"
+    fi
+    local out="$GUESTS_OUT/billing_js.wasm"
+    if stale "$out" "$dir/billing" "$dir/inboxd-guest" "$WIT_DIR" "$dir/node_modules/.installed"; then
+        log "building billing_js.wasm (jco componentize)"
+        mkdir -p "$GUESTS_OUT"
+        # --bundle: billing.js imports the inboxd-guest helpers.
+        (cd "$dir" && node_modules/.bin/jco componentize billing/billing.js --bundle --wit "$WIT_DIR" \
+            --world-name handler -d http fetch-event -o "$out")
+    fi
 }
 
 ensure_tansu() {

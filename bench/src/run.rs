@@ -34,7 +34,8 @@ pub struct Options {
     #[arg(long, value_delimiter = ',', default_value = "sqlite,postgres")]
     backends: Vec<String>,
     /// Any of a (default config), b (one event per transaction), c (native
-    /// handler), d (instances reused between events).
+    /// handler), d (instances reused between events), py and js (the Python
+    /// and JavaScript billing guests, with instances reused).
     #[arg(long, value_delimiter = ',', default_value = "a,b,c,d")]
     modes: Vec<String>,
     #[arg(long, env = "INBOXD_BENCH_BROKERS")]
@@ -64,32 +65,52 @@ struct Mode {
     /// Extra `[[handlers]]` settings; empty: the defaults.
     settings: &'static str,
     native: bool,
+    /// Another billing component, next to `--component` (`None`: that one).
+    component: Option<&'static str>,
 }
 
-const MODES: [Mode; 4] = [
+const MODES: [Mode; 6] = [
     Mode {
         label: "a",
         what: "inboxd defaults (micro-batches), billing.wasm",
         settings: "",
         native: false,
+        component: None,
     },
     Mode {
         label: "b",
         what: "one event per transaction, billing.wasm",
         settings: "[handlers.batch]\nmax_events = 1\nlinger_ms = 0\n",
         native: false,
+        component: None,
     },
     Mode {
         label: "c",
         what: "inboxd defaults, native Rust billing (no Wasm)",
         settings: "",
         native: true,
+        component: None,
     },
     Mode {
         label: "d",
         what: "inboxd defaults plus instances.reuse, billing.wasm",
         settings: "[handlers.instances]\nreuse = true\n",
         native: false,
+        component: None,
+    },
+    Mode {
+        label: "py",
+        what: "inboxd defaults plus instances.reuse, billing_py.wasm (Python)",
+        settings: "[handlers.instances]\nreuse = true\n",
+        native: false,
+        component: Some("billing_py.wasm"),
+    },
+    Mode {
+        label: "js",
+        what: "inboxd defaults plus instances.reuse, billing_js.wasm (JavaScript)",
+        settings: "[handlers.instances]\nreuse = true\n",
+        native: false,
+        component: Some("billing_js.wasm"),
     },
 ];
 
@@ -115,6 +136,13 @@ impl Measured {
 }
 
 pub async fn run(opts: Options) -> anyhow::Result<()> {
+    if let Some(unknown) = opts
+        .modes
+        .iter()
+        .find(|l| !MODES.iter().any(|m| m.label == l.as_str()))
+    {
+        bail!("unknown mode {unknown:?}: use a, b, c, d, py or js");
+    }
     let work = tempfile::Builder::new().prefix("inboxd-bench-").tempdir()?;
     let producer = Producer::new(&opts.brokers)?;
     let run_id = &uuid::Uuid::new_v4().simple().to_string()[..8];
@@ -166,9 +194,15 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
             rates.insert(mode.label, m.events_per_s);
             measured.insert(mode.label.into(), m.json());
         }
-        for (name, over) in [("a_over_b", "b"), ("a_over_c", "c")] {
-            if let (Some(a), Some(other)) = (rates.get("a"), rates.get(over)) {
-                measured.insert(name.into(), json!((a / other * 100.0).round() / 100.0));
+        let ratios = [
+            ("a_over_b", "a", "b"),
+            ("a_over_c", "a", "c"),
+            ("py_over_d", "py", "d"),
+            ("js_over_d", "js", "d"),
+        ];
+        for (name, this, over) in ratios {
+            if let (Some(this), Some(other)) = (rates.get(this), rates.get(over)) {
+                measured.insert(name.into(), json!((this / other * 100.0).round() / 100.0));
             }
         }
         results.insert(backend.clone(), Value::Object(measured));
@@ -300,7 +334,11 @@ group_id = "bench-{id}"
             brokers = self.opts.brokers,
             fetch_wait = self.opts.fetch_wait_ms,
             cache = self.work.join("cache").display(),
-            component = self.opts.component.display(),
+            component = match self.mode.component {
+                Some(file) => self.opts.component.with_file_name(file),
+                None => self.opts.component.clone(),
+            }
+            .display(),
             migrations = self.opts.migrations.display(),
             bulk = self.bulk,
             settings = self.mode.settings,

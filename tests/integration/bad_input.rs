@@ -89,7 +89,7 @@ async fn bad_messages_are_dead_lettered_with_reasons_and_the_partition_moves_on(
     assert!(summary[2].2.contains("not JSON"), "{summary:#?}");
     assert_eq!((summary[3].0, summary[3].1), (4, "rejected"));
     assert!(
-        summary[3].2.contains("not an order-confirmed event"),
+        summary[3].2.contains("not valid JSON for OrderConfirmed"),
         "{summary:#?}"
     );
     assert_eq!(

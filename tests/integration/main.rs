@@ -12,6 +12,7 @@ mod crash;
 mod dead_letters;
 mod delivery;
 mod instances;
+mod languages;
 mod limits;
 mod postgres;
 mod retention;
