@@ -20,11 +20,24 @@ struct OrderConfirmed {
 
 fn handle(event: Event) -> Result {
     let order: OrderConfirmed = event.json()?;
-    ensure!(order.amount_cents >= 0, "amount_cents must not be negative, got {}", order.amount_cents);
-    ensure!(order.customer_email.contains('@'), "customer_email {:?} is not an email address", order.customer_email);
+    ensure!(
+        order.amount_cents >= 0,
+        "amount_cents must not be negative, got {}",
+        order.amount_cents
+    );
+    ensure!(
+        order.customer_email.contains('@'),
+        "customer_email {:?} is not an email address",
+        order.customer_email
+    );
     sql::execute(
         "INSERT INTO invoices (order_id, customer_email, amount_cents, event_id) VALUES ($1, $2, $3, $4)",
-        (&order.order_id, &order.customer_email, order.amount_cents, event.id()),
+        (
+            &order.order_id,
+            &order.customer_email,
+            order.amount_cents,
+            event.id(),
+        ),
     )?;
     let created = serde_json::json!({
         "order_id": order.order_id,

@@ -66,7 +66,9 @@ impl Guest for Hostile {
             }
             "panic" => panic!("hostile guest panicked on purpose"),
             "stdout" => {
-                let bytes = field(&payload, "bytes").and_then(|b| b.as_u64()).unwrap_or(1 << 20);
+                let bytes = field(&payload, "bytes")
+                    .and_then(|b| b.as_u64())
+                    .unwrap_or(1 << 20);
                 let chunk = vec![b'x'; 4096];
                 let mut out = std::io::stdout();
                 let mut written = 0u64;
@@ -80,19 +82,25 @@ impl Guest for Hostile {
                 Ok(())
             }
             "sql" => {
-                let statement = field(&payload, "statement").and_then(|s| s.as_str()).unwrap_or("");
+                let statement = field(&payload, "statement")
+                    .and_then(|s| s.as_str())
+                    .unwrap_or("");
                 sql::execute(statement, &[])
                     .map(|_| ())
                     .map_err(|e| HandlerError::Reject(format!("{e:?}")))
             }
             "query" => {
-                let statement = field(&payload, "statement").and_then(|s| s.as_str()).unwrap_or("");
+                let statement = field(&payload, "statement")
+                    .and_then(|s| s.as_str())
+                    .unwrap_or("");
                 sql::query(statement, &[])
                     .map(|_| ())
                     .map_err(|e| HandlerError::Reject(format!("{e:?}")))
             }
             "repeat" => {
-                let statement = field(&payload, "statement").and_then(|s| s.as_str()).unwrap_or("");
+                let statement = field(&payload, "statement")
+                    .and_then(|s| s.as_str())
+                    .unwrap_or("");
                 let times = field(&payload, "times").and_then(|t| t.as_u64()).unwrap_or(1);
                 for _ in 0..times {
                     sql::execute(statement, &[]).map_err(|e| HandlerError::Reject(format!("{e:?}")))?;
@@ -107,22 +115,38 @@ impl Guest for Hostile {
             }
             "probe-fs" => {
                 let list = std::fs::read_dir("/").map(|_| "ok").unwrap_or("err");
-                let read = std::fs::read_to_string("/etc/passwd").map(|_| "ok").unwrap_or("err");
-                let create = std::fs::write("/tmp/inboxd-hostile", b"x").map(|_| "ok").unwrap_or("err");
-                Err(HandlerError::Reject(format!("fs list={list} read={read} create={create}")))
+                let read = std::fs::read_to_string("/etc/passwd")
+                    .map(|_| "ok")
+                    .unwrap_or("err");
+                let create = std::fs::write("/tmp/inboxd-hostile", b"x")
+                    .map(|_| "ok")
+                    .unwrap_or("err");
+                Err(HandlerError::Reject(format!(
+                    "fs list={list} read={read} create={create}"
+                )))
             }
             "probe-net" => {
-                let target = field(&payload, "address").and_then(|a| a.as_str()).unwrap_or("127.0.0.1:5432");
-                let connect = std::net::TcpStream::connect(target).map(|_| "ok").unwrap_or("err");
+                let target = field(&payload, "address")
+                    .and_then(|a| a.as_str())
+                    .unwrap_or("127.0.0.1:5432");
+                let connect = std::net::TcpStream::connect(target)
+                    .map(|_| "ok")
+                    .unwrap_or("err");
                 Err(HandlerError::Reject(format!("net connect={connect}")))
             }
             "until" => {
                 let needed = field(&payload, "attempt").and_then(|a| a.as_u64()).unwrap_or(1);
                 if u64::from(event.attempt) < needed {
-                    return Err(HandlerError::Retry(format!("attempt {} of {needed}", event.attempt)));
+                    return Err(HandlerError::Retry(format!(
+                        "attempt {} of {needed}",
+                        event.attempt
+                    )));
                 }
-                sql::execute("INSERT INTO hostile_effects (event_id) VALUES ($1)", &[Value::Text(event.id)])
-                    .map_err(|e| HandlerError::Retry(format!("{e:?}")))?;
+                sql::execute(
+                    "INSERT INTO hostile_effects (event_id) VALUES ($1)",
+                    &[Value::Text(event.id)],
+                )
+                .map_err(|e| HandlerError::Retry(format!("{e:?}")))?;
                 Ok(())
             }
             "recover" => {
@@ -132,8 +156,11 @@ impl Guest for Hostile {
                 if sql::execute("INSERT INTO hostile_effects (event_id) VALUES (NULL)", &[]).is_ok() {
                     return Err(HandlerError::Reject("the NULL insert should have failed".into()));
                 }
-                sql::execute("INSERT INTO hostile_effects (event_id) VALUES ($1)", &[Value::Text(event.id)])
-                    .map_err(|e| HandlerError::Retry(format!("after a handled error: {e:?}")))?;
+                sql::execute(
+                    "INSERT INTO hostile_effects (event_id) VALUES ($1)",
+                    &[Value::Text(event.id)],
+                )
+                .map_err(|e| HandlerError::Retry(format!("after a handled error: {e:?}")))?;
                 Ok(())
             }
             "count" | "grow" => {

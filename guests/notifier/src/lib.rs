@@ -33,7 +33,12 @@ impl Guest for Notifier {
         let trace = trace_id(&event).map_or(Value::Null, Value::Text);
         sql::execute(
             "INSERT INTO emails (event_id, order_id, customer_email, trace_id) VALUES ($1, $2, $3, $4)",
-            &[Value::Text(event.id), Value::Text(invoice.order_id), Value::Text(invoice.customer_email), trace],
+            &[
+                Value::Text(event.id),
+                Value::Text(invoice.order_id),
+                Value::Text(invoice.customer_email),
+                trace,
+            ],
         )
         .map_err(|e| HandlerError::Retry(format!("recording the email failed: {e:?}")))?;
         Ok(())

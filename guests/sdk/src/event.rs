@@ -22,7 +22,10 @@ impl Event {
         serde_json::from_slice(&self.0.payload).map_err(|e| {
             Error::Reject(format!(
                 "the payload is not valid JSON for {}: {e}",
-                std::any::type_name::<T>().rsplit("::").next().unwrap_or("this handler")
+                std::any::type_name::<T>()
+                    .rsplit("::")
+                    .next()
+                    .unwrap_or("this handler")
             ))
         })
     }
@@ -37,7 +40,11 @@ impl Event {
 
     /// The first header with this name.
     pub fn header(&self, name: &str) -> Option<&[u8]> {
-        self.0.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_slice())
+        self.0
+            .headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_slice())
     }
 
     pub fn topic(&self) -> &str {

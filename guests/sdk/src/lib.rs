@@ -37,6 +37,7 @@ pub use error::{Error, Result};
 pub use event::Event;
 
 /// The raw bindings of the `inboxd:handler` world, for what this crate does not wrap.
+#[allow(clippy::too_many_arguments)] // in the generated code
 pub mod bindings {
     wit_bindgen::generate!({
         world: "handler",

@@ -17,7 +17,12 @@ pub fn publish(topic: &str, key: &str, payload: Vec<u8>) -> Result<String, Error
 }
 
 /// Publishes `value` as JSON.
-pub fn publish_json<T: serde::Serialize + ?Sized>(topic: &str, key: &str, value: &T) -> Result<String, Error> {
-    let payload = serde_json::to_vec(value).map_err(|e| Error::Reject(format!("cannot encode the message: {e}")))?;
+pub fn publish_json<T: serde::Serialize + ?Sized>(
+    topic: &str,
+    key: &str,
+    value: &T,
+) -> Result<String, Error> {
+    let payload =
+        serde_json::to_vec(value).map_err(|e| Error::Reject(format!("cannot encode the message: {e}")))?;
     publish(topic, key, payload)
 }

@@ -9,8 +9,8 @@
 //! statement, or a broken constraint, can never succeed and is rejected.
 
 use crate::Error;
-use crate::bindings::inboxd::handler::sql::{self as wit, SqlError};
 pub use crate::bindings::inboxd::handler::sql::SqlDialect as Dialect;
+use crate::bindings::inboxd::handler::sql::{self as wit, SqlError};
 pub use crate::bindings::inboxd::handler::types::Value;
 
 impl From<SqlError> for Error {
