@@ -73,7 +73,8 @@ build_js_guests() {
         log "building billing_js.wasm (jco componentize)"
         mkdir -p "$GUESTS_OUT"
         # --bundle: billing.js imports the inboxd-guest helpers.
-        (cd "$dir" && node_modules/.bin/jco componentize billing/billing.js --bundle --wit "$WIT_DIR" \
+        (cd "$dir" && node_modules/.bin/jco componentize billing/billing.js --bundle \
+            --bundle-config bundle.config.js --wit "$WIT_DIR" \
             --world-name handler -d http fetch-event -o "$out")
     fi
 }

@@ -296,7 +296,9 @@ async fn hot_swap_and_rollback(backend: Backend) {
             "billing",
             rebuilt(&billing, "v2"),
             json!({ "topics": [topic], "group_id": group, "batch": { "max_events": 20 } }),
-            None,
+            // The same migrations again, as a redeploy sends them: read
+            // (checksums) while the pipeline commits around them.
+            Some(&migrations),
             BILLING_TOKEN,
         )
         .await;

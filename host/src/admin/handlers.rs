@@ -193,7 +193,7 @@ pub async fn rollback(
 
 async fn switch(state: &AppState, name: &str, version: i64) -> Result<Json<HandlerView>, ApiError> {
     let db = state.registry.db();
-    let mut tx = db.begin_write().await?;
+    let mut tx = db.begin_immediate().await?;
     if !store::version_exists(&mut tx, name, version).await? {
         return Err(ApiError::not_found(format!(
             "handler {name} has no version {version}"

@@ -147,7 +147,7 @@ pub async fn own_tables(db: &Database, handler: &str) -> Result<Vec<String>, DbE
 pub async fn apply_handler(db: &Database, handler: &str, dir: &Path) -> Result<usize, DbError> {
     let mut applied = 0;
     for migration in read_dir(dir)? {
-        let mut tx = db.begin().await?;
+        let mut tx = db.begin_immediate().await?;
         if apply_one(&mut tx, handler, &migration).await? {
             applied += 1;
         }

@@ -210,7 +210,27 @@ impl Database {
     /// queued in-process behind the other pipeline writers on SQLite.
     /// The caller must not begin another transaction while it holds this one.
     pub async fn begin_write(&self) -> Result<Tx, DbError> {
-        let permit = match &self.writer {
+        let permit = self.writer_permit().await;
+        Ok(self.begin().await?.holding(permit))
+    }
+
+    /// Begins a write transaction that reads before it writes (admin changes,
+    /// handler migrations). On SQLite it takes the write lock at `BEGIN`: a
+    /// transaction that starts with a read and then writes fails at once with
+    /// "database is locked" if another connection committed in between (its
+    /// snapshot is stale, so the busy timeout cannot help), while `BEGIN
+    /// IMMEDIATE` waits its turn under the busy timeout.
+    pub async fn begin_immediate(&self) -> Result<Tx, DbError> {
+        let permit = self.writer_permit().await;
+        let tx = match &self.pool {
+            Pool::Sqlite(pool) => Tx::sqlite(pool.begin_with("BEGIN IMMEDIATE").await?),
+            Pool::Postgres(pool) => Tx::postgres(pool.begin().await?),
+        };
+        Ok(tx.holding(permit))
+    }
+
+    async fn writer_permit(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        match &self.writer {
             Some(writer) => Some(
                 writer
                     .clone()
@@ -219,8 +239,7 @@ impl Database {
                     .expect("the writer queue is never closed"),
             ),
             None => None,
-        };
-        Ok(self.begin().await?.holding(permit))
+        }
     }
 
     /// Runs one read outside any transaction.
@@ -268,5 +287,52 @@ pub(crate) mod test_support {
         let db = Database::connect(&url, 2).await.unwrap();
         db.migrate_host().await.unwrap();
         db
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::memory_db;
+
+    /// A transaction that reads, then writes after another connection
+    /// committed, must wait its turn rather than fail: what an upload does
+    /// (migration checksums, then DDL and the version row) while handlers run.
+    #[tokio::test]
+    async fn read_then_write_transactions_do_not_fail_when_another_writer_commits_between() {
+        let db = memory_db().await;
+        let mut tx = db.begin_immediate().await.unwrap();
+        tx.query("SELECT COUNT(*) FROM handlers", &[]).await.unwrap();
+        // Another writer outside the pipeline's queue (the relay, a purge).
+        let other = tokio::spawn({
+            let db = db.clone();
+            async move {
+                let mut tx = db.begin().await?;
+                tx.execute("UPDATE outbox_leases SET lease_until = 1 WHERE bucket = 0", &[])
+                    .await?;
+                tx.commit().await
+            }
+        });
+        // With the write lock taken at BEGIN, the other writer cannot commit
+        // in between (with a plain BEGIN it would, and the write below would
+        // fail with "database is locked").
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(300);
+        while std::time::Instant::now() < deadline {
+            assert!(
+                !other.is_finished(),
+                "another writer committed inside our transaction"
+            );
+            tokio::task::yield_now().await;
+        }
+        tx.execute(
+            "INSERT INTO handler_deployments (name, active_version, updated_at) VALUES ('h', 1, 0)",
+            &[],
+        )
+        .await
+        .expect("the write lock was taken at BEGIN");
+        tx.commit().await.unwrap();
+        other
+            .await
+            .unwrap()
+            .expect("the other writer waited, then committed");
     }
 }

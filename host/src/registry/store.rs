@@ -180,7 +180,7 @@ pub async fn version_exists(tx: &mut Tx, name: &str, version: i64) -> Result<boo
 }
 
 pub async fn set_paused(db: &Database, name: &str, paused: bool) -> Result<bool, DbError> {
-    let mut tx = db.begin_write().await?;
+    let mut tx = db.begin_immediate().await?;
     let changed = tx
         .execute(
             "UPDATE handler_deployments SET paused = $2, updated_at = $3 WHERE name = $1",
@@ -194,7 +194,7 @@ pub async fn set_paused(db: &Database, name: &str, paused: bool) -> Result<bool,
 /// Removes a handler's deployment and versions. Its inbox rows, dead letters
 /// and tables stay: uploading it again continues where it was.
 pub async fn delete(db: &Database, name: &str) -> Result<bool, DbError> {
-    let mut tx = db.begin_write().await?;
+    let mut tx = db.begin_immediate().await?;
     let changed = tx
         .execute("DELETE FROM handler_deployments WHERE name = $1", &[name.into()])
         .await?;

@@ -90,7 +90,7 @@ pub async fn upload(
     migrate::prepare_handler(db, name)
         .await
         .map_err(UploadError::Database)?;
-    let mut tx = db.begin_write().await.map_err(UploadError::Database)?;
+    let mut tx = db.begin_immediate().await.map_err(UploadError::Database)?;
     for migration in &migrations {
         migrate::apply_one(&mut tx, name, migration)
             .await
