@@ -1,4 +1,5 @@
-//! A small run of the benchmark, so it cannot rot: every mode on both
+//! A small run of the benchmark, so it cannot rot: every mode (the Python
+//! and JavaScript guests' too) on both
 //! backends, a few hundred records, and the report checked. It measures
 //! nothing worth keeping (the machine is shared); the numbers come from
 //! `scripts/bench`.
@@ -24,6 +25,8 @@ fn a_small_benchmark_run_reports_every_mode_with_exact_effects() {
             "1",
             "--timeout-secs",
             "120",
+            "--modes",
+            "a,b,c,d,py,js",
         ])
         .env("INBOXD_BENCH_BROKERS", env("INBOXD_TEST_BROKERS"))
         .env("INBOXD_BENCH_POSTGRES", env("INBOXD_TEST_POSTGRES"))
@@ -41,7 +44,7 @@ fn a_small_benchmark_run_reports_every_mode_with_exact_effects() {
     let report: Value = serde_json::from_str(last).expect("the last line is JSON");
     assert_eq!(report["records"], 600);
     for backend in ["sqlite", "postgres"] {
-        for mode in ["a", "b", "c", "d"] {
+        for mode in ["a", "b", "c", "d", "py", "js"] {
             let m = &report[backend][mode];
             assert_eq!(m["effects_exact"], true, "{backend} {mode}: {m}\n{stderr}");
             assert!(m["events_per_s"].as_f64().unwrap() > 0.0, "{backend} {mode}: {m}");
@@ -49,5 +52,7 @@ fn a_small_benchmark_run_reports_every_mode_with_exact_effects() {
         }
         assert!(report[backend]["a_over_b"].as_f64().is_some(), "{report}");
         assert!(report[backend]["a_over_c"].as_f64().is_some(), "{report}");
+        assert!(report[backend]["py_over_d"].as_f64().is_some(), "{report}");
+        assert!(report[backend]["js_over_d"].as_f64().is_some(), "{report}");
     }
 }
