@@ -402,6 +402,28 @@ async fn hot_swap_and_rollback(backend: Backend) {
         .await;
     assert_eq!(status, 200);
     assert_eq!(shown["kind"], "event-id", "{shown}");
+    let replay_all = |token: &'static str| {
+        admin.call(
+            admin
+                .http
+                .post(format!("{}/v1/dead-letters/replay", admin.url))
+                .json(&json!({ "handler": "billing" })),
+            Some(token),
+        )
+    };
+    assert_eq!(replay_all(NOTIFY_TOKEN).await.0, 403);
+    let (status, outcomes) = replay_all(BILLING_TOKEN).await;
+    assert_eq!(status, 200, "{outcomes}");
+    let outcomes: Vec<&str> = outcomes
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        outcomes, ["no-event-id"; 3],
+        "dead letters without an event id are never run"
+    );
 
     // /metrics matches the database.
     let text = admin.metrics().await;

@@ -45,6 +45,7 @@ pub mod bindings {
         pub_export_macro: true,
         export_macro_name: "export",
         default_bindings_module: "inboxd_guest::bindings",
+        additional_derives: [PartialEq],
     });
 }
 

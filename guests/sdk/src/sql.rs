@@ -219,3 +219,56 @@ tuple_row!(3; A, B, C);
 tuple_row!(4; A, B, C, D);
 tuple_row!(5; A, B, C, D, E);
 tuple_row!(6; A, B, C, D, E, F);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tuples_become_parameters_in_order() {
+        let id = String::from("e-1");
+        let values = (&id, 5_i64, "x", None::<i64>, true, 1.5_f64, vec![1_u8]).values();
+        assert_eq!(
+            values,
+            [
+                Value::Text("e-1".into()),
+                Value::Int64(5),
+                Value::Text("x".into()),
+                Value::Null,
+                Value::Boolean(true),
+                Value::Float64(1.5),
+                Value::Blob(vec![1]),
+            ]
+        );
+        assert!(().values().is_empty());
+    }
+
+    #[test]
+    fn rows_decode_into_tuples_or_say_why_not() {
+        let row = vec![Value::Text("a".into()), Value::Int64(2), Value::Null];
+        let decoded: (String, i64, Option<String>) = FromRow::from_row(row.clone()).unwrap();
+        assert_eq!(decoded, ("a".into(), 2, None));
+        let wrong = <(i64, i64, i64)>::from_row(row.clone()).unwrap_err();
+        assert!(wrong.contains("cannot read Value::Text(\"a\") as i64"), "{wrong}");
+        let short = <(String, i64)>::from_row(row).unwrap_err();
+        assert!(short.contains("expected 2 columns, got 3"), "{short}");
+        // SQLite has no boolean: 0/1 read as bool.
+        assert_eq!(<(bool,)>::from_row(vec![Value::Int64(1)]).unwrap(), (true,));
+    }
+
+    #[test]
+    fn only_database_errors_are_retried() {
+        assert!(matches!(
+            Error::from(SqlError::Database("gone".into())),
+            Error::Retry(_)
+        ));
+        for error in [
+            SqlError::Forbidden("no".into()),
+            SqlError::Invalid("syntax".into()),
+            SqlError::Constraint("unique".into()),
+            SqlError::Limit("rows".into()),
+        ] {
+            assert!(matches!(Error::from(error), Error::Reject(_)));
+        }
+    }
+}

@@ -70,23 +70,50 @@ pub async fn replay(
     Path(id): Path<i64>,
 ) -> Result<Json<Value>, ApiError> {
     let row = fetch(&state, &caller, id).await?;
+    Ok(Json(replay_row(&state, &caller, &row).await?))
+}
+
+#[derive(serde::Deserialize)]
+pub struct ReplayAll {
+    handler: String,
+}
+
+/// `inboxd dlq replay --handler H --all`: every parked dead letter of one handler.
+pub async fn replay_all(
+    State(state): State<AppState>,
+    caller: Caller,
+    Json(body): Json<ReplayAll>,
+) -> Result<Json<Vec<Value>>, ApiError> {
+    caller.check(&body.handler)?;
+    let filter = Filter {
+        handler: Some(&body.handler),
+        ..Filter::default()
+    };
+    let mut outcomes = Vec::new();
+    for row in dead_letters::find(state.registry.db(), &filter).await? {
+        outcomes.push(replay_row(&state, &caller, &row).await?);
+    }
+    Ok(Json(outcomes))
+}
+
+async fn replay_row(state: &AppState, caller: &Caller, row: &Row) -> Result<Value, ApiError> {
     let Some(handler) = state.registry.current(&row.handler).await else {
         return Err(ApiError::conflict(format!(
             "handler {} is not loaded on this host, so its dead letters cannot be replayed here",
             row.handler
         )));
     };
-    let outcome = replay_letter(state.registry.db(), handler.as_ref(), &row).await?;
+    let outcome = replay_letter(state.registry.db(), handler.as_ref(), row).await?;
     tracing::info!(
-        id,
+        id = row.id,
         handler = row.handler,
         by = caller.name,
         ?outcome,
         "dead letter replayed through the API"
     );
     let mut value = serde_json::to_value(&outcome).unwrap_or_default();
-    value["id"] = id.into();
-    Ok(Json(value))
+    value["id"] = row.id.into();
+    Ok(value)
 }
 
 pub async fn discard(
