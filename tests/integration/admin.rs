@@ -295,7 +295,9 @@ async fn hot_swap_and_rollback(backend: Backend) {
         .upload(
             "billing",
             rebuilt(&billing, "v2"),
-            json!({ "topics": [topic], "group_id": group, "batch": { "max_events": 20 } }),
+            // Other batching: the consumer is replaced, not just the code
+            // (its batches in flight commit first).
+            json!({ "topics": [topic], "group_id": group, "batch": { "max_events": 10 } }),
             // The same migrations again, as a redeploy sends them: read
             // (checksums) while the pipeline commits around them.
             Some(&migrations),
@@ -305,6 +307,11 @@ async fn hot_swap_and_rollback(backend: Backend) {
     assert_eq!(status, 201, "{body}");
     assert_eq!(body["uploaded"]["version"], 2, "{body}");
     assert_eq!(body["handler"]["running"]["version"], "2", "{body}");
+    assert!(
+        logged(&admin.host, "handler version activated", &[("to", json!(2)), ("restart", json!(true))]),
+        "the new batching restarted the consumer:\n{}",
+        admin.host.log()
+    );
     stop.cancel();
     let (trickled_ends, trickled) = trickle.await.expect("the producer task");
     merge_ends(&mut ends, trickled_ends);
