@@ -308,7 +308,11 @@ async fn hot_swap_and_rollback(backend: Backend) {
     assert_eq!(body["uploaded"]["version"], 2, "{body}");
     assert_eq!(body["handler"]["running"]["version"], "2", "{body}");
     assert!(
-        logged(&admin.host, "handler version activated", &[("to", json!(2)), ("restart", json!(true))]),
+        logged(
+            &admin.host,
+            "handler version activated",
+            &[("to", json!(2)), ("restart", json!(true))]
+        ),
         "the new batching restarted the consumer:\n{}",
         admin.host.log()
     );

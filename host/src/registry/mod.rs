@@ -94,6 +94,7 @@ struct Inner {
     ready: std::sync::atomic::AtomicBool,
     /// [`Registry::run`] has begun: pumps may start.
     running: std::sync::atomic::AtomicBool,
+    reconciling: tokio::sync::Mutex<()>,
 }
 
 impl Registry {
@@ -108,6 +109,7 @@ impl Registry {
             failed: std::sync::Mutex::default(),
             ready: std::sync::atomic::AtomicBool::new(false),
             running: std::sync::atomic::AtomicBool::new(false),
+            reconciling: tokio::sync::Mutex::default(),
         }))
     }
 
@@ -246,7 +248,29 @@ impl Registry {
 
     /// Brings the uploaded handlers on this host in line with `handler_deployments`.
     pub async fn reconcile(&self) -> Result<(), DbError> {
+        // One reconcile at a time (the poll and API calls), so a version is loaded once.
+        let _one = self.0.reconciling.lock().await;
         let deployments = store::deployments(&self.0.db).await?;
+        // New versions are compiled without holding `entries`: a Python or
+        // JavaScript component takes seconds to compile on a host that has not
+        // seen it, and /metrics, the API and the pumps' supervision need `entries`.
+        let wanted: Vec<(String, i64)> = {
+            let entries = self.0.entries.lock().await;
+            deployments
+                .iter()
+                .filter(|d| match entries.get(&d.name) {
+                    Some(entry) => entry.source == Source::Api && entry.version != Some(d.active_version),
+                    None => true,
+                })
+                .map(|d| (d.name.clone(), d.active_version))
+                .collect()
+        };
+        let mut loaded = BTreeMap::new();
+        for (name, version) in wanted {
+            if let Some(code) = self.load(&name, version).await {
+                loaded.insert(name, code);
+            }
+        }
         let mut entries = self.0.entries.lock().await;
         let mut all_loaded = true;
         // Deleted: stop, forget.
@@ -269,7 +293,8 @@ impl Registry {
             {
                 continue;
             }
-            if !self.apply(&mut entries, deployment).await {
+            let code = loaded.remove(&deployment.name);
+            if !self.apply(&mut entries, deployment, code).await {
                 all_loaded = false;
             }
         }
@@ -279,12 +304,18 @@ impl Registry {
         Ok(())
     }
 
-    /// Applies one deployment; `false`: its version could not be loaded here.
-    async fn apply(&self, entries: &mut BTreeMap<String, Entry>, deployment: &Deployment) -> bool {
+    /// Applies one deployment, with its active version if it had to be
+    /// loaded; `false`: that version could not be loaded here.
+    async fn apply(
+        &self,
+        entries: &mut BTreeMap<String, Entry>,
+        deployment: &Deployment,
+        code: Option<(HandlerConfig, Arc<dyn Handler>)>,
+    ) -> bool {
         let name = &deployment.name;
         let wanted = deployment.active_version;
         if entries.get(name).is_none_or(|e| e.version != Some(wanted)) {
-            let Some((config, code)) = self.load(name, wanted).await else {
+            let Some((config, code)) = code else {
                 return false;
             };
             match entries.get_mut(name) {
