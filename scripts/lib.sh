@@ -29,11 +29,16 @@ stale() {
 # The Rust guests, then billing in Python (componentize-py) and in JavaScript
 # (jco), each rebuilt only when its sources or the WIT changed.
 build_guests() {
-    ensure_wasm_target
-    log "building the guest components"
-    cargo build --release --target wasm32-wasip2 --manifest-path "$REPO_ROOT/guests/Cargo.toml"
+    build_rust_guests
     build_python_guests
     build_js_guests
+}
+
+# billing, notifier, hostile and the SDK: all the demo needs.
+build_rust_guests() {
+    ensure_wasm_target
+    log "building the Rust guest components"
+    cargo build --release --target wasm32-wasip2 --manifest-path "$REPO_ROOT/guests/Cargo.toml"
 }
 
 # componentize-py, pinned in guests/python/requirements.txt (design §8), in a
