@@ -30,22 +30,11 @@ impl Language {
 async fn billing_env(language: Language, backend: Backend, topic: &str) -> TestEnv {
     let dir = tempfile::tempdir().expect("tempdir");
     let db_url = database_url(backend, dir.path()).await;
-    let config_path = dir.path().join("inboxd.toml");
     // One compile cache for every test: Python and JavaScript components take
     // seconds to compile (design §7), and entries are keyed by content.
     let cache = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("compile-cache");
-    let config = format!(
+    let handler = format!(
         r#"
-[database]
-url = "{db_url}"
-
-[kafka]
-brokers = "{brokers}"
-session_timeout_ms = 6000
-
-[wasm]
-cache_dir = "{cache}"
-
 [[handlers]]
 name = "billing"
 component = "{component}"
@@ -64,20 +53,11 @@ max_attempts = 2
 backoff_initial_ms = 10
 backoff_max_ms = 20
 "#,
-        brokers = brokers(),
-        cache = cache.display(),
         component = guest_wasm(language.component()).display(),
         migrations = guest_migrations("billing").display(),
         group = unique("group"),
     );
-    std::fs::write(&config_path, config).expect("write config");
-    TestEnv {
-        dir,
-        db_url,
-        config_path,
-        handler: "billing".into(),
-        topic: topic.to_owned(),
-    }
+    TestEnv::with_config(dir, db_url, &cache, "billing", topic, &handler)
 }
 
 fn order(id: &str, body: serde_json::Value) -> Send {

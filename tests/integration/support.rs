@@ -213,8 +213,22 @@ impl TestEnv {
         topic: &str,
         handler_toml: &str,
     ) -> Self {
+        let cache = dir.path().join("compile-cache");
+        let handlers = format!("{}\n{handler_toml}", handler_block(guest, topic));
+        Self::with_config(dir, db_url, &cache, guest, topic, &handlers)
+    }
+
+    /// Writes `inboxd.toml` in `dir`: the database, the test broker and the
+    /// compile cache, then `rest` (handlers, an admin section).
+    pub fn with_config(
+        dir: tempfile::TempDir,
+        db_url: String,
+        cache: &Path,
+        handler: &str,
+        topic: &str,
+        rest: &str,
+    ) -> Self {
         let config_path = dir.path().join("inboxd.toml");
-        let handler = guest.to_owned();
         let config = format!(
             r#"
 [database]
@@ -227,19 +241,17 @@ session_timeout_ms = 6000
 [wasm]
 cache_dir = "{cache}"
 
-{main_handler}
-{handler_toml}
+{rest}
 "#,
             brokers = brokers(),
-            main_handler = handler_block(guest, topic),
-            cache = dir.path().join("compile-cache").display(),
+            cache = cache.display(),
         );
         std::fs::write(&config_path, config).expect("write config");
         Self {
             dir,
             db_url,
             config_path,
-            handler,
+            handler: handler.to_owned(),
             topic: topic.to_owned(),
         }
     }

@@ -140,11 +140,6 @@ impl Pipeline {
         Self::new(self.db.clone(), self.slot.clone(), self.stats.clone())
     }
 
-    /// The handler version this pipeline runs.
-    pub fn handler(&self) -> &Arc<dyn Handler> {
-        &self.handler
-    }
-
     pub fn stats(&self) -> &Stats {
         &self.stats
     }

@@ -1,0 +1,131 @@
+//! Uploads that must be refused, with the reason, and change nothing.
+
+use super::*;
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_upload_changes_nothing_and_says_why() {
+    let topic = unique("admin-bad");
+    create_topic(&topic, 1).await;
+    let admin = start(Backend::Sqlite, &topic, "max_component_mb = 1").await;
+    let notifier = std::fs::read(guest_wasm("notifier")).expect("notifier.wasm");
+    let settings = json!({ "topics": [topic], "group_id": unique("group") });
+    let migrations = guest_migrations("notifier");
+    let (status, body) = admin
+        .upload(
+            "notifier",
+            notifier.clone(),
+            settings.clone(),
+            Some(&migrations),
+            OPS_TOKEN,
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let db = admin.env.db().await;
+    let table = db.handler_table("notifier", "emails");
+
+    let component = |wat: &str| wat::parse_str(wat).expect("valid WAT");
+    let cases: Vec<(&str, Vec<u8>, Value, u16, &str)> = vec![
+        (
+            "no export",
+            component("(component)"),
+            settings.clone(),
+            422,
+            "handle",
+        ),
+        (
+            "forbidden import",
+            component(
+                r#"(component (import "wasi:http/outgoing-handler@0.2.0" (instance (export "handle" (func)))))"#,
+            ),
+            settings.clone(),
+            422,
+            "wasi:http/outgoing-handler",
+        ),
+        (
+            "core module",
+            component("(module)"),
+            settings.clone(),
+            422,
+            "core WebAssembly module",
+        ),
+        (
+            "too large",
+            vec![0; 2 << 20],
+            settings.clone(),
+            413,
+            "max_component_mb",
+        ),
+        (
+            "unknown setting",
+            notifier.clone(),
+            json!({ "topics": [topic], "topicz": 1 }),
+            422,
+            "topicz",
+        ),
+        ("no topics", notifier.clone(), json!({}), 422, "topics"),
+    ];
+    for (case, bytes, settings, want, says) in cases {
+        let (status, body) = admin.upload("notifier", bytes, settings, None, OPS_TOKEN).await;
+        assert_eq!(status, want, "{case}: {body}");
+        let error = body["error"].as_str().unwrap_or_default();
+        assert!(error.contains(says), "{case}: {error:?} should mention {says:?}");
+    }
+
+    // A migration that fails: the version is not stored, nothing it did stays.
+    let broken = tempfile::tempdir().expect("tempdir");
+    std::fs::copy(
+        migrations.join("0001_emails.sql"),
+        broken.path().join("0001_emails.sql"),
+    )
+    .unwrap();
+    std::fs::write(
+        broken.path().join("0002_more.sql"),
+        "CREATE TABLE extra (a TEXT); CREAT TABLE nope;",
+    )
+    .unwrap();
+    let (status, body) = admin
+        .upload(
+            "notifier",
+            notifier.clone(),
+            settings.clone(),
+            Some(broken.path()),
+            OPS_TOKEN,
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("0002_more"), "{body}");
+    assert_eq!(
+        count(&db, "SELECT COUNT(*) FROM handlers WHERE name = 'notifier'").await,
+        1
+    );
+    assert_eq!(
+        count(
+            &db,
+            "SELECT active_version FROM handler_deployments WHERE name = 'notifier'"
+        )
+        .await,
+        1
+    );
+    assert!(
+        db.query("SELECT * FROM extra", &[]).await.is_err(),
+        "the failed migration's table does not exist"
+    );
+    // The running version still works.
+    let id = new_id();
+    let ends = produce(
+        &topic,
+        &[Send::json(
+            &id,
+            json!({ "order_id": "o-1", "customer_email": "a@example.com" }),
+        )],
+    )
+    .await;
+    let mut env_host = admin;
+    env_host.env.handler = "notifier".into();
+    env_host
+        .env
+        .wait_for_offsets(&ends, Duration::from_secs(120), &mut env_host.host)
+        .await;
+    assert_eq!(count(&db, &format!("SELECT COUNT(*) FROM {table}")).await, 1);
+}
