@@ -6,8 +6,8 @@
 //! price of the sandbox: Wasm instantiation, the calls across it, the guard.
 
 use futures_util::future::BoxFuture;
-use inboxd::db::Tx;
 use inboxd::db::outbox::NewMessage;
+use inboxd::db::{Tx, Walls};
 use inboxd::handler::Handler;
 use inboxd::record::Record;
 use inboxd::wasm::{GuestFailure, Invocation};
@@ -24,6 +24,8 @@ pub struct NativeBilling {
     /// The real topic `invoices.created` maps to.
     pub invoices_topic: String,
     pub max_payload_bytes: usize,
+    /// The same walls a component gets: billing's own table, its time limit.
+    pub walls: Walls,
 }
 
 impl Handler for NativeBilling {
@@ -37,6 +39,10 @@ impl Handler for NativeBilling {
 
     fn max_payload_bytes(&self) -> usize {
         self.max_payload_bytes
+    }
+
+    fn walls(&self) -> &Walls {
+        &self.walls
     }
 
     fn invoke<'a>(

@@ -41,6 +41,12 @@ pub async fn serve(config_path: &Path, native: bool) -> anyhow::Result<()> {
                 .cloned()
                 .unwrap_or_else(|| "invoices.created".into()),
             max_payload_bytes: handler.limits.max_payload_bytes,
+            walls: inboxd::db::Walls::new(
+                &handler.name,
+                inboxd::sandbox::authorizer::Scope::Guest,
+                &["invoices".to_owned()],
+                std::time::Duration::from_millis(handler.limits.timeout_ms),
+            ),
         };
         natives.insert(handler.name.clone(), Arc::new(native));
     }

@@ -102,12 +102,16 @@ fn from_json(config: &EventIdConfig, payload: &[u8]) -> Result<(Vec<u8>, String)
 
 fn validate(format: EventIdFormat, raw: Vec<u8>, origin: String) -> Result<String, EventIdError> {
     let value = String::from_utf8(raw).map_err(|e| EventIdError::Invalid {
-        value: String::from_utf8_lossy(e.as_bytes()).into_owned(),
+        value: String::from_utf8_lossy(e.as_bytes())
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(80)
+            .collect(),
         origin: origin.clone(),
         problem: "is not UTF-8".into(),
     })?;
     let invalid = |problem: &str| EventIdError::Invalid {
-        value: value.chars().take(80).collect(),
+        value: value.chars().filter(|c| !c.is_control()).take(80).collect(),
         origin: origin.clone(),
         problem: problem.into(),
     };
@@ -117,6 +121,10 @@ fn validate(format: EventIdFormat, raw: Vec<u8>, origin: String) -> Result<Strin
             .map_err(|_| invalid("is not a UUID (set event_id.format = \"any\" to accept other ids)")),
         EventIdFormat::Any if value.is_empty() => Err(invalid("is empty")),
         EventIdFormat::Any if value.len() > MAX_ANY_ID_BYTES => Err(invalid("is longer than 200 bytes")),
+        // PostgreSQL text cannot hold NUL; no id needs control characters.
+        EventIdFormat::Any if value.chars().any(char::is_control) => {
+            Err(invalid("contains control characters"))
+        }
         EventIdFormat::Any => Ok(value),
     }
 }
@@ -244,6 +252,11 @@ mod tests {
         assert!(extract(&c, &[], br#"{"event_id":""}"#).is_err());
         let huge = format!(r#"{{"event_id":"{}"}}"#, "x".repeat(201));
         assert!(extract(&c, &[], huge.as_bytes()).is_err());
+        // Regression: a NUL in an id failed PostgreSQL's insert of the claim,
+        // which the host took for its own failure and retried forever.
+        let err = extract(&c, &[], br#"{"event_id":"a\u0000b"}"#).unwrap_err();
+        assert!(err.to_string().contains("control characters"), "{err}");
+        assert!(!err.to_string().contains('\0'), "{err}");
     }
 
     #[test]

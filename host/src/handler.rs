@@ -6,7 +6,7 @@
 //! the sandbox costs; a native handler gets the same open transaction and
 //! none of the walls, so it is never loaded from configuration.
 
-use crate::db::Tx;
+use crate::db::{Tx, Walls};
 use crate::record::Record;
 use crate::wasm::Invocation;
 use futures_util::future::BoxFuture;
@@ -20,8 +20,12 @@ pub trait Handler: Send + Sync {
     /// Larger payloads are dead-lettered without running the handler.
     fn max_payload_bytes(&self) -> usize;
 
-    /// Runs the handler for one event inside `tx` (already inside the
-    /// handler's walls and a savepoint) and hands `tx` back.
+    /// What its SQL may touch and for how long: the pipeline puts these up
+    /// around every call.
+    fn walls(&self) -> &Walls;
+
+    /// Runs the handler for one event inside `tx` (already inside its
+    /// [`Handler::walls`] and a savepoint) and hands `tx` back.
     fn invoke<'a>(
         &'a self,
         tx: Tx,

@@ -25,6 +25,12 @@ pub enum StartError {
     Migrate(DbError),
     #[error("handler {handler}: {source}")]
     Load { handler: String, source: LoadError },
+    #[error(
+        "the database holds code that handlers may not plant and that would run outside the walls: {0}. \
+         An older inboxd let a handler's migration create it; drop it (DROP TRIGGER / FUNCTION / RULE / POLICY) \
+         and start again"
+    )]
+    PlantedCode(String),
     #[error("cannot start the WebAssembly engine: {0}")]
     Engine(String),
     #[error("cannot listen on {addr} (admin.listen): {source}")]
@@ -68,6 +74,12 @@ pub async fn open_database(config: &Config) -> Result<Database, StartError> {
             source,
         })?;
     db.migrate_host().await.map_err(StartError::Migrate)?;
+    let planted = crate::db::audit::planted_code(&db)
+        .await
+        .map_err(StartError::Migrate)?;
+    if !planted.is_empty() {
+        return Err(StartError::PlantedCode(planted.join(", ")));
+    }
     for handler in &config.handlers {
         migrate::prepare_handler(&db, &handler.name)
             .await

@@ -68,7 +68,7 @@ pub async fn replay(db: &Database, handler: &dyn Handler, letter: &Row) -> Resul
         tx.rollback().await?;
         return Ok(ReplayOutcome::AlreadyApplied);
     }
-    tx.enter_guest(REPLAY_SAVEPOINT, claim.handler).await?;
+    tx.enter_guest(REPLAY_SAVEPOINT, handler.walls()).await?;
     let attempt = u32::try_from(letter.attempts + 1).unwrap_or(u32::MAX);
     let invocation = handler.invoke(tx, &record, event_id, attempt).await;
     let Some(mut tx) = invocation.tx else {

@@ -6,8 +6,7 @@
 
 use crate::on_both_backends;
 use crate::support::*;
-use inboxd::db::{Database, Tx, migrate};
-use inboxd::sandbox::authorizer::Scope;
+use inboxd::db::{Database, Tx, Walls, migrate};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -73,6 +72,33 @@ fn attacks(brokers: &str) -> Vec<(Value, &'static str)> {
             forbidden,
         ),
         (sql("DELETE FROM invoices"), forbidden),
+        // Regression: an inner CTE named like billing's table hid the outer,
+        // real reference from the guard; `TABLE name` was not checked at all.
+        (
+            json!({ "attack": "query", "statement": "SELECT customer_email FROM invoices WHERE EXISTS (WITH invoices AS (SELECT 1) SELECT 1 FROM invoices)" }),
+            forbidden,
+        ),
+        (
+            json!({ "attack": "query", "statement": "TABLE invoices" }),
+            forbidden,
+        ),
+        (
+            json!({ "attack": "query", "statement": "SELECT 1 UNION TABLE inbox" }),
+            forbidden,
+        ),
+        (sql("SELECT lpad('x', 1000000000)"), forbidden),
+        // Regression: a parameter list the driver cannot encode was taken for
+        // a broken connection and retried forever.
+        (
+            json!({ "attack": "params", "statement": "SELECT 1", "count": 70_000 }),
+            "parameters",
+        ),
+        // Regression: an endless statement held SQLite's only writer and a
+        // PostgreSQL connection for minutes.
+        (
+            json!({ "attack": "query", "statement": "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n" }),
+            "limits.timeout_ms",
+        ),
         (sql("DELETE FROM handler_billing.invoices"), forbidden),
         (
             sql(&format!("SELECT '{}'", "x".repeat(3_000))),
@@ -291,7 +317,8 @@ async fn the_database_refuses_what_the_guard_would(backend: Backend) {
     tx.execute("INSERT INTO offsets (handler, topic, partition, next_offset, records_committed, updated_at) VALUES ('hostile', 't', 0, 7, 7, 0)", &[])
         .await
         .unwrap();
-    tx.enter_handler_scope("hostile", Scope::Guest).await.unwrap();
+    let walls = Walls::load(&db, "hostile", Duration::from_secs(5)).await.unwrap();
+    tx.enter_walls(&walls).await.unwrap();
     for statement in &statements {
         let refused = tx.guest_execute(statement, &[]).await;
         let message = refused
@@ -317,10 +344,234 @@ async fn the_database_refuses_what_the_guard_would(backend: Backend) {
     tx.guest_execute("INSERT INTO hostile_effects (event_id) VALUES ('fine')", &[])
         .await
         .unwrap();
-    tx.leave_handler_scope().await.unwrap();
+    tx.leave_walls().await.unwrap();
     tx.commit().await.unwrap();
     assert_eq!(
         count(&db, "SELECT next_offset FROM offsets WHERE handler = 'hostile'").await,
         7
+    );
+}
+
+// A handler whose statement never ends is stopped at its deadline, attempt
+// after attempt, and parked; meanwhile another handler keeps committing.
+on_both_backends!(an_endless_statement_does_not_stall_other_handlers);
+
+async fn an_endless_statement_does_not_stall_other_handlers(backend: Backend) {
+    let stuck_topic = unique("stuck");
+    let order_topic = unique("orders");
+    create_topic(&stuck_topic, 1).await;
+    create_topic(&order_topic, 1).await;
+    let extra = format!(
+        "[handlers.limits]\ntimeout_ms = 1500\n[handlers.retry]\nmax_attempts = 3\nbackoff_initial_ms = 50\nbackoff_max_ms = 100\n\n{}",
+        handler_block("billing", &order_topic)
+    );
+    let env = TestEnv::new(backend, "hostile", &stuck_topic, &extra).await;
+    let endless = json!({ "attack": "query", "statement": "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n" });
+    let stuck: Vec<Send> = (0..3).map(|_| Send::json(&new_id(), endless.clone())).collect();
+    let stuck_ends = produce(&stuck_topic, &stuck).await;
+    let orders: Vec<Send> = (0..50)
+        .map(|i| Send::order(&new_id(), &format!("o{i}")))
+        .collect();
+    let order_ends = produce(&order_topic, &orders).await;
+    let mut host = env.spawn_host();
+    let db = env.db().await;
+
+    // 3 events x 3 attempts x 1.5 s: the stuck handler is busy for about 14 s.
+    let billing_done = poll_until(Duration::from_secs(120), || {
+        let db = db.clone();
+        let topic = order_topic.clone();
+        let want = order_ends.clone();
+        async move { stored_offsets(&db, "billing", &topic).await == want }
+    })
+    .await;
+    assert!(
+        billing_done,
+        "billing stalled behind the endless statement:\n{}",
+        host.log()
+    );
+    let parked_meanwhile = inboxd::db::dead_letters::list(&db, "hostile")
+        .await
+        .unwrap()
+        .len();
+    assert!(
+        parked_meanwhile < stuck.len(),
+        "billing finished only after every endless statement was parked ({parked_meanwhile})"
+    );
+    let invoices = db.handler_table("billing", "invoices");
+    assert_eq!(count(&db, &format!("SELECT COUNT(*) FROM {invoices}")).await, 50);
+
+    env.wait_for_offsets(&stuck_ends, Duration::from_secs(120), &mut host)
+        .await;
+    let letters = inboxd::db::dead_letters::list(&db, "hostile").await.unwrap();
+    assert_eq!(letters.len(), stuck.len(), "each endless event parked once");
+    for letter in &letters {
+        assert!(letter.reason.contains("limits.timeout_ms"), "{}", letter.reason);
+        assert_eq!(letter.attempts, 3, "its time counted against its attempts");
+    }
+    assert!(host.is_running(), "{}", host.log());
+    assert_eq!(host.terminate(Duration::from_secs(30)).await, Some(0));
+}
+
+// A config file's handler whose migration tries to leave the walls: the
+// host refuses to start, naming the file and the statement, and changed nothing.
+on_both_backends!(a_hostile_config_migration_stops_the_start);
+
+async fn a_hostile_config_migration_stops_the_start(backend: Backend) {
+    let topic = unique("hostile-mig");
+    create_topic(&topic, 1).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        guest_migrations("hostile").join("0001_effects.sql"),
+        dir.path().join("0001_effects.sql"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("0002_escape.sql"),
+        "CREATE TABLE scratch (a TEXT);\nRESET ROLE;\nDELETE FROM inboxd.inbox;\nDROP TABLE handler_deployments;",
+    )
+    .unwrap();
+    let extra = format!("migrations = \"{}\"\n", dir.path().display());
+    let env = TestEnv::new(backend, "hostile", &topic, "").await;
+    // The handler block names the guest's own migrations; point it at ours.
+    let config = std::fs::read_to_string(&env.config_path).unwrap();
+    let config = config.replace(
+        &format!("migrations = \"{}\"\n", guest_migrations("hostile").display()),
+        &extra,
+    );
+    std::fs::write(&env.config_path, config).unwrap();
+    let mut host = env.spawn_host();
+    let status = host
+        .exited(Duration::from_secs(60))
+        .await
+        .expect("the host stops by itself");
+    assert!(!status.success());
+    let log = host.log();
+    assert!(
+        log.contains("0002_escape.sql") && log.contains("refused"),
+        "{log}"
+    );
+    let db = env.db().await;
+    assert_eq!(
+        count(&db, "SELECT COUNT(*) FROM handler_deployments").await,
+        0,
+        "host table intact"
+    );
+    let scratch = db.handler_table("hostile", "scratch");
+    assert!(db.query(&format!("SELECT * FROM {scratch}"), &[]).await.is_err());
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) FROM handler_migrations WHERE handler = 'hostile'"
+        )
+        .await,
+        1,
+        "only the first migration applied"
+    );
+}
+
+// Host tables are derived, not listed: every table a migrated database
+// holds besides the handlers' own is out of a handler's reach through both
+// walls, and its name is one a handler can never create. A host migration
+// that adds a table outside the reserved names fails here.
+on_both_backends!(every_host_table_is_behind_both_walls);
+
+async fn every_host_table_is_behind_both_walls(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::connect(&database_url(backend, dir.path()).await, 2)
+        .await
+        .unwrap();
+    db.migrate_host().await.unwrap();
+    migrate::prepare_handler(&db, "hostile").await.unwrap();
+    migrate::apply_handler(&db, "hostile", &guest_migrations("hostile"))
+        .await
+        .unwrap();
+    let listed = match backend {
+        Backend::Sqlite => {
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT IN \
+             (SELECT table_name FROM handler_tables)"
+        }
+        Backend::Postgres => "SELECT tablename::text FROM pg_tables WHERE schemaname = 'inboxd'",
+    };
+    let tables: Vec<String> = rows(&db, listed)
+        .await
+        .into_iter()
+        .filter_map(|r| r.first().and_then(|v| v.as_str()).map(str::to_owned))
+        .collect();
+    assert!(tables.len() >= 8, "{tables:?}");
+    let guard = inboxd::sandbox::Guard::new(
+        db.backend(),
+        &migrate::own_schema(db.backend(), "hostile"),
+        &["hostile_effects".to_owned()],
+        4096,
+    );
+    let walls = Walls::load(&db, "hostile", Duration::from_secs(5)).await.unwrap();
+    for table in &tables {
+        assert!(
+            inboxd::sandbox::is_reserved(table),
+            "{table} is not under a reserved prefix"
+        );
+        let name = match backend {
+            Backend::Sqlite => table.clone(),
+            Backend::Postgres => format!("inboxd.{table}"),
+        };
+        for statement in [format!("SELECT * FROM {name}"), format!("DELETE FROM {name}")] {
+            assert!(guard.check(&statement).is_err(), "the guard allowed {statement}");
+            let mut tx: Tx = db.begin().await.unwrap();
+            tx.enter_walls(&walls).await.unwrap();
+            let refused = tx.guest_execute(&statement, &[]).await;
+            assert!(refused.is_err(), "the database allowed {statement}");
+            tx.rollback().await.unwrap();
+        }
+    }
+}
+
+/// Regression: a guest's endless statement kept running inside PostgreSQL
+/// for minutes after the host that sent it was killed, holding its locks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_dies_at_its_deadline_even_when_the_host_is_killed() {
+    let topic = unique("orphan");
+    create_topic(&topic, 1).await;
+    let env = TestEnv::new(
+        Backend::Postgres,
+        "hostile",
+        &topic,
+        "[handlers.limits]\ntimeout_ms = 3000\n",
+    )
+    .await;
+    let marker = unique("marker").replace('-', "_");
+    let statement = format!(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) /* {marker} */ FROM n"
+    );
+    produce(
+        &topic,
+        &[Send::json(
+            &new_id(),
+            json!({ "attack": "query", "statement": statement }),
+        )],
+    )
+    .await;
+    let mut host = env.spawn_host();
+    let db = env.db().await;
+    let running = format!(
+        "SELECT COUNT(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%{marker}%' \
+         AND query NOT LIKE '%pg_stat_activity%'"
+    );
+    let started = poll_until(Duration::from_secs(90), || {
+        let (db, running) = (db.clone(), running.clone());
+        async move { count(&db, &running).await > 0 }
+    })
+    .await;
+    assert!(started, "the statement never ran:\n{}", host.log());
+    host.kill();
+    let killed_at = std::time::Instant::now();
+    let gone = poll_until(Duration::from_secs(30), || {
+        let (db, running) = (db.clone(), running.clone());
+        async move { count(&db, &running).await == 0 }
+    })
+    .await;
+    assert!(
+        gone,
+        "the statement outlived its host by {:?}",
+        killed_at.elapsed()
     );
 }

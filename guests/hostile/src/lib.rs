@@ -10,6 +10,7 @@
 //! - `sql`: run `statement` and reject with the error text if it is refused
 //! - `query`: the same through `sql.query`
 //! - `repeat`: run `statement` `times` times, rejecting at the first error
+//! - `params`: run `statement` with `count` NULL parameters, rejecting with the error
 //! - `recurse`: recurse without end (the stack overflows)
 //! - `probe-env` / `probe-fs` / `probe-net`: report what WASI lets it see, as a rejection
 //! - `until`: ask to retry until delivery `attempt`, then behave like `ok`
@@ -106,6 +107,15 @@ impl Guest for Hostile {
                     sql::execute(statement, &[]).map_err(|e| HandlerError::Reject(format!("{e:?}")))?;
                 }
                 Ok(())
+            }
+            "params" => {
+                let statement = field(&payload, "statement")
+                    .and_then(|s| s.as_str())
+                    .unwrap_or("");
+                let count = field(&payload, "count").and_then(|c| c.as_u64()).unwrap_or(1) as usize;
+                sql::execute(statement, &vec![Value::Null; count])
+                    .map(|_| ())
+                    .map_err(|e| HandlerError::Reject(format!("{e:?}")))
             }
             "recurse" => Err(HandlerError::Reject(format!("depth {}", recurse(0)))),
             "probe-env" => {

@@ -50,11 +50,14 @@ impl types_api::Host for LogView<'_> {}
 impl log_api::Host for LogView<'_> {
     fn log(&mut self, level: Level, message: String) {
         let state = &mut *self.state;
-        if message.len() > state.budget {
+        // Every line costs its bytes plus one, so a flood of empty lines
+        // spends the budget too.
+        let cost = message.len() + 1;
+        if cost > state.budget {
             state.dropped_lines += 1;
             return;
         }
-        state.budget -= message.len();
+        state.budget -= cost;
         let (handler, version) = (state.tag.handler.as_str(), state.tag.version.as_str());
         let event_id = state.event_id.as_str();
         match level {

@@ -2,16 +2,25 @@
 //!
 //! The transaction is moved in for the call and taken back after it; the
 //! guest never sees a connection, so it cannot begin, commit or roll back.
-//! Every statement passes the statement guard and the per-event limits first.
-//! Refusals and database errors come back to the guest as typed `sql-error`
-//! values; only a failure of the database itself is kept for the host.
+//! Every statement passes the statement guard and the per-event limits first
+//! (statements, parameters, time left), and the database stops it at the
+//! event's deadline. Refusals and database errors come back to the guest as
+//! typed `sql-error` values and count against the handler; only a failure of
+//! the database itself (the connection, the server) is kept for the host.
 
 use crate::db::{Backend, DbError, SqlValue, Tx};
+use crate::sandbox::guard::Ctes;
 use crate::sandbox::{Guard, Refusal};
 use crate::wasm::Limits;
 use crate::wasm::bindings::{SqlDialect, SqlError, Value, sql_api};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use wasmtime::component::HasData;
+
+/// Parameters one statement may bind. SQLite's default ceiling is 32,766 and
+/// PostgreSQL's wire protocol counts them in 16 bits: past these the driver
+/// fails in ways that look like the connection's fault, so the guest is told first.
+const MAX_PARAMS: usize = 32_766;
 
 pub struct SqlState {
     tx: Option<Tx>,
@@ -20,6 +29,13 @@ pub struct SqlState {
     statements_left: u32,
     max_statements: u32,
     max_rows: usize,
+    max_result_bytes: usize,
+    /// The event's deadline: no statement starts after it.
+    deadline: Instant,
+    timeout: Duration,
+    /// A statement was stopped at the event's deadline: the event ran out of
+    /// time, whatever the guest made of the error.
+    timed_out: bool,
     /// A failure of the database itself (connection lost, server restarting)
     /// during a guest statement. It is the host's to retry, never counted
     /// against the handler, whatever the guest made of its error value.
@@ -36,6 +52,10 @@ impl SqlState {
             statements_left: limits.max_statements,
             max_statements: limits.max_statements,
             max_rows: limits.max_rows,
+            max_result_bytes: limits.max_result_bytes,
+            deadline: Instant::now() + limits.timeout,
+            timeout: limits.timeout,
+            timed_out: false,
             host_error: None,
         }
     }
@@ -44,6 +64,11 @@ impl SqlState {
     /// cancelled mid-statement, in which case the transaction is gone.
     pub fn take_tx(&mut self) -> Option<Tx> {
         self.tx.take()
+    }
+
+    /// True if a statement of this call ran into the event's deadline.
+    pub fn timed_out(&self) -> bool {
+        self.timed_out
     }
 
     pub fn take_host_error(&mut self) -> Option<DbError> {
@@ -84,8 +109,12 @@ fn to_wit(value: SqlValue) -> Value {
 }
 
 /// Maps a database error to the variant that tells the guest what to do.
-fn to_sql_error(err: &DbError) -> SqlError {
+fn to_sql_error(err: &DbError, timeout: Duration) -> SqlError {
     match err {
+        DbError::StatementTimeout => SqlError::Limit(format!(
+            "limits.timeout_ms: the statement was still running at the event's deadline ({} ms) and was cancelled",
+            timeout.as_millis()
+        )),
         DbError::Sqlx(sqlx::Error::Database(db)) => {
             let message = db.message().to_owned();
             match db.kind() {
@@ -104,7 +133,7 @@ fn to_sql_error(err: &DbError) -> SqlError {
                 _ => SqlError::Database(message),
             }
         }
-        DbError::TooManyRows { .. } => SqlError::Limit(err.to_string()),
+        DbError::TooManyRows { .. } | DbError::ResultTooLarge { .. } => SqlError::Limit(err.to_string()),
         DbError::Decode(_) | DbError::Sqlx(sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_)) => {
             SqlError::Invalid(err.to_string())
         }
@@ -113,12 +142,25 @@ fn to_sql_error(err: &DbError) -> SqlError {
 }
 
 impl SqlView<'_> {
-    /// The walls before any statement: the per-event statement budget, then the guard.
-    fn admit(&mut self, statement: &str) -> Result<(), SqlError> {
+    /// The walls before any statement: the event's deadline, the per-event
+    /// statement budget, the parameter count, then the guard.
+    fn admit(&mut self, statement: &str, params: usize) -> Result<Ctes, SqlError> {
         if self.state.host_error.is_some() {
             return Err(SqlError::Database(
                 "the database connection failed; the host will retry this event".into(),
             ));
+        }
+        if Instant::now() >= self.state.deadline {
+            self.state.timed_out = true;
+            return Err(SqlError::Limit(format!(
+                "limits.timeout_ms: the event's {} ms are used up",
+                self.state.timeout.as_millis()
+            )));
+        }
+        if params > MAX_PARAMS {
+            return Err(SqlError::Limit(format!(
+                "the statement binds {params} parameters; at most {MAX_PARAMS} are allowed"
+            )));
         }
         if self.state.statements_left == 0 {
             return Err(SqlError::Limit(format!(
@@ -129,7 +171,7 @@ impl SqlView<'_> {
         self.state.statements_left -= 1;
         self.state
             .guard
-            .check(statement)
+            .approve(statement)
             .map_err(|refusal| match refusal {
                 Refusal::Forbidden(m) => SqlError::Forbidden(m),
                 Refusal::Limit(m) => SqlError::Limit(m),
@@ -143,11 +185,15 @@ impl SqlView<'_> {
             .ok_or_else(|| SqlError::Database("the event's transaction is no longer open".into()))
     }
 
-    /// Turns a database error into the guest's error value, keeping transient
-    /// failures of the database itself for the host.
+    /// Turns a database error into the guest's error value, keeping failures
+    /// of the database itself for the host. Anything else a statement caused
+    /// (a bad parameter, a lock it waited on, a resource it exhausted) is the
+    /// guest's: it counts against the handler's attempts, never as an endless
+    /// host retry.
     fn fail(&mut self, error: DbError) -> SqlError {
-        let guest_error = to_sql_error(&error);
-        if error.is_transient() {
+        let guest_error = to_sql_error(&error, self.state.timeout);
+        self.state.timed_out |= matches!(error, DbError::StatementTimeout);
+        if error.is_connection_failure() {
             self.state.host_error = Some(error);
         }
         guest_error
@@ -163,19 +209,23 @@ impl sql_api::Host for SqlView<'_> {
     }
 
     async fn execute(&mut self, statement: String, params: Vec<Value>) -> Result<u64, SqlError> {
-        self.admit(&statement)?;
+        let ctes = self.admit(&statement, params.len())?;
         let params: Vec<SqlValue> = params.into_iter().map(to_sql).collect();
-        match self.tx()?.guest_execute(&statement, &params).await {
+        let tx = self.tx()?;
+        tx.set_ctes(ctes);
+        match tx.guest_execute(&statement, &params).await {
             Ok(changed) => Ok(changed),
             Err(error) => Err(self.fail(error)),
         }
     }
 
     async fn query(&mut self, statement: String, params: Vec<Value>) -> Result<Vec<Vec<Value>>, SqlError> {
-        self.admit(&statement)?;
+        let ctes = self.admit(&statement, params.len())?;
         let params: Vec<SqlValue> = params.into_iter().map(to_sql).collect();
-        let max_rows = self.state.max_rows;
-        let rows = match self.tx()?.guest_query(&statement, &params, max_rows).await {
+        let (max_rows, max_bytes) = (self.state.max_rows, self.state.max_result_bytes);
+        let tx = self.tx()?;
+        tx.set_ctes(ctes);
+        let rows = match tx.guest_query(&statement, &params, max_rows, max_bytes).await {
             Ok(rows) => rows,
             Err(error) => return Err(self.fail(error)),
         };

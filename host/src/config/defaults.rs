@@ -18,6 +18,9 @@ pub const MAX_STATEMENTS: u32 = 1_000;
 /// Rows one query may return.
 pub const MAX_ROWS: usize = 10_000;
 pub const MAX_STATEMENT_BYTES: usize = 64 * 1024;
+/// Bytes one query may return: a result is held in host memory while the
+/// guest copies it in, so it is bounded before it is kept.
+pub const MAX_RESULT_BYTES: usize = 16 * 1024 * 1024;
 /// Larger events are dead-lettered without running the handler.
 pub const MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
 pub const MAX_OUTBOX_MESSAGES: usize = 100;

@@ -115,6 +115,9 @@ pub struct LimitsConfig {
     pub max_rows: usize,
     #[serde(default = "default_max_statement_bytes")]
     pub max_statement_bytes: usize,
+    /// Bytes of values one query may return (text and blobs by length, numbers 8).
+    #[serde(default = "default_max_result_bytes")]
+    pub max_result_bytes: usize,
     #[serde(default = "default_max_payload_bytes")]
     pub max_payload_bytes: usize,
     #[serde(default = "default_max_outbox_messages")]
@@ -132,6 +135,7 @@ impl Default for LimitsConfig {
             max_statements: defaults::MAX_STATEMENTS,
             max_rows: defaults::MAX_ROWS,
             max_statement_bytes: defaults::MAX_STATEMENT_BYTES,
+            max_result_bytes: defaults::MAX_RESULT_BYTES,
             max_payload_bytes: defaults::MAX_PAYLOAD_BYTES,
             max_outbox_messages: defaults::MAX_OUTBOX_MESSAGES,
             max_outbox_bytes: defaults::MAX_OUTBOX_BYTES,
@@ -240,6 +244,9 @@ fn default_max_statements() -> u32 {
 fn default_max_rows() -> usize {
     defaults::MAX_ROWS
 }
+fn default_max_result_bytes() -> usize {
+    defaults::MAX_RESULT_BYTES
+}
 fn default_max_statement_bytes() -> usize {
     defaults::MAX_STATEMENT_BYTES
 }
@@ -324,6 +331,7 @@ impl HandlerConfig {
             (limits.max_statements as usize, "max_statements"),
             (limits.max_rows, "max_rows"),
             (limits.max_statement_bytes, "max_statement_bytes"),
+            (limits.max_result_bytes, "max_result_bytes"),
             (limits.max_payload_bytes, "max_payload_bytes"),
             (limits.max_outbox_messages, "max_outbox_messages"),
             (limits.max_outbox_bytes, "max_outbox_bytes"),

@@ -70,6 +70,12 @@ const INSERT: &str = r#"INSERT INTO dead_letters
  attempts, handler_version, first_failed_at, last_failed_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"#;
 
+/// A reason as the database can store it: PostgreSQL text cannot hold NUL,
+/// and a reason often quotes what a guest said.
+fn storable(reason: &str) -> String {
+    reason.replace('\0', "\u{fffd}")
+}
+
 pub async fn insert(tx: &mut Tx, letter: &DeadLetter<'_>) -> Result<(), DbError> {
     let params = [
         letter.handler.into(),
@@ -81,7 +87,7 @@ pub async fn insert(tx: &mut Tx, letter: &DeadLetter<'_>) -> Result<(), DbError>
         letter.payload.into(),
         headers_json(letter.headers).into(),
         letter.kind.as_str().into(),
-        letter.reason.into(),
+        storable(letter.reason).into(),
         letter.attempts.into(),
         letter.handler_version.into(),
         letter.first_failed_at.into(),
@@ -226,7 +232,7 @@ pub async fn record_failure(db: &Database, id: i64, reason: &str) -> Result<(), 
     let mut tx = db.begin().await?;
     tx.execute(
         "UPDATE dead_letters SET attempts = attempts + 1, last_failed_at = $2, reason = $3 WHERE id = $1",
-        &[id.into(), now_ms().into(), reason.into()],
+        &[id.into(), now_ms().into(), storable(reason).into()],
     )
     .await?;
     tx.commit().await

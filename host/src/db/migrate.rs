@@ -5,11 +5,28 @@
 //! `handler_migrations`; a file that changed after it was applied is an error,
 //! never silently skipped. (The host's tables use sqlx's migrator instead:
 //! sqlx keeps one history table per database, which handlers cannot share.)
+//!
+//! A migration is a team's SQL, so it passes both walls, one statement at a
+//! time: the migration guard (`sandbox::migration`: parsed, allowlisted, cut
+//! into statements) and then the database's own (the handler's role, or
+//! SQLite's allowlist authorizer in migration scope), with a deadline per
+//! statement. What a handler owns is derived from the database after each
+//! statement: its schema on PostgreSQL; on SQLite the tables its statements
+//! created, kept in `handler_tables` (and dropped from it when it drops or
+//! renames them, so a name it gave up is not still reachable).
 
-use super::{Backend, Database, DbError, SqlValue, Tx, handler_role, handler_schema, now_ms};
+use super::{Backend, Database, DbError, SqlValue, Tx, Walls, handler_role, handler_schema, now_ms};
 use crate::sandbox::authorizer::Scope;
+use crate::sandbox::guard::Owned;
+use crate::sandbox::migration;
 use sha2::{Digest, Sha256};
 use std::path::Path;
+use std::time::Duration;
+
+/// How long one statement of a handler's migration may run. Generous (an
+/// index on a large table takes a while), and still bounded: on SQLite a
+/// migration holds the only writer while it runs.
+pub const MIGRATION_STATEMENT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// One of a handler's migrations: `NNNN_description.sql` and its SQL.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -80,10 +97,21 @@ async fn sqlite_tables(tx: &mut Tx) -> Result<Vec<String>, DbError> {
             &[],
         )
         .await?;
-    Ok(rows
-        .into_iter()
+    Ok(strings(rows))
+}
+
+fn strings(rows: Vec<Vec<SqlValue>>) -> Vec<String> {
+    rows.into_iter()
         .filter_map(|r| r.first().and_then(SqlValue::as_str).map(str::to_owned))
-        .collect())
+        .collect()
+}
+
+/// The schema a handler's qualified names may use.
+pub fn own_schema(backend: Backend, handler: &str) -> String {
+    match backend {
+        Backend::Sqlite => "main".to_owned(),
+        Backend::Postgres => handler_schema(handler),
+    }
 }
 
 /// Gives a handler its walls before anything of it runs. PostgreSQL: a role
@@ -119,16 +147,23 @@ pub async fn prepare_handler(db: &Database, handler: &str) -> Result<(), DbError
 
 /// The tables a handler's SQL may touch: what its migrations created.
 pub async fn own_tables(db: &Database, handler: &str) -> Result<Vec<String>, DbError> {
-    let rows = match db.backend() {
+    let mut tx = db.begin().await?;
+    let tables = own_tables_in(&mut tx, handler).await?;
+    tx.commit().await?;
+    Ok(tables)
+}
+
+async fn own_tables_in(tx: &mut Tx, handler: &str) -> Result<Vec<String>, DbError> {
+    let rows = match tx.backend() {
         Backend::Sqlite => {
-            db.query(
+            tx.query(
                 "SELECT table_name FROM handler_tables WHERE handler = $1",
                 &[handler.into()],
             )
             .await?
         }
         Backend::Postgres => {
-            db.query(
+            tx.query(
                 "SELECT tablename::text FROM pg_tables WHERE schemaname = $1
                  UNION SELECT viewname::text FROM pg_views WHERE schemaname = $1",
                 &[handler_schema(handler).into()],
@@ -136,10 +171,7 @@ pub async fn own_tables(db: &Database, handler: &str) -> Result<Vec<String>, DbE
             .await?
         }
     };
-    Ok(rows
-        .into_iter()
-        .filter_map(|r| r.first().and_then(SqlValue::as_str).map(str::to_owned))
-        .collect())
+    Ok(strings(rows))
 }
 
 /// Applies every migration in `dir` that `handler` has not applied yet, each
@@ -157,9 +189,10 @@ pub async fn apply_handler(db: &Database, handler: &str, dir: &Path) -> Result<u
 }
 
 /// Applies `migration` inside `tx` unless `handler` already has it; `false`:
-/// it was already applied. It runs inside the handler's walls (its role, or
-/// the SQLite authorizer in migration mode), so a migration cannot reach the
-/// host's tables either.
+/// it was already applied. Every statement passes the migration guard and
+/// runs inside the handler's walls (see the module docs); a refused or
+/// failing statement fails the whole migration, naming the file and the
+/// statement, and the caller's transaction undoes everything before it.
 pub async fn apply_one(tx: &mut Tx, handler: &str, migration: &Migration) -> Result<bool, DbError> {
     let checksum = format!("{:x}", Sha256::digest(migration.sql.as_bytes()));
     tx.lock_migrations().await?;
@@ -178,26 +211,41 @@ pub async fn apply_one(tx: &mut Tx, handler: &str, migration: &Migration) -> Res
         }
         return Ok(false);
     }
-    let before = sqlite_tables(tx).await?;
-    tx.enter_handler_scope(handler, Scope::Migration).await?;
-    let outcome = tx.execute_script(&migration.sql).await;
-    tx.leave_handler_scope().await?;
-    outcome.map_err(|e| {
+    let file = format!("{}.sql", migration.name);
+    let pieces = migration::split(tx.backend(), &migration.sql).map_err(|refusal| {
         DbError::HandlerMigration(format!(
-            "migration {} of handler {handler} failed: {e}",
-            migration.name
+            "migration {file} of handler {handler} is refused: {refusal}"
         ))
     })?;
-    for table in sqlite_tables(tx)
-        .await?
-        .into_iter()
-        .filter(|t| !before.contains(t))
-    {
-        tx.execute(
-            "INSERT INTO handler_tables (handler, table_name) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-            &[handler.into(), table.into()],
-        )
-        .await?;
+    let schema = own_schema(tx.backend(), handler);
+    let mut own = own_tables_in(tx, handler).await?;
+    for piece in &pieces {
+        migration::check(piece, &Owned::new(&schema, &own)).map_err(|refusal| {
+            DbError::HandlerMigration(format!(
+                "migration {file} of handler {handler} is refused: {refusal}"
+            ))
+        })?;
+        let before = sqlite_tables(tx).await?;
+        let walls = Walls::new(handler, Scope::Migration, &own, MIGRATION_STATEMENT_TIMEOUT);
+        tx.enter_walls(&walls).await?;
+        // A failed statement is returned as is: on PostgreSQL the transaction
+        // is aborted and will be rolled back whole (its LOCAL settings with it);
+        // on SQLite dropping it takes the walls down.
+        tx.migration_execute(&piece.text).await.map_err(|e| {
+            let e = match e {
+                DbError::StatementTimeout => format!(
+                    "it ran longer than {} s and was cancelled",
+                    MIGRATION_STATEMENT_TIMEOUT.as_secs()
+                ),
+                other => other.to_string(),
+            };
+            DbError::HandlerMigration(format!(
+                "migration {file} of handler {handler} failed at `{}`: {e}",
+                short(&piece.text)
+            ))
+        })?;
+        tx.leave_walls().await?;
+        own = record_tables(tx, handler, &own, &before).await?;
     }
     tx.execute(
         "INSERT INTO handler_migrations (handler, version, name, checksum, applied_at) VALUES ($1, $2, $3, $4, $5)",
@@ -206,6 +254,44 @@ pub async fn apply_one(tx: &mut Tx, handler: &str, migration: &Migration) -> Res
     .await?;
     tracing::info!(handler, migration = %migration.name, "applied handler migration");
     Ok(true)
+}
+
+/// After one statement: what the handler owns now. On SQLite the tables and
+/// views that appeared are the handler's and those that vanished (dropped,
+/// renamed) no longer are, in `handler_tables` too. PostgreSQL: its schema.
+async fn record_tables(
+    tx: &mut Tx,
+    handler: &str,
+    own: &[String],
+    before: &[String],
+) -> Result<Vec<String>, DbError> {
+    if tx.backend() == Backend::Postgres {
+        return own_tables_in(tx, handler).await;
+    }
+    let after = sqlite_tables(tx).await?;
+    for gone in own.iter().filter(|t| !after.contains(t)) {
+        tx.execute(
+            "DELETE FROM handler_tables WHERE handler = $1 AND table_name = $2",
+            &[handler.into(), gone.as_str().into()],
+        )
+        .await?;
+    }
+    for table in after.iter().filter(|t| !before.contains(t)) {
+        tx.execute(
+            "INSERT INTO handler_tables (handler, table_name) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+            &[handler.into(), table.as_str().into()],
+        )
+        .await?;
+    }
+    own_tables_in(tx, handler).await
+}
+
+fn short(text: &str) -> String {
+    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match one_line.char_indices().nth(160) {
+        Some((cut, _)) => format!("{}...", &one_line[..cut]),
+        None => one_line,
+    }
 }
 
 #[cfg(test)]
@@ -238,40 +324,165 @@ mod tests {
         assert!(err.to_string().contains("changed after it was applied"), "{err}");
     }
 
-    /// Regression: a trigger planted by a migration on the handler's own
-    /// table must not let the handler's statements reach the host's tables.
+    fn migration(file: &str, sql: &str) -> Migration {
+        Migration::new(file, sql.to_owned()).unwrap()
+    }
+
+    async fn apply(db: &Database, handler: &str, m: &Migration) -> Result<bool, DbError> {
+        let mut tx = db.begin_immediate().await?;
+        let applied = apply_one(&mut tx, handler, m).await?;
+        tx.commit().await?;
+        Ok(applied)
+    }
+
+    /// Regression: a migration planted a trigger on a host table (and the
+    /// migration's other statements ran as one unguarded script).
     #[tokio::test]
-    async fn a_planted_trigger_cannot_reach_the_host_tables() {
+    async fn code_a_migration_would_plant_is_refused_and_nothing_changes() {
         let db = memory_db().await;
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(
-            dir.path().join("0001_sneaky.sql"),
-            "CREATE TABLE t (a TEXT); CREATE TRIGGER x AFTER INSERT ON t BEGIN DELETE FROM offsets; END;",
-        )
-        .unwrap();
-        // SQLite checks a trigger's body when a statement that fires it is prepared.
-        if apply_handler(&db, "h", dir.path()).await.is_err() {
-            return;
+        for (file, sql, because) in [
+            (
+                "0001_sneaky.sql",
+                "CREATE TABLE t (a TEXT); CREATE TRIGGER x AFTER INSERT ON handlers BEGIN DELETE FROM offsets; END;",
+                "",
+            ),
+            (
+                "0001_copy.sql",
+                "CREATE TABLE t (a TEXT); CREATE TABLE loot AS SELECT * FROM handler_deployments;",
+                "host's tables",
+            ),
+            (
+                "0001_drop.sql",
+                "CREATE TABLE t (a TEXT); DROP TABLE handler_deployments;",
+                "host's tables",
+            ),
+            (
+                "0001_seq.sql",
+                "CREATE TABLE t (a TEXT); INSERT INTO sqlite_sequence VALUES ('x', 1);",
+                "host's tables",
+            ),
+            (
+                "0001_attach.sql",
+                "CREATE TABLE t (a TEXT); ATTACH DATABASE '/tmp/x.db' AS x;",
+                "refused",
+            ),
+        ] {
+            let err = apply(&db, "h", &migration(file, sql))
+                .await
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(file) && err.contains("refused") && err.contains(because),
+                "{file}: {err}"
+            );
+            assert!(
+                db.query("SELECT * FROM t", &[]).await.is_err(),
+                "{file}: nothing of it stays"
+            );
+            assert!(own_tables(&db, "h").await.unwrap().is_empty());
         }
+        assert_eq!(
+            crate::db::audit::planted_code(&db).await.unwrap(),
+            Vec::<String>::new()
+        );
+        db.query("SELECT * FROM handler_deployments", &[]).await.unwrap();
+    }
+
+    /// SQLite has one namespace: a handler reaches only what its own
+    /// migrations created, and a name it dropped is no longer its.
+    #[tokio::test]
+    async fn handlers_own_only_what_they_created_and_keep_nothing_they_dropped() {
+        let db = memory_db().await;
+        apply(
+            &db,
+            "a",
+            &migration(
+                "0001_a.sql",
+                "CREATE TABLE shared_name (x TEXT); CREATE TABLE kept (x TEXT);",
+            ),
+        )
+        .await
+        .unwrap();
+        let err = apply(
+            &db,
+            "b",
+            &migration("0001_b.sql", "CREATE TABLE mine (x TEXT); DELETE FROM kept;"),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("not one of this handler's tables"),
+            "{err}"
+        );
+        apply(
+            &db,
+            "a",
+            &migration(
+                "0002_a.sql",
+                "DROP TABLE shared_name; ALTER TABLE kept RENAME TO renamed;",
+            ),
+        )
+        .await
+        .unwrap();
+        let mut a = own_tables(&db, "a").await.unwrap();
+        a.sort();
+        assert_eq!(a, ["renamed"]);
+        apply(
+            &db,
+            "b",
+            &migration("0001_b.sql", "CREATE TABLE shared_name (x TEXT);"),
+        )
+        .await
+        .unwrap();
+        assert_eq!(own_tables(&db, "b").await.unwrap(), ["shared_name"]);
+        // The second wall on its own: handler a's walls refuse b's table.
         let mut tx = db.begin().await.unwrap();
-        let advance = crate::db::offsets::Advance {
-            handler: "h",
-            topic: "t",
-            partition: 0,
-            expected: None,
-            next_offset: 5,
-            records: 5,
-        };
-        crate::db::offsets::advance(&mut tx, &advance).await.unwrap();
-        tx.enter_handler_scope("h", Scope::Guest).await.unwrap();
+        let walls = Walls::load(&db, "a", Duration::from_secs(5)).await.unwrap();
+        tx.enter_walls(&walls).await.unwrap();
         let err = tx
-            .guest_execute("INSERT INTO t (a) VALUES ('x')", &[])
+            .guest_execute("DELETE FROM shared_name", &[])
             .await
             .unwrap_err();
-        tx.leave_handler_scope().await.unwrap();
         assert!(err.to_string().contains("not authorized"), "{err}");
+        tx.guest_execute("DELETE FROM renamed", &[]).await.unwrap();
+        tx.leave_walls().await.unwrap();
         tx.commit().await.unwrap();
-        assert_eq!(crate::db::offsets::load(&db, "h", "t", 0).await.unwrap(), Some(5));
+    }
+
+    /// A statement that never ends is stopped at the walls' deadline, and the
+    /// connection is fine afterwards.
+    #[tokio::test]
+    async fn an_endless_statement_is_interrupted_at_the_deadline() {
+        let db = memory_db().await;
+        apply(&db, "h", &migration("0001.sql", "CREATE TABLE t (a INTEGER);"))
+            .await
+            .unwrap();
+        let mut tx = db.begin().await.unwrap();
+        let walls = Walls::new("h", Scope::Guest, &["t".to_owned()], Duration::from_millis(200));
+        tx.enter_walls(&walls).await.unwrap();
+        tx.set_ctes(["n".to_owned()].into());
+        let started = std::time::Instant::now();
+        let err = tx
+            .guest_query(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n",
+                &[],
+                10,
+                1 << 20,
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(err, DbError::StatementTimeout), "{err}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        tx.guest_execute("INSERT INTO t (a) VALUES (1)", &[])
+            .await
+            .unwrap();
+        tx.leave_walls().await.unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(db.query_i64("SELECT COUNT(*) FROM t", &[]).await.unwrap(), 1);
     }
 
     #[tokio::test]

@@ -6,6 +6,7 @@
 //! `&mut Tx`, so the pipeline decides what shares a transaction. Nothing here
 //! decides policy: errors go back to the caller, who retries or fails.
 
+pub mod audit;
 pub mod dead_letters;
 pub mod inbox;
 pub mod invariants;
@@ -15,9 +16,11 @@ pub mod outbox;
 pub mod partitions;
 mod tx;
 mod value;
+mod walls;
 
 pub use tx::Tx;
 pub use value::{DecodeError, SqlValue, UnsupportedColumn};
+pub use walls::{HOST_SEARCH_PATH, Walls};
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
@@ -46,6 +49,11 @@ pub enum DbError {
     HandlerMigration(String),
     #[error("limits.max_rows: the query returned more than {limit} rows")]
     TooManyRows { limit: usize },
+    #[error("limits.max_result_bytes: the query returned more than {limit} bytes")]
+    ResultTooLarge { limit: usize },
+    /// The database stopped a handler's statement at its walls' deadline.
+    #[error("the statement was still running at its deadline and was cancelled")]
+    StatementTimeout,
     /// Only ever seen by a handler run that the pipeline then discards
     /// (see `Tx::set_statement_savepoints`).
     #[error("an earlier statement of this call failed, so this one was not run")]
@@ -57,22 +65,36 @@ impl DbError {
     /// out); false for errors in the statement itself.
     pub fn is_transient(&self) -> bool {
         match self {
+            DbError::Sqlx(sqlx::Error::Protocol(_)) => true,
+            DbError::Sqlx(sqlx::Error::Database(db)) => {
+                // SQLITE_BUSY / SQLITE_LOCKED, PostgreSQL class 40 (serialization), 53 (resources).
+                let code = db.code().unwrap_or_default();
+                matches!(code.as_ref(), "5" | "6" | "517" | "261")
+                    || code.starts_with("40")
+                    || code.starts_with("53")
+                    || self.is_connection_failure()
+            }
+            _ => self.is_connection_failure(),
+        }
+    }
+
+    /// True when the database itself failed (the connection broke, the
+    /// server shuts down, the pool is gone): nothing a statement's text or
+    /// parameters can cause. Only these are the host's to retry when they
+    /// happen under a guest's statement; every other error there is the
+    /// guest's, counted against its attempts.
+    pub fn is_connection_failure(&self) -> bool {
+        match self {
             DbError::Sqlx(e) => match e {
                 sqlx::Error::Io(_)
                 | sqlx::Error::PoolTimedOut
                 | sqlx::Error::PoolClosed
                 | sqlx::Error::WorkerCrashed
-                | sqlx::Error::Protocol(_)
                 | sqlx::Error::Tls(_) => true,
                 sqlx::Error::Database(db) => {
-                    // SQLITE_BUSY / SQLITE_LOCKED, PostgreSQL class 08 (connection),
-                    // 40 (serialization), 53 (resources), 57P (shutdown).
                     let code = db.code().unwrap_or_default();
-                    matches!(code.as_ref(), "5" | "6" | "517" | "261")
-                        || code.starts_with("08")
-                        || code.starts_with("40")
-                        || code.starts_with("53")
-                        || code.starts_with("57P")
+                    // PostgreSQL class 08 (connection) and 57P (shutdown, crash).
+                    code.starts_with("08") || code.starts_with("57P")
                 }
                 _ => false,
             },
@@ -96,8 +118,9 @@ enum Pool {
     Postgres(PgPool),
 }
 
-/// The PostgreSQL schema of the host's own tables. Host connections use it as
-/// their `search_path`, so host SQL is the same text on both backends.
+/// The PostgreSQL schema of the host's own tables. Host connections put it
+/// first on their `search_path` ([`HOST_SEARCH_PATH`]), so host SQL is the
+/// same text on both backends.
 pub const HOST_SCHEMA: &str = "inboxd";
 
 /// The PostgreSQL schema of a handler's own tables. Handler names are
@@ -138,14 +161,15 @@ impl Database {
             let pool = SqlitePoolOptions::new()
                 .max_connections(max_connections)
                 .acquire_timeout(ACQUIRE_TIMEOUT)
-                // The authorizer is per connection, not per transaction: make
-                // sure no connection leaves a failed guest call still wearing it.
-                .before_acquire(|conn, _| {
+                // Every connection gets the second wall (the allowlist
+                // authorizer) and the statement deadline once, when it opens;
+                // they stay inert until a handler's walls go up.
+                .after_connect(|conn, _| {
                     Box::pin(async move {
                         let mut handle = conn.lock_handle().await?;
                         // SAFETY: the locked handle is ours alone while it lives.
-                        unsafe { crate::sandbox::authorizer::set(handle.as_raw_handle().as_ptr(), None) };
-                        Ok(true)
+                        unsafe { crate::sandbox::authorizer::install(handle.as_raw_handle().as_ptr()) };
+                        Ok(())
                     })
                 })
                 .connect_with(options)
@@ -154,7 +178,7 @@ impl Database {
         } else {
             let options = PgConnectOptions::from_str(url)?
                 .application_name("inboxd")
-                .options([("search_path", HOST_SCHEMA)]);
+                .options([("search_path", HOST_SEARCH_PATH)]);
             let pool = PgPoolOptions::new()
                 .max_connections(max_connections)
                 .acquire_timeout(ACQUIRE_TIMEOUT)

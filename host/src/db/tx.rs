@@ -5,10 +5,12 @@
 //! guest's statements land in it and in nothing else.
 
 use super::value::{bind_postgres, bind_sqlite, decode_postgres, decode_sqlite};
-use super::{Backend, DbError, HOST_SCHEMA, SqlValue, handler_role, handler_schema};
-use crate::sandbox::authorizer::{self, Scope};
+use super::walls::{PG_LEAVE, Walls};
+use super::{Backend, DbError, SqlValue};
+use crate::sandbox::authorizer::{self, ConnectionWalls};
 use futures_util::TryStreamExt;
 use sqlx::{Postgres, Sqlite, Transaction};
+use std::time::Instant;
 use tokio::sync::OwnedSemaphorePermit;
 
 /// Wraps each guest statement on PostgreSQL, where a failed statement would
@@ -18,22 +20,39 @@ const STATEMENT_SAVEPOINT: &str = "inboxd_statement";
 /// See [`Tx::exit_guest`].
 struct Lingering {
     savepoint: &'static str,
-    handler: String,
+    walls: Walls,
 }
 
 pub struct Tx {
+    /// Declared first so it drops first: a transaction dropped with a
+    /// handler's walls still up (an error path) takes them down before sqlx
+    /// rolls it back on the same connection.
+    sqlite_walls: SqliteWalls,
     inner: Inner,
     /// PostgreSQL: wrap each guest statement in a savepoint (the default). Off
     /// for a handler's first run of an event: see [`Tx::set_statement_savepoints`].
     statement_savepoints: bool,
     /// A guest statement failed while `statement_savepoints` was off.
     statement_failed: bool,
-    /// The handler whose call is running (between `enter_guest` and `exit_guest`).
-    in_guest: Option<String>,
+    /// The walls of the call that is running (between `enter_guest` and `exit_guest`).
+    in_guest: Option<Walls>,
     /// A successful guest call whose walls and savepoint are still up.
     lingering: Option<Lingering>,
     /// The SQLite writer slot this transaction holds, if any; released when it ends.
     _writer: Option<OwnedSemaphorePermit>,
+}
+
+/// The SQLite connection's walls, found once per transaction (see
+/// `sandbox::authorizer`); taken down when the transaction is dropped.
+#[derive(Default)]
+struct SqliteWalls(Option<&'static ConnectionWalls>);
+
+impl Drop for SqliteWalls {
+    fn drop(&mut self) {
+        if let Some(walls) = self.0 {
+            walls.leave();
+        }
+    }
 }
 
 enum Inner {
@@ -44,6 +63,7 @@ enum Inner {
 impl Tx {
     pub(super) fn sqlite(tx: Transaction<'static, Sqlite>) -> Self {
         Self {
+            sqlite_walls: SqliteWalls::default(),
             inner: Inner::Sqlite(tx),
             statement_savepoints: true,
             statement_failed: false,
@@ -55,6 +75,7 @@ impl Tx {
 
     pub(super) fn postgres(tx: Transaction<'static, Postgres>) -> Self {
         Self {
+            sqlite_walls: SqliteWalls::default(),
             inner: Inner::Postgres(tx),
             statement_savepoints: true,
             statement_failed: false,
@@ -85,46 +106,90 @@ impl Tx {
     /// Runs one of the host's statements and returns every row it produced.
     pub async fn query(&mut self, sql: &str, params: &[SqlValue]) -> Result<Vec<Vec<SqlValue>>, DbError> {
         self.leave_lingering().await?;
-        self.fetch(sql, params, usize::MAX, true).await
+        let unbounded = Bound {
+            rows: usize::MAX,
+            bytes: usize::MAX,
+        };
+        self.fetch(sql, params, unbounded, true).await
     }
 
-    /// Runs a guest's statement. On SQLite never from the statement cache,
-    /// because the authorizer (the second wall) judges a statement when it is
-    /// prepared. On PostgreSQL it is prepared once per connection and cached:
-    /// privileges are checked at every execution and a plan is re-made when
-    /// the search path (the handler's schema) differs. On PostgreSQL it runs
-    /// inside a savepoint, so a failure leaves the transaction usable, as it
-    /// does on SQLite.
+    /// Runs a guest's statement, inside the walls [`Tx::enter_guest`] put up.
+    /// On SQLite never from the statement cache, because the authorizer (the
+    /// second wall) judges a statement when it is prepared. On PostgreSQL it
+    /// is prepared once per connection and cached: privileges are checked at
+    /// every execution and a plan is re-made when the search path (the
+    /// handler's schema) differs. On PostgreSQL it runs inside a savepoint, so
+    /// a failure leaves the transaction usable, as it does on SQLite. A
+    /// statement still running at the walls' deadline is cancelled by the
+    /// database ([`DbError::StatementTimeout`]).
     pub async fn guest_execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, DbError> {
         if self.optimistic()? {
             let result = self.run(sql, params, true).await;
+            let result = self.deadline_error(result);
             self.statement_failed = result.is_err();
             return result;
         }
         self.statement_savepoint().await?;
         let result = self.run(sql, params, self.caches_guest_statements()).await;
+        let result = self.deadline_error(result);
         self.end_statement_savepoint(result.is_ok()).await?;
         result
     }
 
-    /// As [`Tx::guest_execute`], returning rows; more than `max_rows` is [`DbError::TooManyRows`].
+    /// As [`Tx::guest_execute`], returning rows; more than `max_rows` rows is
+    /// [`DbError::TooManyRows`], more than `max_bytes` of values [`DbError::ResultTooLarge`].
     pub async fn guest_query(
         &mut self,
         sql: &str,
         params: &[SqlValue],
         max_rows: usize,
+        max_bytes: usize,
     ) -> Result<Vec<Vec<SqlValue>>, DbError> {
+        let bound = Bound {
+            rows: max_rows,
+            bytes: max_bytes,
+        };
         if self.optimistic()? {
-            let result = self.fetch(sql, params, max_rows, true).await;
+            let result = self.fetch(sql, params, bound, true).await;
+            let result = self.deadline_error(result);
             self.statement_failed = result.is_err();
             return result;
         }
         self.statement_savepoint().await?;
         let result = self
-            .fetch(sql, params, max_rows, self.caches_guest_statements())
+            .fetch(sql, params, bound, self.caches_guest_statements())
             .await;
+        let result = self.deadline_error(result);
         self.end_statement_savepoint(result.is_ok()).await?;
         result
+    }
+
+    /// Runs one statement of a handler's migration, inside the walls
+    /// [`Tx::enter_walls`] put up (migration scope). Never cached.
+    pub async fn migration_execute(&mut self, sql: &str) -> Result<u64, DbError> {
+        let result = self.run(sql, &[], false).await;
+        self.deadline_error(result)
+    }
+
+    /// A statement the database stopped at the walls' deadline becomes
+    /// [`DbError::StatementTimeout`], whatever the driver called it.
+    fn deadline_error<T>(&self, result: Result<T, DbError>) -> Result<T, DbError> {
+        let Err(error) = result else { return result };
+        let interrupted = self.sqlite_walls.0.is_some_and(|w| w.take_interrupted());
+        let cancelled = matches!(&error, DbError::Sqlx(sqlx::Error::Database(db))
+            if db.code().as_deref() == Some("57014"));
+        if interrupted || cancelled {
+            return Err(DbError::StatementTimeout);
+        }
+        Err(error)
+    }
+
+    /// The CTE names of the guest statement about to run, as the statement
+    /// guard found them: SQLite's authorizer sees a CTE's reads under its name.
+    pub fn set_ctes(&mut self, ctes: crate::sandbox::guard::Ctes) {
+        if let Some(walls) = self.sqlite_walls.0 {
+            walls.set_ctes(ctes);
+        }
     }
 
     /// Turns the per-statement savepoints of guest statements off (`false`)
@@ -198,44 +263,48 @@ impl Tx {
         &mut self,
         sql: &str,
         params: &[SqlValue],
-        max_rows: usize,
+        bound: Bound,
         persistent: bool,
     ) -> Result<Vec<Vec<SqlValue>>, DbError> {
         let mut rows = Vec::new();
-        // Rows are decoded as they stream in, so an oversized result stops at
-        // the limit instead of being buffered whole.
+        let mut bytes = 0;
+        // Rows are decoded one at a time as they stream in, and counted
+        // before they are kept, so an oversized result stops at its bound
+        // instead of being buffered whole.
+        let mut keep = |row: Vec<SqlValue>| -> Result<(), DbError> {
+            if rows.len() == bound.rows {
+                return Err(DbError::TooManyRows { limit: bound.rows });
+            }
+            bytes += row.iter().map(SqlValue::size).sum::<usize>();
+            if bytes > bound.bytes {
+                return Err(DbError::ResultTooLarge { limit: bound.bytes });
+            }
+            rows.push(row);
+            Ok(())
+        };
         match &mut self.inner {
             Inner::Sqlite(tx) => {
                 let query = bind_sqlite(sqlx::query(sql), params).persistent(persistent);
                 let mut stream = query.fetch(&mut **tx);
                 while let Some(row) = stream.try_next().await? {
-                    if rows.len() == max_rows {
-                        return Err(DbError::TooManyRows { limit: max_rows });
-                    }
-                    rows.push(decode_sqlite(&row)?);
+                    keep(decode_sqlite(&row)?)?;
                 }
             }
             Inner::Postgres(tx) => {
                 let query = bind_postgres(sqlx::query(sql), params).persistent(persistent);
                 let mut stream = query.fetch(&mut **tx);
                 while let Some(row) = stream.try_next().await? {
-                    if rows.len() == max_rows {
-                        return Err(DbError::TooManyRows { limit: max_rows });
-                    }
-                    rows.push(decode_postgres(&row)?);
+                    keep(decode_postgres(&row)?)?;
                 }
             }
         }
         Ok(rows)
     }
 
-    /// Runs a script of several statements without parameters (migrations only).
-    pub async fn execute_script(&mut self, sql: &str) -> Result<(), DbError> {
-        self.leave_lingering().await?;
+    /// Runs several of the host's own statements in one round trip (the
+    /// simple query protocol; no parameters). The text is the host's, never a guest's.
+    async fn execute_many(&mut self, sql: &str) -> Result<(), DbError> {
         match &mut self.inner {
-            // `Executor::execute` on a bare `&str` runs every statement of the
-            // text (simple query protocol); unlike `raw_sql`, its future is
-            // `Send` for any lifetime, so it can run inside a spawned task.
             Inner::Sqlite(tx) => {
                 sqlx::Executor::execute(&mut **tx, sql).await?;
             }
@@ -276,60 +345,81 @@ impl Tx {
         Ok(())
     }
 
-    /// Enters the handler's walls for its SQL. PostgreSQL: its schema as the
-    /// search path and its role (which cannot see the host's schema), both
-    /// `LOCAL`, so they end with the transaction or at `ROLLBACK TO` a savepoint
-    /// taken before. SQLite: the authorizer, until [`Tx::leave_handler_scope`].
-    pub async fn enter_handler_scope(&mut self, handler: &str, scope: Scope) -> Result<(), DbError> {
-        match &mut self.inner {
-            Inner::Postgres(_) => {
-                let params = [handler_schema(handler).into(), handler_role(handler).into()];
-                self.execute(
-                    "SELECT set_config('search_path', $1, true), set_config('role', $2, true)",
-                    &params,
-                )
-                .await?;
-            }
-            Inner::Sqlite(tx) => {
-                let mut handle = tx.lock_handle().await?;
-                // SAFETY: the handle is locked for us, so no other thread uses the connection.
-                unsafe { authorizer::set(handle.as_raw_handle().as_ptr(), Some(scope)) };
+    /// The SQLite connection's walls (one trip to sqlx's worker, once per transaction).
+    async fn connection_walls(&mut self) -> Result<&'static ConnectionWalls, DbError> {
+        if let Some(walls) = self.sqlite_walls.0 {
+            return Ok(walls);
+        }
+        let Inner::Sqlite(tx) = &mut self.inner else {
+            unreachable!("only SQLite connections have authorizer walls");
+        };
+        let mut handle = tx.lock_handle().await?;
+        let walls = authorizer::walls_of(handle.as_raw_handle().as_ptr()).ok_or_else(|| {
+            DbError::Sqlx(sqlx::Error::Protocol(
+                "this SQLite connection has no walls installed (it was not opened by Database::connect)"
+                    .into(),
+            ))
+        })?;
+        self.sqlite_walls.0 = Some(walls);
+        Ok(walls)
+    }
+
+    /// Puts a handler's walls up for its SQL until [`Tx::leave_walls`]: on
+    /// PostgreSQL its role, search path and statement timeout, all `LOCAL`;
+    /// on SQLite its allowlist and a deadline `statement_timeout` from now.
+    pub async fn enter_walls(&mut self, walls: &Walls) -> Result<(), DbError> {
+        self.leave_lingering().await?;
+        match self.backend() {
+            Backend::Postgres => self.execute_many(&walls.pg_enter()).await,
+            Backend::Sqlite => {
+                let connection = self.connection_walls().await?;
+                connection.enter(walls.policy(), Instant::now() + walls.statement_timeout());
+                Ok(())
             }
         }
-        Ok(())
+    }
+
+    /// Takes the walls of [`Tx::enter_walls`] down; always called after the
+    /// handler's SQL, whatever happened.
+    pub async fn leave_walls(&mut self) -> Result<(), DbError> {
+        match self.backend() {
+            Backend::Postgres => self.execute_many(PG_LEAVE).await,
+            Backend::Sqlite => {
+                if let Some(connection) = self.sqlite_walls.0 {
+                    connection.leave();
+                }
+                Ok(())
+            }
+        }
     }
 
     /// Starts a guest call: `SAVEPOINT savepoint`, then the handler's walls
-    /// (as [`Tx::enter_handler_scope`]). On PostgreSQL both go in one round
-    /// trip; the names spliced in are the host's constants and validated
-    /// handler names (`config::is_identifier`), never guest input. Right after
-    /// a successful call of the same handler (see [`Tx::exit_guest`]) the
-    /// walls are still up, and only the savepoint is renewed.
-    pub async fn enter_guest(&mut self, savepoint: &'static str, handler: &str) -> Result<(), DbError> {
+    /// (as [`Tx::enter_walls`]). On PostgreSQL both go in one round trip; the
+    /// names spliced in are the host's constants and validated handler names
+    /// (`config::is_identifier`), never guest input. Right after a successful
+    /// call of the same handler (see [`Tx::exit_guest`]) the walls are still
+    /// up, and only the savepoint (and on SQLite the deadline) is renewed.
+    pub async fn enter_guest(&mut self, savepoint: &'static str, walls: &Walls) -> Result<(), DbError> {
         if let Some(open) = self.lingering.take() {
-            if open.savepoint == savepoint && open.handler == handler {
-                self.renew_savepoint(savepoint).await?;
-                self.in_guest = Some(open.handler);
+            if open.savepoint == savepoint && open.walls.handler() == walls.handler() {
+                self.renew_savepoint(savepoint, walls).await?;
+                self.in_guest = Some(walls.clone());
                 return Ok(());
             }
             self.lingering = Some(open);
             self.leave_lingering().await?;
         }
-        match &mut self.inner {
-            Inner::Postgres(tx) => {
-                let sql = format!(
-                    "SAVEPOINT {savepoint}; SELECT set_config('search_path', '{}', true), set_config('role', '{}', true)",
-                    handler_schema(handler),
-                    handler_role(handler)
-                );
-                sqlx::Executor::execute(&mut **tx, sql.as_str()).await?;
+        match self.backend() {
+            Backend::Postgres => {
+                let sql = format!("SAVEPOINT {savepoint}; {}", walls.pg_enter());
+                self.execute_many(&sql).await?;
             }
-            Inner::Sqlite(_) => {
+            Backend::Sqlite => {
                 self.savepoint(savepoint).await?;
-                self.enter_handler_scope(handler, Scope::Guest).await?;
+                self.enter_walls(walls).await?;
             }
         }
-        self.in_guest = Some(handler.to_owned());
+        self.in_guest = Some(walls.clone());
         Ok(())
     }
 
@@ -346,25 +436,23 @@ impl Tx {
     /// events that saves a round trip per event, and no host statement ever
     /// runs inside the walls.
     pub async fn exit_guest(&mut self, savepoint: &'static str, succeeded: bool) -> Result<(), DbError> {
-        let handler = self.in_guest.take().unwrap_or_default();
+        let Some(walls) = self.in_guest.take() else {
+            return Ok(());
+        };
         if succeeded {
-            self.lingering = Some(Lingering { savepoint, handler });
+            self.lingering = Some(Lingering { savepoint, walls });
             return Ok(());
         }
-        match &mut self.inner {
+        match self.backend() {
             // The walls are left explicitly, not by the rollback: after a
             // renewed savepoint they were put up before it, and a rollback to
             // it would leave them standing.
-            Inner::Postgres(tx) => {
-                let sql = format!(
-                    "ROLLBACK TO SAVEPOINT {savepoint}; \
-                     SELECT set_config('role', 'none', true), set_config('search_path', '{HOST_SCHEMA}', true)"
-                );
-                sqlx::Executor::execute(&mut **tx, sql.as_str()).await?;
-                Ok(())
+            Backend::Postgres => {
+                self.execute_many(&format!("ROLLBACK TO SAVEPOINT {savepoint}; {PG_LEAVE}"))
+                    .await
             }
-            Inner::Sqlite(_) => {
-                self.leave_handler_scope().await?;
+            Backend::Sqlite => {
+                self.leave_walls().await?;
                 self.rollback_to(savepoint).await
             }
         }
@@ -372,26 +460,17 @@ impl Tx {
 
     /// Between two successful calls of one handler: keep the first one's work
     /// and open a savepoint for the next, inside the same walls.
-    async fn renew_savepoint(&mut self, savepoint: &'static str) -> Result<(), DbError> {
+    async fn renew_savepoint(&mut self, savepoint: &'static str, walls: &Walls) -> Result<(), DbError> {
         let sql = format!("RELEASE SAVEPOINT {savepoint}; SAVEPOINT {savepoint}");
-        match &mut self.inner {
-            Inner::Postgres(tx) => {
-                sqlx::Executor::execute(&mut **tx, sql.as_str()).await?;
-            }
-            Inner::Sqlite(tx) => {
+        match self.backend() {
+            Backend::Postgres => self.execute_many(&sql).await,
+            Backend::Sqlite => {
                 // The authorizer would refuse the savepoint statements.
-                let mut handle = tx.lock_handle().await?;
-                let raw = handle.as_raw_handle().as_ptr();
-                // SAFETY: the handle is locked for us, so no other thread uses the connection.
-                unsafe { authorizer::set(raw, None) };
-                drop(handle);
-                sqlx::Executor::execute(&mut **tx, sql.as_str()).await?;
-                let mut handle = tx.lock_handle().await?;
-                // SAFETY: as above.
-                unsafe { authorizer::set(handle.as_raw_handle().as_ptr(), Some(Scope::Guest)) };
+                self.leave_walls().await?;
+                self.execute_many(&sql).await?;
+                self.enter_walls(walls).await
             }
         }
-        Ok(())
     }
 
     /// Leaves the walls of a successful guest call that is still lingering,
@@ -401,47 +480,22 @@ impl Tx {
             return Ok(());
         };
         let savepoint = open.savepoint;
-        match &mut self.inner {
-            Inner::Postgres(tx) => {
-                let sql = format!(
-                    "SELECT set_config('role', 'none', true), set_config('search_path', '{HOST_SCHEMA}', true); \
-                     RELEASE SAVEPOINT {savepoint}"
-                );
-                sqlx::Executor::execute(&mut **tx, sql.as_str()).await?;
+        match self.backend() {
+            Backend::Postgres => {
+                self.execute_many(&format!("{PG_LEAVE}; RELEASE SAVEPOINT {savepoint}"))
+                    .await
             }
-            Inner::Sqlite(tx) => {
-                {
-                    let mut handle = tx.lock_handle().await?;
-                    // SAFETY: the handle is locked for us, so no other thread uses the connection.
-                    unsafe { authorizer::set(handle.as_raw_handle().as_ptr(), None) };
-                }
-                let sql = format!("RELEASE SAVEPOINT {savepoint}");
-                sqlx::Executor::execute(&mut **tx, sql.as_str()).await?;
+            Backend::Sqlite => {
+                self.leave_walls().await?;
+                self.execute_many(&format!("RELEASE SAVEPOINT {savepoint}")).await
             }
         }
-        Ok(())
     }
 
-    /// Leaves the handler's walls; always called after its SQL, whatever happened.
-    pub async fn leave_handler_scope(&mut self) -> Result<(), DbError> {
-        match &mut self.inner {
-            Inner::Postgres(_) => {
-                self.execute(
-                    "SELECT set_config('role', 'none', true), set_config('search_path', $1, true)",
-                    &[HOST_SCHEMA.into()],
-                )
-                .await?;
-            }
-            Inner::Sqlite(tx) => {
-                let mut handle = tx.lock_handle().await?;
-                // SAFETY: as in enter_handler_scope.
-                unsafe { authorizer::set(handle.as_raw_handle().as_ptr(), None) };
-            }
-        }
-        Ok(())
-    }
-
-    pub async fn commit(self) -> Result<(), DbError> {
+    pub async fn commit(mut self) -> Result<(), DbError> {
+        // A call still lingering in its walls: its savepoint is released and
+        // the walls come down (SQLite's authorizer would refuse the COMMIT).
+        self.leave_lingering().await?;
         match self.inner {
             Inner::Sqlite(tx) => tx.commit().await?,
             Inner::Postgres(tx) => tx.commit().await?,
@@ -450,10 +504,20 @@ impl Tx {
     }
 
     pub async fn rollback(self) -> Result<(), DbError> {
+        if let Some(walls) = self.sqlite_walls.0 {
+            walls.leave();
+        }
         match self.inner {
             Inner::Sqlite(tx) => tx.rollback().await?,
             Inner::Postgres(tx) => tx.rollback().await?,
         }
         Ok(())
     }
+}
+
+/// How much one guest query may return.
+#[derive(Debug, Clone, Copy)]
+struct Bound {
+    rows: usize,
+    bytes: usize,
 }

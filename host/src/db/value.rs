@@ -24,6 +24,16 @@ pub enum SqlValue {
 }
 
 impl SqlValue {
+    /// Bytes the value takes in a result: its text or blob, 8 for numbers.
+    pub fn size(&self) -> usize {
+        match self {
+            SqlValue::Null | SqlValue::Boolean(_) => 1,
+            SqlValue::Int64(_) | SqlValue::Float64(_) => 8,
+            SqlValue::Text(v) => v.len(),
+            SqlValue::Blob(v) => v.len(),
+        }
+    }
+
     pub fn as_i64(&self) -> Option<i64> {
         match self {
             SqlValue::Int64(v) => Some(*v),

@@ -283,7 +283,7 @@ impl Pipeline {
             return Ok((tx, Step::TooLarge(park)));
         }
         let mut tx = tx;
-        tx.enter_guest(GUEST_SAVEPOINT, claim.handler).await?;
+        tx.enter_guest(GUEST_SAVEPOINT, self.handler.walls()).await?;
         tx.set_statement_savepoints(false);
         let started = std::time::Instant::now();
         let mut invocation = self.handler.invoke(tx, record, claim.event_id, attempt).await;
@@ -291,10 +291,12 @@ impl Pipeline {
         let Some(mut tx) = invocation.tx.take() else {
             return Err(PipelineError::LostTransaction);
         };
-        if tx.take_statement_failed() && invocation.host_error.is_none() {
+        let out_of_time = matches!(invocation.result, Err(GuestFailure::Limit(_)));
+        if tx.take_statement_failed() && invocation.host_error.is_none() && !out_of_time {
             // A statement failed without its own savepoint, which aborts the
             // transaction on PostgreSQL: undo the call and run it again with
-            // one, as if it had been that way from the start.
+            // one, as if it had been that way from the start. (Not after a
+            // limit: the same call would only run into it again.)
             tracing::debug!(
                 handler = claim.handler,
                 event_id = claim.event_id,
@@ -302,7 +304,7 @@ impl Pipeline {
             );
             tx.exit_guest(GUEST_SAVEPOINT, false).await?;
             tx.release(GUEST_SAVEPOINT).await?;
-            tx.enter_guest(GUEST_SAVEPOINT, claim.handler).await?;
+            tx.enter_guest(GUEST_SAVEPOINT, self.handler.walls()).await?;
             tx.set_statement_savepoints(true);
             invocation = self.handler.invoke(tx, record, claim.event_id, attempt).await;
             tx = invocation.tx.take().ok_or(PipelineError::LostTransaction)?;

@@ -2,10 +2,11 @@
 
 use super::store;
 use crate::config::HandlerConfig;
-use crate::db::{Backend, Database, DbError, handler_schema, migrate};
+use crate::db::{Database, DbError, Walls, migrate};
 use crate::host::StartError;
 use crate::pipeline::Version;
 use crate::sandbox::Guard;
+use crate::sandbox::authorizer::Scope;
 use crate::wasm::{HandlerComponent, Limits, Reuse, WasmEngine};
 use std::sync::Arc;
 
@@ -26,10 +27,7 @@ pub async fn load_handler(
     let own_tables = migrate::own_tables(db, &handler.name)
         .await
         .map_err(StartError::Migrate)?;
-    let own_schema = match db.backend() {
-        Backend::Sqlite => "main".to_owned(),
-        Backend::Postgres => handler_schema(&handler.name),
-    };
+    let own_schema = migrate::own_schema(db.backend(), &handler.name);
     let guard = Guard::new(
         db.backend(),
         &own_schema,
@@ -38,19 +36,21 @@ pub async fn load_handler(
     );
     tracing::debug!(handler = handler.name, tables = ?own_tables, "handler's own tables");
     let limits = Limits::from(&handler.limits);
+    // A statement may run as long as the whole event may.
+    let walls = Walls::new(&handler.name, Scope::Guest, &own_tables, limits.timeout);
     let load_error = |source| StartError::Load {
         handler: handler.name.clone(),
         source,
     };
     let component = match uploaded {
-        None => HandlerComponent::load(engine, &handler.name, &handler.component, limits, guard)
+        None => HandlerComponent::load(engine, &handler.name, &handler.component, limits, guard, walls)
             .map_err(load_error)?,
         Some(Uploaded { bytes, version }) => {
             // Another host may meet this component first: compiling takes seconds for Python or JS.
             let (engine, name) = (engine.clone(), handler.name.clone());
             let shown = format!("{name} version {version}");
             tokio::task::spawn_blocking(move || {
-                HandlerComponent::from_bytes(&engine, &name, &shown, &bytes, limits, guard)
+                HandlerComponent::from_bytes(&engine, &name, &shown, &bytes, limits, guard, walls)
             })
             .await
             .map_err(|e| StartError::Engine(format!("loading a component panicked: {e}")))?

@@ -1,78 +1,233 @@
-//! SQLite's second wall: an authorizer callback on the connection while a
-//! handler's SQL runs (its statements, and its migrations).
+//! SQLite's second wall: an allowlist authorizer, and a deadline for every
+//! statement a handler sends.
 //!
-//! SQLite calls it while preparing each statement, including the code of any
-//! trigger the statement would fire, so a trigger a migration planted on the
-//! handler's own table cannot reach the host's tables either. Guest statements
-//! are prepared fresh (never from the statement cache) so it sees every one.
+//! SQLite has one namespace for every table, so the wall is a list of what the
+//! handler *may* touch (its own tables, as its migrations created them), never
+//! a list of what it may not: a host table added tomorrow is covered without
+//! anyone remembering to. SQLite asks the authorizer while it prepares each
+//! statement, including the code of any trigger or view the statement would
+//! run, so nothing a statement reaches escapes the list.
+//!
+//! Both hooks are installed once per connection ([`install`]) and consult the
+//! connection's [`ConnectionWalls`]: with no [`Policy`] set (the host's own
+//! work) everything is allowed and no deadline runs; while a handler's SQL
+//! runs, its policy decides and the progress handler interrupts a statement
+//! that is still running at the deadline. Switching the walls is a store into
+//! that struct, not a call into SQLite, so it costs no trip to sqlx's worker
+//! thread; the struct is leaked (a few bytes per connection ever opened) so the
+//! pointer SQLite holds can never dangle.
 
-use super::HOST_TABLES;
+use super::guard::Ctes;
+use super::{PURE_FUNCTIONS, TABLE_FUNCTIONS, is_reserved};
 use libsqlite3_sys as ffi;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{CStr, c_char, c_int, c_void};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
 
-/// What the handler's SQL is allowed to be while the authorizer is set.
+/// What the handler's SQL is allowed to be while its walls are up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope {
-    /// At run time: reads and writes of non-host tables only.
+    /// At run time: reads and writes of the handler's own tables only.
     Guest,
-    /// While the handler's migrations run: DDL too, still never on host tables.
+    /// While one of the handler's migration statements runs: also creating
+    /// tables, views and indexes, and altering or dropping its own.
     Migration,
 }
 
-// Distinct addresses to pass as the callback's user data.
-static GUEST: u8 = 0;
-static MIGRATION: u8 = 1;
-
-/// Functions that reach outside the database.
-const DENIED_FUNCTIONS: &[&str] = &[
-    "load_extension",
-    "readfile",
-    "writefile",
-    "edit",
-    "fts3_tokenizer",
+/// SQLite implements these operators as functions and asks the authorizer
+/// about them by these names (`x LIKE y` is `like(y, x)`).
+const OPERATOR_FUNCTIONS: &[&str] = &[
+    "like",
+    "glob",
+    "->",
+    "->>",
+    "current_timestamp",
+    "current_date",
+    "current_time",
 ];
+
+/// The functions SQLite's own ALTER TABLE code calls while it rewrites the
+/// schema (its nested statements pass the authorizer too). A migration's own
+/// statements cannot name them: the migration guard allows only pure functions.
+const ALTER_FUNCTIONS: &[&str] = &[
+    "printf",
+    "sqlite_rename_column",
+    "sqlite_rename_table",
+    "sqlite_rename_test",
+    "sqlite_rename_quotefix",
+    "sqlite_drop_column",
+];
+
+/// One handler's allowlist.
+#[derive(Debug)]
+pub struct Policy {
+    scope: Scope,
+    /// Lower-case names of the handler's own tables and views.
+    own: HashSet<String>,
+}
+
+impl Policy {
+    pub fn new(scope: Scope, own_tables: &[String]) -> Self {
+        Self {
+            scope,
+            own: own_tables.iter().map(|t| t.to_ascii_lowercase()).collect(),
+        }
+    }
+
+    fn owns(&self, table: Option<&str>) -> bool {
+        table.is_some_and(|t| self.own.contains(&t.to_ascii_lowercase()))
+    }
+
+    /// The decision, apart from the FFI so it can be tested directly.
+    /// `ctes`: the CTE names of the statement being prepared, which SQLite
+    /// reports as reads of that name with an empty column (a real table's
+    /// reads name their columns, except a bare `count(*)`, which is why the
+    /// names come from the statement guard rather than being let through).
+    pub fn decide(&self, action: c_int, arg1: Option<&str>, arg2: Option<&str>, ctes: &[String]) -> c_int {
+        let allow = |ok: bool| if ok { ffi::SQLITE_OK } else { ffi::SQLITE_DENY };
+        let migrating = self.scope == Scope::Migration;
+        match action {
+            // ALTER TABLE ... RENAME renames the table's AUTOINCREMENT counter
+            // (only the name column; a migration's own statements cannot name
+            // sqlite_sequence, the migration guard keeps `sqlite_` names).
+            ffi::SQLITE_READ | ffi::SQLITE_UPDATE
+                if migrating
+                    && arg2 == Some("name")
+                    && arg1.is_some_and(|t| t.eq_ignore_ascii_case("sqlite_sequence")) =>
+            {
+                ffi::SQLITE_OK
+            }
+            ffi::SQLITE_SELECT | ffi::SQLITE_RECURSIVE => ffi::SQLITE_OK,
+            // arg1: the table, arg2: the column.
+            // Table-valued functions (json_each, generate_series) are read like tables.
+            // DDL reads the schema table (its own statements are judged by their action).
+            ffi::SQLITE_READ => allow(
+                self.owns(arg1)
+                    || is_table_function(arg1)
+                    || (migrating && is_schema_table(arg1))
+                    || (arg2 == Some("")
+                        && arg1.is_some_and(|t| ctes.iter().any(|c| c.eq_ignore_ascii_case(t)))),
+            ),
+            // DDL writes the schema table; the DDL action itself is judged on its own.
+            ffi::SQLITE_INSERT | ffi::SQLITE_UPDATE | ffi::SQLITE_DELETE => {
+                allow(self.owns(arg1) || (migrating && is_schema_table(arg1)))
+            }
+            ffi::SQLITE_FUNCTION => allow(arg2.is_some_and(|f| {
+                let f = f.to_ascii_lowercase();
+                PURE_FUNCTIONS.contains(&f.as_str())
+                    || OPERATOR_FUNCTIONS.contains(&f.as_str())
+                    || (migrating && ALTER_FUNCTIONS.contains(&f.as_str()))
+            })),
+            // arg1: the new table or view.
+            ffi::SQLITE_CREATE_TABLE | ffi::SQLITE_CREATE_VIEW => {
+                allow(migrating && arg1.is_some_and(|t| !is_reserved(t) && !is_table_function(Some(t))))
+            }
+            ffi::SQLITE_DROP_TABLE | ffi::SQLITE_DROP_VIEW => allow(migrating && self.owns(arg1)),
+            // arg1: the index, arg2: its table.
+            ffi::SQLITE_CREATE_INDEX | ffi::SQLITE_DROP_INDEX => {
+                allow(migrating && self.owns(arg2) && arg1.is_some_and(|i| !is_reserved(i)))
+            }
+            // arg1: the database, arg2: the table.
+            ffi::SQLITE_ALTER_TABLE => allow(migrating && self.owns(arg2)),
+            // Triggers, temporary objects, virtual tables, transactions and
+            // savepoints, ATTACH/DETACH, PRAGMA, ANALYZE, REINDEX, and
+            // anything a later SQLite adds: never.
+            _ => ffi::SQLITE_DENY,
+        }
+    }
+}
+
+fn is_table_function(name: Option<&str>) -> bool {
+    name.is_some_and(|n| TABLE_FUNCTIONS.iter().any(|f| f.eq_ignore_ascii_case(n)))
+}
+
+fn is_schema_table(table: Option<&str>) -> bool {
+    // ALTER TABLE ... RENAME also rewrites the temp schema's references.
+    const SCHEMA_TABLES: &[&str] = &[
+        "sqlite_master",
+        "sqlite_schema",
+        "sqlite_temp_master",
+        "sqlite_temp_schema",
+    ];
+    table.is_some_and(|t| SCHEMA_TABLES.iter().any(|s| s.eq_ignore_ascii_case(t)))
+}
+
+/// The walls of one connection: whose policy applies now, and until when a
+/// statement may run.
+#[derive(Debug, Default)]
+pub struct ConnectionWalls {
+    policy: Mutex<Option<Arc<Policy>>>,
+    /// The CTE names of the statement about to run (see [`Policy::decide`]).
+    ctes: Mutex<Ctes>,
+    /// Nanoseconds since [`clock`]'s origin; 0: no deadline.
+    deadline: AtomicU64,
+    /// Set when the progress handler stopped a statement at the deadline.
+    interrupted: AtomicBool,
+}
+
+impl ConnectionWalls {
+    /// Puts a handler's walls up until [`ConnectionWalls::leave`].
+    pub fn enter(&self, policy: Arc<Policy>, deadline: Instant) {
+        *self.policy.lock().unwrap_or_else(|p| p.into_inner()) = Some(policy);
+        self.interrupted.store(false, Ordering::Relaxed);
+        self.deadline.store(nanos(deadline).max(1), Ordering::Relaxed);
+    }
+
+    /// The CTE names the statement guard found in the next statement.
+    pub fn set_ctes(&self, ctes: Ctes) {
+        *self.ctes.lock().unwrap_or_else(|p| p.into_inner()) = ctes;
+    }
+
+    /// Takes the walls down: the host's own statements run unrestricted.
+    pub fn leave(&self) {
+        self.set_ctes(Ctes::from([]));
+        self.deadline.store(0, Ordering::Relaxed);
+        *self.policy.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// True (once) if a statement was interrupted at the deadline since the walls went up.
+    pub fn take_interrupted(&self) -> bool {
+        self.interrupted.swap(false, Ordering::Relaxed)
+    }
+
+    fn decide(&self, action: c_int, arg1: Option<&str>, arg2: Option<&str>) -> c_int {
+        match &*self.policy.lock().unwrap_or_else(|p| p.into_inner()) {
+            None => ffi::SQLITE_OK,
+            Some(policy) => {
+                let ctes = self.ctes.lock().unwrap_or_else(|p| p.into_inner());
+                policy.decide(action, arg1, arg2, &ctes)
+            }
+        }
+    }
+
+    fn past_deadline(&self) -> bool {
+        let deadline = self.deadline.load(Ordering::Relaxed);
+        if deadline != 0 && nanos(Instant::now()) >= deadline {
+            self.interrupted.store(true, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+}
+
+fn clock() -> Instant {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    *ORIGIN.get_or_init(Instant::now)
+}
+
+fn nanos(at: Instant) -> u64 {
+    at.saturating_duration_since(clock()).as_nanos() as u64
+}
+
+/// Virtual-machine steps between two looks at the clock: a few hundred
+/// microseconds of work, so a statement overruns its deadline by about that.
+const PROGRESS_STEPS: c_int = 10_000;
 
 fn text<'a>(ptr: *const c_char) -> Option<&'a str> {
     // SAFETY: SQLite passes NUL-terminated strings (or NULL) valid for the callback.
     (!ptr.is_null()).then(|| unsafe { CStr::from_ptr(ptr) }.to_str().unwrap_or(""))
-}
-
-fn is_host_table(name: Option<&str>) -> bool {
-    name.is_some_and(|n| HOST_TABLES.iter().any(|h| h.eq_ignore_ascii_case(n)))
-}
-
-fn is_catalog(name: Option<&str>) -> bool {
-    name.is_some_and(|n| n.to_ascii_lowercase().starts_with("sqlite_"))
-}
-
-/// The decision, separated from the FFI so it can be tested directly.
-fn decide(scope: Scope, action: c_int, arg1: Option<&str>, arg2: Option<&str>) -> c_int {
-    let allow = |ok: bool| if ok { ffi::SQLITE_OK } else { ffi::SQLITE_DENY };
-    match action {
-        ffi::SQLITE_READ | ffi::SQLITE_UPDATE => allow(!is_host_table(arg1)),
-        ffi::SQLITE_INSERT | ffi::SQLITE_DELETE => {
-            allow(!is_host_table(arg1) && (scope == Scope::Migration || !is_catalog(arg1)))
-        }
-        ffi::SQLITE_SELECT | ffi::SQLITE_RECURSIVE => ffi::SQLITE_OK,
-        ffi::SQLITE_FUNCTION => {
-            allow(!arg2.is_some_and(|f| DENIED_FUNCTIONS.iter().any(|d| d.eq_ignore_ascii_case(f))))
-        }
-        ffi::SQLITE_CREATE_TABLE
-        | ffi::SQLITE_CREATE_VIEW
-        | ffi::SQLITE_DROP_TABLE
-        | ffi::SQLITE_DROP_VIEW
-        | ffi::SQLITE_ALTER_TABLE => {
-            allow(scope == Scope::Migration && !is_host_table(arg1) && !is_host_table(arg2))
-        }
-        // Index and trigger actions name the table in the second argument.
-        ffi::SQLITE_CREATE_INDEX
-        | ffi::SQLITE_DROP_INDEX
-        | ffi::SQLITE_CREATE_TRIGGER
-        | ffi::SQLITE_DROP_TRIGGER => allow(scope == Scope::Migration && !is_host_table(arg2)),
-        // Transactions, savepoints, ATTACH/DETACH, PRAGMA, temp objects,
-        // virtual tables, ANALYZE, REINDEX, and anything newer: never.
-        _ => ffi::SQLITE_DENY,
-    }
 }
 
 unsafe extern "C" fn authorize(
@@ -83,84 +238,216 @@ unsafe extern "C" fn authorize(
     _database: *const c_char,
     _trigger: *const c_char,
 ) -> c_int {
-    let scope = if std::ptr::eq(user as *const u8, &MIGRATION) {
-        Scope::Migration
-    } else {
-        Scope::Guest
-    };
-    decide(scope, action, text(arg1), text(arg2))
+    // SAFETY: `user` is the leaked `ConnectionWalls` given in `install`.
+    let walls = unsafe { &*(user as *const ConnectionWalls) };
+    walls.decide(action, text(arg1), text(arg2))
 }
 
-/// Installs (`Some`) or removes (`None`) the authorizer on a connection.
+unsafe extern "C" fn progress(user: *mut c_void) -> c_int {
+    // SAFETY: as in `authorize`.
+    let walls = unsafe { &*(user as *const ConnectionWalls) };
+    c_int::from(walls.past_deadline())
+}
+
+/// Connections with their walls, by the address of their SQLite handle.
+fn registry() -> &'static Mutex<HashMap<usize, &'static ConnectionWalls>> {
+    static REGISTRY: OnceLock<Mutex<HashMap<usize, &'static ConnectionWalls>>> = OnceLock::new();
+    REGISTRY.get_or_init(Mutex::default)
+}
+
+/// Installs the authorizer and the progress handler on a new connection.
 ///
 /// # Safety
 /// `db` must be a valid, open SQLite connection handle, used by no other thread meanwhile.
-pub unsafe fn set(db: *mut ffi::sqlite3, scope: Option<Scope>) {
-    let user = match scope {
-        Some(Scope::Guest) => &GUEST as *const u8 as *mut c_void,
-        Some(Scope::Migration) => &MIGRATION as *const u8 as *mut c_void,
-        None => std::ptr::null_mut(),
-    };
-    // SAFETY: the caller guarantees `db`; the callback and user data are 'static.
-    unsafe { ffi::sqlite3_set_authorizer(db, scope.map(|_| authorize as _), user) };
+pub unsafe fn install(db: *mut ffi::sqlite3) {
+    let walls: &'static ConnectionWalls = Box::leak(Box::default());
+    let user = walls as *const ConnectionWalls as *mut c_void;
+    // SAFETY: the caller guarantees `db`; the callbacks and user data are 'static.
+    unsafe {
+        ffi::sqlite3_set_authorizer(db, Some(authorize), user);
+        ffi::sqlite3_progress_handler(db, PROGRESS_STEPS, Some(progress), user);
+    }
+    registry()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(db as usize, walls);
+}
+
+/// The walls [`install`] put on this connection.
+pub fn walls_of(db: *mut ffi::sqlite3) -> Option<&'static ConnectionWalls> {
+    registry()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&(db as usize))
+        .copied()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn policy(scope: Scope) -> Policy {
+        Policy::new(scope, &["invoices".to_owned(), "Customers".to_owned()])
+    }
+
     #[test]
-    fn host_tables_are_denied_in_every_scope() {
+    fn only_own_tables_are_read_and_written_in_every_scope() {
         for scope in [Scope::Guest, Scope::Migration] {
+            let p = policy(scope);
             for action in [
                 ffi::SQLITE_READ,
                 ffi::SQLITE_UPDATE,
                 ffi::SQLITE_INSERT,
                 ffi::SQLITE_DELETE,
             ] {
-                assert_eq!(decide(scope, action, Some("INBOX"), None), ffi::SQLITE_DENY);
-                assert_eq!(decide(scope, action, Some("offsets"), None), ffi::SQLITE_DENY);
-                assert_eq!(decide(scope, action, Some("invoices"), None), ffi::SQLITE_OK);
+                assert_eq!(p.decide(action, Some("INVOICES"), None, &[]), ffi::SQLITE_OK);
+                assert_eq!(p.decide(action, Some("customers"), None, &[]), ffi::SQLITE_OK);
+                // Host tables, another handler's, one added tomorrow: none is listed, all are denied.
+                for other in [
+                    "inbox",
+                    "handler_deployments",
+                    "sqlite_sequence",
+                    "emails",
+                    "new_host_table",
+                ] {
+                    assert_eq!(
+                        p.decide(action, Some(other), None, &[]),
+                        ffi::SQLITE_DENY,
+                        "{other}"
+                    );
+                }
+                assert_eq!(p.decide(action, None, None, &[]), ffi::SQLITE_DENY);
+            }
+            for (action, arg1, arg2) in [
+                (ffi::SQLITE_CREATE_TRIGGER, Some("t"), Some("invoices")),
+                (ffi::SQLITE_CREATE_TEMP_TABLE, Some("t"), None),
+                (ffi::SQLITE_ATTACH, Some("/tmp/x"), None),
+                (ffi::SQLITE_PRAGMA, Some("writable_schema"), None),
+                (ffi::SQLITE_TRANSACTION, Some("BEGIN"), None),
+                (ffi::SQLITE_SAVEPOINT, Some("RELEASE"), Some("s")),
+                (ffi::SQLITE_FUNCTION, None, Some("load_extension")),
+                (ffi::SQLITE_FUNCTION, None, Some("readfile")),
+                (ffi::SQLITE_CREATE_VTABLE, Some("t"), Some("fts5")),
+            ] {
+                assert_eq!(
+                    p.decide(action, arg1, arg2, &[]),
+                    ffi::SQLITE_DENY,
+                    "{action} {arg1:?}"
+                );
             }
             assert_eq!(
-                decide(scope, ffi::SQLITE_CREATE_TRIGGER, Some("t"), Some("inbox")),
+                p.decide(ffi::SQLITE_FUNCTION, None, Some("LOWER"), &[]),
+                ffi::SQLITE_OK
+            );
+            assert_eq!(
+                p.decide(ffi::SQLITE_FUNCTION, None, Some("like"), &[]),
+                ffi::SQLITE_OK
+            );
+            // A CTE is read under its name, with no column; only the
+            // statement's own CTE names pass, and never a column read.
+            let ctes = ["n".to_owned()];
+            assert_eq!(
+                p.decide(ffi::SQLITE_READ, Some("n"), Some(""), &ctes),
+                ffi::SQLITE_OK
+            );
+            assert_eq!(
+                p.decide(ffi::SQLITE_READ, Some("n"), Some(""), &[]),
                 ffi::SQLITE_DENY
             );
             assert_eq!(
-                decide(scope, ffi::SQLITE_ATTACH, Some("/tmp/x"), None),
+                p.decide(ffi::SQLITE_READ, Some("n"), Some("secret"), &ctes),
                 ffi::SQLITE_DENY
             );
             assert_eq!(
-                decide(scope, ffi::SQLITE_PRAGMA, Some("writable_schema"), None),
-                ffi::SQLITE_DENY
-            );
-            assert_eq!(
-                decide(scope, ffi::SQLITE_TRANSACTION, Some("BEGIN"), None),
-                ffi::SQLITE_DENY
-            );
-            assert_eq!(
-                decide(scope, ffi::SQLITE_FUNCTION, None, Some("load_extension")),
+                p.decide(ffi::SQLITE_READ, Some("emails"), Some(""), &ctes),
                 ffi::SQLITE_DENY
             );
         }
     }
 
     #[test]
-    fn ddl_only_in_migrations() {
+    fn schema_changes_only_in_migrations_and_only_on_own_tables() {
+        let guest = policy(Scope::Guest);
+        let migration = policy(Scope::Migration);
         assert_eq!(
-            decide(Scope::Guest, ffi::SQLITE_CREATE_TABLE, Some("t"), None),
+            guest.decide(ffi::SQLITE_CREATE_TABLE, Some("t"), None, &[]),
+            ffi::SQLITE_DENY
+        );
+        // SQLite's own ALTER TABLE machinery, in migrations only.
+        assert_eq!(
+            guest.decide(ffi::SQLITE_FUNCTION, None, Some("printf"), &[]),
             ffi::SQLITE_DENY
         );
         assert_eq!(
-            decide(Scope::Migration, ffi::SQLITE_CREATE_TABLE, Some("t"), None),
+            migration.decide(ffi::SQLITE_FUNCTION, None, Some("printf"), &[]),
             ffi::SQLITE_OK
         );
         assert_eq!(
-            decide(Scope::Guest, ffi::SQLITE_INSERT, Some("sqlite_master"), None),
+            migration.decide(ffi::SQLITE_CREATE_TABLE, Some("t"), None, &[]),
+            ffi::SQLITE_OK
+        );
+        assert_eq!(
+            guest.decide(ffi::SQLITE_INSERT, Some("sqlite_master"), None, &[]),
             ffi::SQLITE_DENY
         );
         assert_eq!(
-            decide(Scope::Migration, ffi::SQLITE_INSERT, Some("sqlite_master"), None),
+            migration.decide(ffi::SQLITE_INSERT, Some("sqlite_master"), None, &[]),
+            ffi::SQLITE_OK
+        );
+        // Names the host keeps for its own tables, now and later.
+        for reserved in ["inbox_2", "handlers", "outbox_parked", "offsets", "sqlite_stat1"] {
+            assert_eq!(
+                migration.decide(ffi::SQLITE_CREATE_TABLE, Some(reserved), None, &[]),
+                ffi::SQLITE_DENY,
+                "{reserved}"
+            );
+        }
+        assert_eq!(
+            migration.decide(ffi::SQLITE_DROP_TABLE, Some("handler_deployments"), None, &[]),
+            ffi::SQLITE_DENY
+        );
+        assert_eq!(
+            migration.decide(ffi::SQLITE_DROP_TABLE, Some("invoices"), None, &[]),
+            ffi::SQLITE_OK
+        );
+        assert_eq!(
+            migration.decide(ffi::SQLITE_ALTER_TABLE, Some("main"), Some("inbox"), &[]),
+            ffi::SQLITE_DENY
+        );
+        assert_eq!(
+            migration.decide(ffi::SQLITE_ALTER_TABLE, Some("main"), Some("invoices"), &[]),
+            ffi::SQLITE_OK
+        );
+        assert_eq!(
+            migration.decide(ffi::SQLITE_CREATE_INDEX, Some("i"), Some("emails"), &[]),
+            ffi::SQLITE_DENY
+        );
+        assert_eq!(
+            migration.decide(ffi::SQLITE_CREATE_INDEX, Some("i"), Some("invoices"), &[]),
+            ffi::SQLITE_OK
+        );
+    }
+
+    #[test]
+    fn no_policy_is_the_hosts_own_work_and_the_deadline_interrupts() {
+        let walls = ConnectionWalls::default();
+        assert_eq!(
+            walls.decide(ffi::SQLITE_DELETE, Some("inbox"), None),
+            ffi::SQLITE_OK
+        );
+        assert!(!walls.past_deadline(), "no deadline without walls");
+        walls.enter(Arc::new(policy(Scope::Guest)), Instant::now());
+        assert_eq!(
+            walls.decide(ffi::SQLITE_DELETE, Some("inbox"), None),
+            ffi::SQLITE_DENY
+        );
+        assert!(walls.past_deadline());
+        assert!(walls.take_interrupted());
+        assert!(!walls.take_interrupted(), "reported once");
+        walls.leave();
+        assert!(!walls.past_deadline());
+        assert_eq!(
+            walls.decide(ffi::SQLITE_DELETE, Some("inbox"), None),
             ffi::SQLITE_OK
         );
     }

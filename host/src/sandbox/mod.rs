@@ -1,25 +1,133 @@
 //! The sandbox walls between a guest and deduplication (design §5).
 //!
-//! Wall 1 is [`guard`], the statement guard. Wall 2 is the database's own
-//! privileges: per-handler roles on PostgreSQL (set up in `db::migrate`) and
-//! the [`authorizer`] on SQLite. The pipeline checks its own rows before every
-//! commit as the last line.
+//! Wall 1 is the statement guard ([`guard`] for run-time statements,
+//! [`migration`] for a handler's migrations, statement by statement). Wall 2
+//! is the database's own privileges: per-handler roles on PostgreSQL (set up
+//! in `db::migrate`) and the allowlist [`authorizer`] on SQLite. Both walls
+//! are allowlists of what a handler may touch (its own tables); nothing here
+//! lists the host's tables, so a host table added later is covered by
+//! construction (a test enumerates a migrated database to prove it). The
+//! pipeline checks its own rows before every commit as the last line.
 
 pub mod authorizer;
 pub mod guard;
+pub mod migration;
 
 pub use guard::{Guard, Refusal};
 
-/// The host's tables: no handler may read or write them, whatever the wall.
-pub const HOST_TABLES: &[&str] = &[
+/// Name prefixes the host keeps for its own tables, today's and any later
+/// migration's (`inbox`, `offsets`, `outbox`, `dead_letters`, `handlers`,
+/// `handler_*`, sqlx's `_sqlx_migrations`) and the databases' catalogs. A
+/// handler cannot create a table or index under them, so on SQLite, where
+/// every table shares one namespace, no handler can take a name the host
+/// will need, and a refusal can say "this is the host's".
+pub const RESERVED_PREFIXES: &[&str] = &[
     "inbox",
     "offsets",
-    "dead_letters",
-    "handler_migrations",
-    "handler_tables",
     "outbox",
-    // Dropped in migration 0002; still refused, as any host name is.
-    "outbox_sequences",
-    "outbox_leases",
-    "_sqlx_migrations",
+    "dead_letter",
+    "handler",
+    "_sqlx",
+    "sqlite_",
+    "pg_",
+];
+
+/// True for names the host keeps (see [`RESERVED_PREFIXES`]).
+pub fn is_reserved(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    RESERVED_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+/// Scalar, aggregate and window functions a handler may call: no side
+/// effects, nothing outside the statement's own rows, and no way to build a
+/// value much larger than the statement's own text (which is why `printf`,
+/// `format`, `lpad`, `rpad` and `repeat`, whose widths are numbers, are not
+/// here). The statement guard and SQLite's authorizer use this one list.
+pub const PURE_FUNCTIONS: &[&str] = &[
+    "abs",
+    "array_agg",
+    "avg",
+    "bool_and",
+    "bool_or",
+    "ceil",
+    "ceiling",
+    "char_length",
+    "coalesce",
+    "concat",
+    "concat_ws",
+    "count",
+    "current_date",
+    "current_time",
+    "current_timestamp",
+    "date",
+    "date_part",
+    "date_trunc",
+    "datetime",
+    "dense_rank",
+    "every",
+    "floor",
+    "gen_random_uuid",
+    "greatest",
+    "group_concat",
+    "hex",
+    "ifnull",
+    "iif",
+    "instr",
+    "json_agg",
+    "json_array",
+    "json_build_array",
+    "json_build_object",
+    "json_extract",
+    "json_object",
+    "jsonb_agg",
+    "jsonb_build_array",
+    "jsonb_build_object",
+    "julianday",
+    "lag",
+    "lead",
+    "least",
+    "left",
+    "length",
+    "lower",
+    "ltrim",
+    "max",
+    "md5",
+    "min",
+    "mod",
+    "now",
+    "nullif",
+    "position",
+    "power",
+    "random",
+    "rank",
+    "replace",
+    "right",
+    "round",
+    "row_number",
+    "rtrim",
+    "sign",
+    "sqrt",
+    "strftime",
+    "string_agg",
+    "substr",
+    "substring",
+    "sum",
+    "to_char",
+    "to_timestamp",
+    "total",
+    "trim",
+    "trunc",
+    "typeof",
+    "unixepoch",
+    "upper",
+];
+
+/// Set-returning functions a handler may use in FROM.
+pub const TABLE_FUNCTIONS: &[&str] = &[
+    "generate_series",
+    "json_each",
+    "json_tree",
+    "jsonb_array_elements",
+    "jsonb_each",
+    "unnest",
 ];

@@ -13,7 +13,7 @@ use super::state::StoreState;
 use crate::capabilities::log::LogTag;
 use crate::capabilities::outbox::OutboxState;
 use crate::db::outbox::NewMessage;
-use crate::db::{DbError, Tx};
+use crate::db::{DbError, Tx, Walls};
 use crate::record::Record;
 use crate::sandbox::Guard;
 use sha2::{Digest, Sha256};
@@ -121,6 +121,7 @@ pub struct HandlerComponent {
     engine: wasmtime::Engine,
     limits: Limits,
     guard: Arc<Guard>,
+    walls: Walls,
     outbox_topics: Arc<BTreeMap<String, String>>,
 }
 
@@ -131,13 +132,14 @@ impl HandlerComponent {
         path: &Path,
         limits: Limits,
         guard: Guard,
+        walls: Walls,
     ) -> Result<Self, LoadError> {
         let shown = path.display().to_string();
         let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
             path: shown.clone(),
             source,
         })?;
-        Self::from_bytes(engine, name, &shown, &bytes, limits, guard)
+        Self::from_bytes(engine, name, &shown, &bytes, limits, guard, walls)
     }
 
     pub fn from_bytes(
@@ -147,6 +149,7 @@ impl HandlerComponent {
         bytes: &[u8],
         limits: Limits,
         guard: Guard,
+        walls: Walls,
     ) -> Result<Self, LoadError> {
         let pre = link(engine, name, shown, bytes)?;
         let digest = Sha256::digest(bytes);
@@ -160,6 +163,7 @@ impl HandlerComponent {
             warm: Mutex::default(),
             outbox_topics: Arc::default(),
             guard: Arc::new(guard),
+            walls,
             name: name.into(),
             version,
             pre,
@@ -305,6 +309,7 @@ impl HandlerComponent {
         let state = store.data_mut();
         let tx = state.sql.take_tx();
         let host_error = state.sql.take_host_error();
+        let sql_timed_out = state.sql.timed_out();
         let outbox = state.outbox.take();
         let stderr = self.forward_output(state, event_id);
         let (result, instance) = match outcome {
@@ -317,6 +322,15 @@ impl HandlerComponent {
             }
             Ok(Err(error)) => (Err(self.classify_trap(state, &error, &stderr)), None),
             Err(_elapsed) => (Err(GuestFailure::Limit(self.timeout_exceeded())), None),
+        };
+        // A statement stopped at the deadline means the event ran out of
+        // time, whatever the guest made of the error it got: the time limit
+        // is what failed, and like any limit it counts against the attempts.
+        let (result, instance) = match (sql_timed_out, result) {
+            (true, Ok(()) | Err(GuestFailure::Retry(_) | GuestFailure::Reject(_))) => {
+                (Err(GuestFailure::Limit(self.timeout_exceeded())), None)
+            }
+            (_, result) => (result, instance),
         };
         // Only an instance that returned normally is kept: after a trap or a
         // limit its state is suspect, and the next event gets a fresh one.
@@ -447,6 +461,10 @@ impl crate::handler::Handler for HandlerComponent {
 
     fn max_payload_bytes(&self) -> usize {
         self.limits.max_payload_bytes
+    }
+
+    fn walls(&self) -> &Walls {
+        &self.walls
     }
 
     fn invoke<'a>(

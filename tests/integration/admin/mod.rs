@@ -10,6 +10,7 @@ mod auth;
 mod group;
 mod lifecycle;
 mod uploads;
+mod walls;
 
 use crate::support::*;
 use serde_json::Value;

@@ -1,0 +1,488 @@
+//! The statement guard for a handler's migrations: parsed, allowlisted and
+//! cut into single statements that run one at a time.
+//!
+//! A migration file is a team's SQL, as untrusted as its component. It is
+//! parsed whole; every statement must be on the allowlist below; then the text
+//! is cut at its top-level semicolons (by the SQL tokenizer, so a `;` inside a
+//! string or a comment is not a cut), and each piece must parse back to
+//! exactly the statement that was checked. The pieces then run one by one
+//! inside the handler's walls, each checked again against the tables the
+//! handler owns at that moment (earlier statements of the file create them).
+//!
+//! Allowed: CREATE TABLE, CREATE INDEX, CREATE VIEW (over the handler's own
+//! tables), ALTER TABLE (columns, renames, constraints) and DROP TABLE / VIEW /
+//! INDEX of its own, and INSERT / UPDATE / DELETE / SELECT of its own rows.
+//! Every expression (defaults, checks, generated columns, index expressions)
+//! may call only the pure functions the run-time guard allows, and a foreign
+//! key may point only at the handler's own tables. Refused with a reason:
+//! functions, procedures, triggers, rules, policies, DO, SET/RESET,
+//! transaction control, temporary or unlogged-to-another-schema objects,
+//! extensions, types, sequences, schemas, roles, grants, COPY, and anything
+//! not on the list. No code a migration could plant is allowed, so nothing
+//! runs later outside the walls.
+
+use super::guard::{Owned, Refusal, check_dml, check_expressions, dialect, name_parts};
+use super::{TABLE_FUNCTIONS, is_reserved};
+use crate::db::Backend;
+use sqlparser::ast::{
+    AlterTableOperation, ColumnOption, ObjectName, ObjectType, RenameTableNameKind, Statement,
+    TableConstraint,
+};
+use sqlparser::parser::Parser;
+use sqlparser::tokenizer::{Location, Token, Tokenizer};
+
+/// One statement of a migration, checked for its kind, ready to run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Piece {
+    /// The statement's own text, cut from the file.
+    pub text: String,
+    pub statement: Statement,
+}
+
+/// Parses a migration file and cuts it into statements whose kinds are all
+/// allowed. The error names the statement and why.
+pub fn split(backend: Backend, sql: &str) -> Result<Vec<Piece>, Refusal> {
+    let dialect = dialect(backend);
+    let statements =
+        Parser::parse_sql(dialect, sql).map_err(|e| forbidden(format!("cannot parse the migration: {e}")))?;
+    for statement in &statements {
+        check_kind(statement).map_err(|r| about(statement, r))?;
+    }
+    let texts = cut(backend, sql)?;
+    if texts.len() != statements.len() {
+        return Err(forbidden(format!(
+            "the migration's {} statements could not be told apart ({} pieces at its semicolons)",
+            statements.len(),
+            texts.len()
+        )));
+    }
+    texts
+        .into_iter()
+        .zip(statements)
+        .map(|(text, statement)| {
+            // What runs must be exactly what was checked.
+            match Parser::parse_sql(dialect, &text).as_deref() {
+                Ok([one]) if *one == statement => Ok(Piece { text, statement }),
+                _ => Err(about(
+                    &statement,
+                    forbidden("its text does not parse back to the same statement"),
+                )),
+            }
+        })
+        .collect()
+}
+
+/// Checks a statement against the tables the handler owns right before it runs.
+pub fn check(piece: &Piece, owned: &Owned) -> Result<(), Refusal> {
+    check_owned(&piece.statement, owned).map_err(|r| about(&piece.statement, r))
+}
+
+fn about(statement: &Statement, refusal: Refusal) -> Refusal {
+    let mut text = statement.to_string();
+    if text.len() > 200 {
+        let mut cut = 200;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push_str("...");
+    }
+    forbidden(format!("statement `{text}` is refused: {refusal}"))
+}
+
+fn forbidden(message: impl Into<String>) -> Refusal {
+    Refusal::Forbidden(message.into())
+}
+
+/// The statement kinds a migration may contain, with what makes each one safe.
+fn check_kind(statement: &Statement) -> Result<(), Refusal> {
+    match statement {
+        Statement::Query(_) | Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => Ok(()),
+        Statement::CreateTable(table) => {
+            if table.temporary || table.global.is_some() {
+                return Err(forbidden("temporary tables are not allowed"));
+            }
+            if table.like.is_some() || table.clone.is_some() {
+                return Err(forbidden(
+                    "CREATE TABLE ... LIKE/CLONE copies a table the guard cannot see",
+                ));
+            }
+            if table.partition_of.is_some() || table.inherits.is_some() {
+                return Err(forbidden("partitions and inheritance are not allowed"));
+            }
+            Ok(())
+        }
+        Statement::CreateIndex(index) if index.concurrently => Err(forbidden(
+            "CREATE INDEX CONCURRENTLY cannot run inside the migration's transaction",
+        )),
+        Statement::CreateIndex(_) => Ok(()),
+        Statement::CreateView(view) => {
+            if view.temporary {
+                return Err(forbidden("temporary views are not allowed"));
+            }
+            if view.materialized {
+                return Err(forbidden(
+                    "materialized views are not allowed (refreshing one is a schema change at run time)",
+                ));
+            }
+            Ok(())
+        }
+        Statement::AlterTable(alter) => alter.operations.iter().try_for_each(check_alter),
+        Statement::Drop {
+            object_type: ObjectType::Table | ObjectType::View | ObjectType::Index,
+            temporary: false,
+            ..
+        } => Ok(()),
+        Statement::CreateFunction(_)
+        | Statement::DropFunction(_)
+        | Statement::CreateProcedure { .. }
+        | Statement::DropProcedure { .. } => Err(forbidden(
+            "functions and procedures are not allowed: code in the database would run outside the statement guard",
+        )),
+        Statement::CreateTrigger(_) | Statement::DropTrigger(_) => Err(forbidden(
+            "triggers are not allowed: a trigger runs later, outside the statement guard",
+        )),
+        Statement::CreatePolicy(_) | Statement::CreateRule(_) => {
+            Err(forbidden("rules and row-level security policies are not allowed"))
+        }
+        Statement::Set(_) => Err(forbidden("session settings and role changes are not allowed")),
+        Statement::StartTransaction { .. }
+        | Statement::Commit { .. }
+        | Statement::Rollback { .. }
+        | Statement::Savepoint { .. }
+        | Statement::ReleaseSavepoint { .. } => Err(forbidden(
+            "transaction control is the host's: each migration runs in one transaction with its record",
+        )),
+        Statement::CreateExtension(_) => Err(forbidden("extensions are not allowed")),
+        Statement::Grant(_) | Statement::Revoke(_) => Err(forbidden("grants are the host's")),
+        Statement::Copy { .. } => Err(forbidden("COPY reads and writes server files")),
+        Statement::CreateSequence { .. } => Err(forbidden(
+            "sequences are not allowed: use an identity column (GENERATED ... AS IDENTITY) or INTEGER PRIMARY KEY",
+        )),
+        _ => Err(forbidden(
+            "only CREATE TABLE / INDEX / VIEW, ALTER TABLE, DROP TABLE / VIEW / INDEX, INSERT, UPDATE, DELETE \
+             and SELECT are allowed in a handler's migrations",
+        )),
+    }
+}
+
+fn check_alter(operation: &AlterTableOperation) -> Result<(), Refusal> {
+    match operation {
+        AlterTableOperation::AddColumn { .. }
+        | AlterTableOperation::DropColumn { .. }
+        | AlterTableOperation::RenameColumn { .. }
+        | AlterTableOperation::RenameTable { .. }
+        | AlterTableOperation::AddConstraint { .. }
+        | AlterTableOperation::DropConstraint { .. }
+        | AlterTableOperation::RenameConstraint { .. }
+        | AlterTableOperation::AlterColumn { .. } => Ok(()),
+        other => Err(forbidden(format!(
+            "ALTER TABLE ... {other} is not allowed (columns, constraints and renames are)"
+        ))),
+    }
+}
+
+/// The ownership half: every table named is the handler's, every new name is free.
+fn check_owned(statement: &Statement, owned: &Owned) -> Result<(), Refusal> {
+    match statement {
+        Statement::Query(_) | Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {
+            check_dml(statement, owned).map(drop)
+        }
+        Statement::CreateTable(table) => {
+            let with_new = owned_with(owned, new_name(owned, &table.name)?);
+            for column in &table.columns {
+                for option in &column.options {
+                    if let ColumnOption::ForeignKey(fk) = &option.option {
+                        with_new.check(&fk.foreign_table, "reference")?;
+                    }
+                }
+            }
+            for constraint in &table.constraints {
+                if let TableConstraint::ForeignKey(fk) = constraint {
+                    with_new.check(&fk.foreign_table, "reference")?;
+                }
+            }
+            check_expressions(statement, &with_new).map(drop)
+        }
+        Statement::CreateIndex(index) => {
+            owned.check(&index.table_name, "index")?;
+            if let Some(name) = &index.name {
+                new_name(owned, name)?;
+            }
+            check_expressions(statement, owned).map(drop)
+        }
+        Statement::CreateView(view) => {
+            let name = match owned.own_name(&view.name) {
+                Some(own) if view.or_replace && owned.tables.contains(&own) => own,
+                _ => new_name(owned, &view.name)?,
+            };
+            check_expressions(statement, &owned_with(owned, name)).map(drop)
+        }
+        Statement::AlterTable(alter) => {
+            owned.check(&alter.name, "alter")?;
+            for operation in &alter.operations {
+                match operation {
+                    AlterTableOperation::RenameTable {
+                        table_name: RenameTableNameKind::As(to) | RenameTableNameKind::To(to),
+                    } => {
+                        new_name(owned, to)?;
+                    }
+                    AlterTableOperation::AddConstraint {
+                        constraint: TableConstraint::ForeignKey(fk),
+                        ..
+                    } => owned.check(&fk.foreign_table, "reference")?,
+                    AlterTableOperation::AddColumn { column_def, .. } => {
+                        for option in &column_def.options {
+                            if let ColumnOption::ForeignKey(fk) = &option.option {
+                                owned.check(&fk.foreign_table, "reference")?;
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            check_expressions(statement, owned).map(drop)
+        }
+        Statement::Drop {
+            object_type, names, ..
+        } => {
+            for name in names {
+                match object_type {
+                    // The index's table is judged by the database (the role owns
+                    // only its schema; SQLite's authorizer checks the table).
+                    ObjectType::Index => {
+                        if owned.own_name(name).is_none_or(|n| is_reserved(&n)) {
+                            return Err(forbidden(format!(
+                                "cannot drop index {name}: it is not in the handler's own schema"
+                            )));
+                        }
+                    }
+                    _ => owned.check(name, "drop")?,
+                }
+            }
+            Ok(())
+        }
+        _ => check_kind(statement),
+    }
+}
+
+/// A name the migration may give a new table, view or index: in the
+/// handler's schema, not kept by the host, not a table function's.
+fn new_name(owned: &Owned, name: &ObjectName) -> Result<String, Refusal> {
+    let Some(table) = owned.own_name(name) else {
+        return Err(forbidden(format!(
+            "cannot create {name}: a handler creates objects only in its own schema (leave the name unqualified)"
+        )));
+    };
+    if is_reserved(&table) || TABLE_FUNCTIONS.contains(&table.as_str()) || name_parts(name).len() > 2 {
+        return Err(forbidden(format!(
+            "cannot create {name}: the name is kept for the host's tables (names starting with {})",
+            super::RESERVED_PREFIXES.join(", ")
+        )));
+    }
+    Ok(table)
+}
+
+fn owned_with(owned: &Owned, table: String) -> Owned {
+    let mut more = owned.clone();
+    more.tables.insert(table);
+    more
+}
+
+/// The migration's text cut at its top-level semicolons; pieces with nothing
+/// but whitespace and comments are dropped.
+fn cut(backend: Backend, sql: &str) -> Result<Vec<String>, Refusal> {
+    let tokens = Tokenizer::new(dialect(backend), sql)
+        .tokenize_with_location()
+        .map_err(|e| forbidden(format!("cannot read the migration: {e}")))?;
+    let lines = line_starts(sql);
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    let mut substantive = false;
+    for token in &tokens {
+        match &token.token {
+            Token::SemiColon => {
+                let end = offset(sql, &lines, token.span.start);
+                if substantive {
+                    pieces.push(sql[start..end].trim().to_owned());
+                }
+                start = offset(sql, &lines, token.span.end);
+                substantive = false;
+            }
+            Token::Whitespace(_) | Token::EOF => {}
+            _ => substantive = true,
+        }
+    }
+    if substantive {
+        pieces.push(sql[start..].trim().to_owned());
+    }
+    Ok(pieces)
+}
+
+fn line_starts(sql: &str) -> Vec<usize> {
+    std::iter::once(0)
+        .chain(sql.match_indices('\n').map(|(i, _)| i + 1))
+        .collect()
+}
+
+/// The byte offset of a tokenizer location (1-based line and character column).
+fn offset(sql: &str, lines: &[usize], at: Location) -> usize {
+    let Some(&line_start) = lines.get((at.line as usize).saturating_sub(1)) else {
+        return sql.len();
+    };
+    sql[line_start..]
+        .char_indices()
+        .nth((at.column as usize).saturating_sub(1))
+        .map_or(sql.len(), |(i, _)| line_start + i)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owned(backend: Backend) -> Owned {
+        let schema = if backend == Backend::Sqlite {
+            "main"
+        } else {
+            "handler_billing"
+        };
+        Owned::new(schema, &["invoices".to_owned()])
+    }
+
+    /// Splits, then checks each statement against the tables owned so far
+    /// (adding what CREATE TABLE / VIEW make), as the migrator does.
+    fn run(backend: Backend, sql: &str) -> Result<Vec<String>, String> {
+        let pieces = split(backend, sql).map_err(|r| r.to_string())?;
+        let mut own = owned(backend);
+        for piece in &pieces {
+            check(piece, &own).map_err(|r| r.to_string())?;
+            match &piece.statement {
+                Statement::CreateTable(t) => own.tables.insert(own.own_name(&t.name).unwrap()),
+                Statement::CreateView(v) => own.tables.insert(own.own_name(&v.name).unwrap()),
+                _ => false,
+            };
+        }
+        Ok(pieces.into_iter().map(|p| p.text).collect())
+    }
+
+    fn refused(sql: &str, because: &str) {
+        for backend in [Backend::Sqlite, Backend::Postgres] {
+            match run(backend, sql) {
+                Ok(_) => panic!("{backend:?} allowed: {sql}"),
+                Err(m) => assert!(
+                    m.contains(because),
+                    "{backend:?}: {sql}\n  refused with {m:?}, expected {because:?}"
+                ),
+            }
+        }
+    }
+
+    #[test]
+    fn ordinary_migrations_pass_and_are_cut_into_statements() {
+        let sql = "-- invoices; and more\nCREATE TABLE emails (id INTEGER PRIMARY KEY, body TEXT DEFAULT 'a;b', \
+                   invoice TEXT REFERENCES invoices (order_id), created TEXT DEFAULT (lower('X')));\n\
+                   CREATE INDEX emails_body ON emails (lower(body));\n\
+                   ALTER TABLE emails ADD COLUMN extra TEXT;\n\
+                   CREATE VIEW recent AS SELECT * FROM emails JOIN invoices ON invoices.order_id = emails.invoice;\n\
+                   INSERT INTO emails (body) VALUES ('seed; not a cut');\n\
+                   DROP VIEW recent; /* trailing comment */";
+        for backend in [Backend::Sqlite, Backend::Postgres] {
+            let texts = run(backend, sql).unwrap();
+            assert_eq!(texts.len(), 6, "{texts:?}");
+            assert!(
+                texts[0].starts_with("-- invoices; and more\nCREATE TABLE emails"),
+                "{}",
+                texts[0]
+            );
+            assert!(texts[4].ends_with("('seed; not a cut')"), "{}", texts[4]);
+        }
+    }
+
+    #[test]
+    fn code_that_would_run_later_is_refused() {
+        refused(
+            "CREATE TABLE t (a TEXT); CREATE TRIGGER x AFTER INSERT ON t BEGIN DELETE FROM offsets; END;",
+            "",
+        );
+        for (sql, because) in [
+            ("CREATE FUNCTION f() RETURNS int AS 'select 1' LANGUAGE sql", ""),
+            (
+                "CREATE TABLE t (a TEXT DEFAULT (set_config('role', 'postgres', true)))",
+                "set_config",
+            ),
+            (
+                "CREATE TABLE t (a TEXT CHECK (pg_read_file('/etc/passwd') IS NOT NULL))",
+                "pg_read_file",
+            ),
+            (
+                "CREATE INDEX i ON invoices (set_config('role', 'x', false))",
+                "set_config",
+            ),
+            (
+                "CREATE TABLE t (a TEXT DEFAULT (printf('%.1000000000c', 'x')))",
+                "printf",
+            ),
+        ] {
+            refused(sql, because);
+        }
+    }
+
+    #[test]
+    fn session_transaction_and_privilege_statements_are_refused() {
+        for sql in [
+            "RESET ROLE",
+            "SET ROLE NONE",
+            "SET search_path = inboxd",
+            "COMMIT; DELETE FROM inbox",
+            "BEGIN",
+            "SELECT set_config('role', 'postgres', false)",
+            "GRANT ALL ON invoices TO PUBLIC",
+            "CREATE EXTENSION dblink",
+            "COPY invoices TO '/tmp/x'",
+            "CREATE TEMPORARY TABLE t (a TEXT)",
+            "CREATE SEQUENCE s",
+            "CREATE SCHEMA evil",
+            "DO $$ BEGIN DELETE FROM inboxd.inbox; END $$",
+            "ATTACH DATABASE '/tmp/x' AS x",
+            "PRAGMA writable_schema = ON",
+        ] {
+            refused(sql, "");
+        }
+    }
+
+    #[test]
+    fn host_and_other_handlers_tables_are_out_of_reach() {
+        for (sql, because) in [
+            ("DROP TABLE handler_deployments", "host's tables"),
+            ("ALTER TABLE handlers ADD COLUMN x TEXT", "host's tables"),
+            (
+                "CREATE TABLE copy AS SELECT * FROM handler_deployments",
+                "host's tables",
+            ),
+            (
+                "INSERT INTO sqlite_sequence VALUES ('dead_letters', 0)",
+                "host's tables",
+            ),
+            ("CREATE TABLE outbox_parked (a TEXT)", "kept for the host"),
+            ("CREATE TABLE handler_x (a TEXT)", "kept for the host"),
+            ("CREATE TABLE inboxd.sneaky (a TEXT)", "own schema"),
+            (
+                "CREATE VIEW v AS SELECT * FROM emails",
+                "not one of this handler's tables",
+            ),
+            (
+                "CREATE TABLE t (a TEXT REFERENCES emails (id))",
+                "not one of this handler's tables",
+            ),
+            (
+                "CREATE INDEX i ON emails (id)",
+                "not one of this handler's tables",
+            ),
+            ("DELETE FROM emails", "not one of this handler's tables"),
+            ("ALTER TABLE invoices RENAME TO inbox_x", "kept for the host"),
+            ("CREATE TABLE t (a TEXT) INHERITS (inboxd.inbox)", ""),
+        ] {
+            refused(sql, because);
+        }
+    }
+}
