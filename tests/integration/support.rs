@@ -345,7 +345,7 @@ pub async fn progress(db: &Database, handler: &str, topic: &str) -> HashMap<i32,
     polled_offsets(db, handler, topic).await.unwrap_or_default()
 }
 
-async fn polled_offsets(
+pub async fn polled_offsets(
     db: &Database,
     handler: &str,
     topic: &str,
