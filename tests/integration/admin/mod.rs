@@ -82,7 +82,13 @@ handlers = ["notifier"]
         env,
         host,
         url: format!("http://{}", addr.expect("polled above")),
-        http: reqwest::Client::new(),
+        // No kept-alive connections: the API answers a refused upload (403)
+        // without reading its body, and then closes that connection; a
+        // request reusing it failed with "IncompleteMessage" (a flake).
+        http: reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .build()
+            .expect("HTTP client"),
     }
 }
 
