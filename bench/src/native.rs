@@ -6,6 +6,7 @@
 //! price of the sandbox: Wasm instantiation, the calls across it, the guard.
 
 use futures_util::future::BoxFuture;
+use inboxd::capabilities::outbox::stamp_json_id;
 use inboxd::db::outbox::NewMessage;
 use inboxd::db::{Tx, Walls};
 use inboxd::handler::Handler;
@@ -84,11 +85,14 @@ impl Handler for NativeBilling {
                 "amount_cents": order.amount_cents,
                 "order_event_id": event_id,
             });
+            // The host's id goes into the JSON too, as `outbox.publish` does.
+            let id = uuid::Uuid::now_v7().to_string();
+            let payload = stamp_json_id(created.to_string().into_bytes(), &id);
             let message = NewMessage {
-                id: uuid::Uuid::now_v7().to_string(),
+                id,
                 topic: self.invoices_topic.clone(),
                 key: Some(order.order_id.into_bytes()),
-                payload: created.to_string().into_bytes(),
+                payload,
                 headers: vec![],
             };
             done(tx, Ok(()), vec![message])

@@ -3,7 +3,7 @@
 //! 1: failure, 0: success).
 
 use clap::Parser;
-use inboxd::cli::{Cli, CliError, Command, demo, dlq, purge, remote, run, status};
+use inboxd::cli::{Cli, CliError, Command, demo, dlq, outbox, purge, remote, run, status};
 
 #[tokio::main]
 async fn main() {
@@ -18,6 +18,7 @@ async fn main() {
         Command::Run { config } => run::run(&config).await,
         Command::Migrate { config } => run::migrate(&config).await,
         Command::Dlq(args) => dlq::dlq(args).await,
+        Command::Outbox(args) => outbox::run(args).await,
         Command::Status(args) => status::status(args).await,
         Command::Purge(args) => purge::purge(args).await,
         Command::Demo(args) => demo::demo(args).await,

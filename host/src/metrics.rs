@@ -51,6 +51,7 @@ pub struct Metrics {
     batch_seconds: Histograms,
     guest_seconds: Histograms,
     pub(crate) outbox_backlog: Family<HandlerLabel, Gauge>,
+    pub(crate) outbox_parked: Family<HandlerLabel, Gauge>,
     pub(crate) dead_letters_parked: Family<HandlerLabel, Gauge>,
     pub(crate) consumer_lag: Family<PartitionLabels, Gauge>,
     registry: std::sync::Arc<Registry>,
@@ -66,6 +67,7 @@ impl Default for Metrics {
         let batch_seconds: Histograms = Family::new_with_constructor(seconds_histogram);
         let guest_seconds: Histograms = Family::new_with_constructor(seconds_histogram);
         let outbox_backlog = Family::default();
+        let outbox_parked = Family::default();
         let dead_letters_parked = Family::default();
         let consumer_lag = Family::default();
         let mut registry = Registry::with_prefix("inboxd");
@@ -102,6 +104,11 @@ impl Default for Metrics {
             outbox_backlog.clone(),
         );
         registry.register(
+            "outbox_parked",
+            "Outbox messages the broker will never accept, parked for an operator (read at scrape time)",
+            outbox_parked.clone(),
+        );
+        registry.register(
             "dead_letters_parked",
             "Dead letters neither replayed nor discarded (read at scrape time)",
             dead_letters_parked.clone(),
@@ -120,6 +127,7 @@ impl Default for Metrics {
             batch_seconds,
             guest_seconds,
             outbox_backlog,
+            outbox_parked,
             dead_letters_parked,
             consumer_lag,
             registry: std::sync::Arc::new(registry),
@@ -179,6 +187,7 @@ impl Metrics {
         self.batch_seconds.remove(&label);
         self.guest_seconds.remove(&label);
         self.outbox_backlog.remove(&label);
+        self.outbox_parked.remove(&label);
         self.dead_letters_parked.remove(&label);
     }
 

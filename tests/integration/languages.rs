@@ -41,6 +41,7 @@ component = "{component}"
 migrations = "{migrations}"
 topics = ["{topic}"]
 group_id = "{group}"
+outbox_topics = {{ "invoices.created" = "invoices.created" }}
 
 [handlers.instances]
 reuse = true

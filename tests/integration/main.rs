@@ -14,6 +14,7 @@ mod delivery;
 mod instances;
 mod languages;
 mod limits;
+mod outbox_walls;
 mod postgres;
 mod retention;
 mod sandbox;

@@ -179,14 +179,38 @@ pub async fn database_url(backend: Backend, dir: &Path) -> String {
     }
 }
 
-/// A `[[handlers]]` entry for one of the guests, with its own consumer group.
+/// The outbox topics a guest publishes to, mapped (to the same name) as a
+/// handler's config must map them for the host to let it publish.
+pub fn default_outbox_topics(guest: &str) -> &'static [(&'static str, &'static str)] {
+    match guest {
+        "billing" | "billing_py" | "billing_js" => &[("invoices.created", "invoices.created")],
+        _ => &[],
+    }
+}
+
+/// A `[[handlers]]` entry for one of the guests, with its own consumer group
+/// and the outbox mapping it needs ([`default_outbox_topics`]).
 pub fn handler_block(guest: &str, topic: &str) -> String {
-    format!(
+    handler_block_with_outbox(guest, topic, default_outbox_topics(guest))
+}
+
+/// As [`handler_block`], with `outbox_topics` (logical name -> real topic)
+/// written inline, so tables appended after it still belong to the entry.
+pub fn handler_block_with_outbox(guest: &str, topic: &str, outbox: &[(&str, &str)]) -> String {
+    let mut block = format!(
         "[[handlers]]\nname = \"{guest}\"\ncomponent = \"{}\"\ntopics = [\"{topic}\"]\nmigrations = \"{}\"\ngroup_id = \"{}\"\n",
         guest_wasm(guest).display(),
         guest_migrations(guest).display(),
         unique("group"),
-    )
+    );
+    if !outbox.is_empty() {
+        let pairs: Vec<String> = outbox
+            .iter()
+            .map(|(name, real)| format!("{name:?} = {real:?}"))
+            .collect();
+        block.push_str(&format!("outbox_topics = {{ {} }}\n", pairs.join(", ")));
+    }
+    block
 }
 
 /// A test's own folder, database and config file for one handler.

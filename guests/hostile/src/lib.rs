@@ -15,9 +15,13 @@
 //! - `probe-env` / `probe-fs` / `probe-net`: report what WASI lets it see, as a rejection
 //! - `until`: ask to retry until delivery `attempt`, then behave like `ok`
 //! - `retry` / `reject`: return that handler error
+//! - `publish`: publish `body` (any JSON, sent as its text; a string is sent
+//!   as is) to `topic` with `key` and `headers` (`{"name": "value"}`), then
+//!   record `published <id>`; a refusal is rejected with the host's error text
 
 wit_bindgen::generate!({ world: "handler", path: "../../wit" });
 
+use inboxd::handler::outbox;
 use inboxd::handler::sql::{self, Value};
 use std::io::Write;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -184,6 +188,35 @@ impl Guest for Hostile {
                 sql::execute(
                     "INSERT INTO hostile_effects (event_id) VALUES ($1)",
                     &[Value::Text(format!("{} {seen}", event.id))],
+                )
+                .map_err(|e| HandlerError::Retry(format!("{e:?}")))?;
+                Ok(())
+            }
+            "publish" => {
+                let text = |name: &str| field(&payload, name).and_then(|v| v.as_str()).map(str::to_owned);
+                let body = match field(&payload, "body") {
+                    Some(serde_json::Value::String(raw)) => raw.clone().into_bytes(),
+                    Some(json) => json.to_string().into_bytes(),
+                    None => Vec::new(),
+                };
+                let headers = field(&payload, "headers")
+                    .and_then(|h| h.as_object())
+                    .map(|h| {
+                        h.iter()
+                            .map(|(name, v)| (name.clone(), v.as_str().unwrap_or_default().as_bytes().to_vec()))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let id = outbox::publish(&outbox::Message {
+                    topic: text("topic").unwrap_or_default(),
+                    key: text("key").map(String::into_bytes),
+                    payload: body,
+                    headers,
+                })
+                .map_err(HandlerError::Reject)?;
+                sql::execute(
+                    "INSERT INTO hostile_effects (event_id) VALUES ($1)",
+                    &[Value::Text(format!("published {id}"))],
                 )
                 .map_err(|e| HandlerError::Retry(format!("{e:?}")))?;
                 Ok(())

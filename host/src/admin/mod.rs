@@ -1,5 +1,5 @@
 //! The admin HTTP API (axum): handler uploads and their lifecycle, dead
-//! letters, metrics and health. Off unless `[admin]` is configured; bound to
+//! letters, parked outbox messages, metrics and health. Off unless `[admin]` is configured; bound to
 //! loopback by default.
 //!
 //! Every `/v1` route needs a bearer token ([`auth`]); a team token reaches
@@ -11,6 +11,7 @@ mod auth;
 mod dead_letters;
 mod handlers;
 mod ops;
+mod outbox;
 
 use crate::config::AdminConfig;
 use crate::host::StartError;
@@ -90,6 +91,16 @@ fn router(state: AppState, max_component_bytes: usize) -> Router {
         .route("/v1/handlers/{name}/rollback", post(handlers::rollback))
         .route("/v1/handlers/{name}/pause", post(handlers::pause))
         .route("/v1/handlers/{name}/resume", post(handlers::resume))
+        .route("/v1/handlers/{name}/outbox/parked", get(outbox::list))
+        .route("/v1/handlers/{name}/outbox/parked/retry", post(outbox::retry_all))
+        .route(
+            "/v1/handlers/{name}/outbox/parked/{seq}/retry",
+            post(outbox::retry),
+        )
+        .route(
+            "/v1/handlers/{name}/outbox/parked/{seq}/discard",
+            post(outbox::discard),
+        )
         .route("/v1/dead-letters", get(dead_letters::list))
         .route("/v1/dead-letters/replay", post(dead_letters::replay_all))
         .route("/v1/dead-letters/{id}", get(dead_letters::show))

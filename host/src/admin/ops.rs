@@ -88,8 +88,14 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let names: Vec<String> = registry.running().await.into_keys().collect();
     for (sql, family) in [
         (
-            "SELECT handler, COUNT(*) FROM outbox WHERE published_at IS NULL GROUP BY handler",
+            "SELECT handler, COUNT(*) FROM outbox
+             WHERE published_at IS NULL AND parked_at IS NULL GROUP BY handler",
             &metrics.outbox_backlog,
+        ),
+        (
+            "SELECT handler, COUNT(*) FROM outbox
+             WHERE parked_at IS NOT NULL AND discarded_at IS NULL GROUP BY handler",
+            &metrics.outbox_parked,
         ),
         (
             "SELECT handler, COUNT(*) FROM dead_letters WHERE resolution IS NULL GROUP BY handler",

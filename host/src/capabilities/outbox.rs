@@ -9,6 +9,7 @@
 //! A W3C `traceparent` on the incoming event is carried to each message as a
 //! child span of the same trace.
 
+use crate::config::defaults::EVENT_ID_HEADER;
 use crate::db::outbox::NewMessage;
 use crate::wasm::bindings::{Message, outbox_api};
 use std::collections::BTreeMap;
@@ -92,6 +93,9 @@ impl outbox_api::Host for OutboxView<'_> {
         if message.topic.trim().is_empty() {
             return Err("the message has no topic".into());
         }
+        let Some(topic) = state.topics.get(&message.topic).cloned() else {
+            return Err(refused_topic(&message.topic, &state.topics));
+        };
         if state.messages.len() >= state.max_messages {
             return Err(format!(
                 "limits.max_outbox_messages: this event already published {} messages",
@@ -112,11 +116,12 @@ impl outbox_api::Host for OutboxView<'_> {
                 state.max_bytes
             ));
         }
-        // The host alone sets a message's event id; a guest's own is dropped.
+        // The host alone sets a message's event id: a guest's own is dropped
+        // (the relay stamps the header) and the JSON field is overwritten.
         let mut headers: Vec<(String, Vec<u8>)> = message
             .headers
             .into_iter()
-            .filter(|(name, _)| name != "event_id")
+            .filter(|(name, _)| !is_id_header(name))
             .collect();
         let has_trace = headers
             .iter()
@@ -126,17 +131,188 @@ impl outbox_api::Host for OutboxView<'_> {
         {
             headers.push(("traceparent".into(), child.into_bytes()));
         }
-        let topic = state.topics.get(&message.topic).cloned().unwrap_or(message.topic);
         let id = uuid::Uuid::now_v7().to_string();
+        let payload = stamp_json_id(message.payload, &id);
         state.bytes += size;
         state.messages.push(NewMessage {
             id: id.clone(),
             topic,
             key: message.key,
-            payload: message.payload,
+            payload,
             headers,
         });
         Ok(id)
+    }
+}
+
+/// The refusal of a topic the handler's `outbox_topics` does not map.
+fn refused_topic(topic: &str, allowed: &BTreeMap<String, String>) -> String {
+    let names = if allowed.is_empty() {
+        "none: its outbox_topics is empty".to_owned()
+    } else {
+        allowed
+            .keys()
+            .map(|k| format!("{k:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        "outbox topic {topic:?} is not allowed for this handler: it may publish only to the \
+         topics its `outbox_topics` mapping names ({names}); the operator adds a name there \
+         (\"{topic}\" = \"<real topic>\") to allow it"
+    )
+}
+
+/// Whether a header name reads as the event id: `event_id` in any case, with
+/// `-`, `.` or ` ` for `_`, and with an `x-` prefix. Such headers are the host's.
+pub fn is_id_header(name: &str) -> bool {
+    let name = name.trim();
+    let bare = name
+        .get(..2)
+        .filter(|prefix| prefix.eq_ignore_ascii_case("x-") || prefix.eq_ignore_ascii_case("x_"))
+        .map_or(name, |_| &name[2..]);
+    let normalised: String = bare
+        .chars()
+        .map(|c| match c {
+            '-' | '.' | ' ' => '_',
+            c => c.to_ascii_lowercase(),
+        })
+        .collect();
+    normalised == EVENT_ID_HEADER || normalised == "eventid"
+}
+
+/// The payload with its top-level JSON `event_id` field set to `id`, if it is
+/// a JSON object; anything else is returned untouched. Every top-level copy of
+/// the field is removed (a consumer may keep the first or the last) and one
+/// is written first; the other members keep their text.
+pub fn stamp_json_id(payload: Vec<u8>, id: &str) -> Vec<u8> {
+    // Cheap for what is not a JSON object: one look at the first byte.
+    let start = payload.iter().position(|b| !b.is_ascii_whitespace());
+    if start.is_none_or(|i| payload[i] != b'{') {
+        return payload;
+    }
+    if serde_json::from_slice::<serde::de::IgnoredAny>(&payload).is_err() {
+        return payload;
+    }
+    let Some(members) = json::object_members(&payload) else {
+        return payload;
+    };
+    let field = serde_json::to_string(EVENT_ID_HEADER).expect("a string serializes");
+    let value = serde_json::to_string(id).expect("a string serializes");
+    let mut out = Vec::with_capacity(payload.len() + field.len() + value.len() + 2);
+    out.push(b'{');
+    out.extend_from_slice(field.as_bytes());
+    out.push(b':');
+    out.extend_from_slice(value.as_bytes());
+    for member in members {
+        let key = &payload[member.key.clone()];
+        let name: Option<String> = serde_json::from_slice(key).ok();
+        if name.as_deref() == Some(EVENT_ID_HEADER) {
+            continue;
+        }
+        out.push(b',');
+        out.extend_from_slice(&payload[member.key.start..member.value.end]);
+    }
+    out.push(b'}');
+    out
+}
+
+/// Just enough of a JSON reader to find a valid document's top-level members.
+mod json {
+    use std::ops::Range;
+
+    pub struct Member {
+        /// The key, quotes included.
+        pub key: Range<usize>,
+        pub value: Range<usize>,
+    }
+
+    fn skip_blank(b: &[u8], mut i: usize) -> usize {
+        while i < b.len() && b[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        i
+    }
+
+    /// `i` is at an opening quote; returns the index after the closing one.
+    fn skip_string(b: &[u8], mut i: usize) -> Option<usize> {
+        i += 1;
+        while i < b.len() {
+            match b[i] {
+                b'\\' => i += 2,
+                b'"' => return Some(i + 1),
+                _ => i += 1,
+            }
+        }
+        None
+    }
+
+    /// `i` is at a value's first byte; returns the index after its last.
+    fn skip_value(b: &[u8], mut i: usize) -> Option<usize> {
+        match *b.get(i)? {
+            b'"' => skip_string(b, i),
+            b'{' | b'[' => {
+                let mut depth = 0usize;
+                while i < b.len() {
+                    match b[i] {
+                        b'"' => {
+                            i = skip_string(b, i)?;
+                            continue;
+                        }
+                        b'{' | b'[' => depth += 1,
+                        b'}' | b']' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                return Some(i + 1);
+                            }
+                        }
+                        _ => {}
+                    }
+                    i += 1;
+                }
+                None
+            }
+            _ => {
+                while i < b.len() && !matches!(b[i], b',' | b'}' | b']') && !b[i].is_ascii_whitespace() {
+                    i += 1;
+                }
+                Some(i)
+            }
+        }
+    }
+
+    /// The members of a document already known to be valid JSON whose first
+    /// non-blank byte is `{`.
+    pub fn object_members(b: &[u8]) -> Option<Vec<Member>> {
+        let mut i = skip_blank(b, 0);
+        if b.get(i) != Some(&b'{') {
+            return None;
+        }
+        i = skip_blank(b, i + 1);
+        let mut members = Vec::new();
+        if b.get(i) == Some(&b'}') {
+            return Some(members);
+        }
+        loop {
+            let key_end = skip_string(b, i)?;
+            let key = i..key_end;
+            i = skip_blank(b, key_end);
+            if b.get(i) != Some(&b':') {
+                return None;
+            }
+            let value_start = skip_blank(b, i + 1);
+            let value_end = skip_value(b, value_start)?;
+            members.push(Member {
+                key,
+                value: value_start..value_end,
+            });
+            i = skip_blank(b, value_end);
+            match b.get(i)? {
+                b',' => i = skip_blank(b, i + 1),
+                b'}' => return Some(members),
+                _ => return None,
+            }
+        }
     }
 }
 
@@ -172,12 +348,18 @@ mod tests {
         assert_eq!(child_traceparent("garbage"), None);
     }
 
+    fn topics(pairs: &[(&str, &str)]) -> Arc<BTreeMap<String, String>> {
+        Arc::new(
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        )
+    }
+
     #[test]
     fn publish_maps_topics_carries_the_trace_and_bounds_the_volume() {
-        let topics = Arc::new(BTreeMap::from([(
-            "invoices.created".to_owned(),
-            "prod.invoices".to_owned(),
-        )]));
+        let topics = topics(&[("invoices.created", "prod.invoices"), ("x", "x")]);
         let headers = vec![("traceparent".to_owned(), PARENT.as_bytes().to_vec())];
         let mut state = OutboxState::new(2, 10, topics, &headers);
         let mut view = OutboxView { state: &mut state };
@@ -199,5 +381,100 @@ mod tests {
         assert_eq!(sent[0].id, id);
         let trace = String::from_utf8(sent[0].headers[0].1.clone()).unwrap();
         assert!(trace.contains("4bf92f3577b34da6a3ce929d0e0e4736"));
+    }
+
+    /// Regression: a handler could publish to any topic its mapping did not
+    /// name (another team's), under that very name.
+    #[test]
+    fn publish_refuses_every_topic_the_mapping_does_not_name() {
+        let mut state = OutboxState::new(10, 1000, topics(&[("invoices.created", "prod.invoices")]), &[]);
+        let mut view = OutboxView { state: &mut state };
+        for topic in [
+            "payments.refunds",
+            "prod.invoices",
+            "Invoices.created",
+            "invoices.created ",
+        ] {
+            let error = view.publish(message(topic, b"{}")).unwrap_err();
+            assert!(error.contains(&format!("{topic:?}")), "{error}");
+            assert!(error.contains("outbox_topics"), "{error}");
+            assert!(
+                error.contains("\"invoices.created\""),
+                "names the allowed: {error}"
+            );
+        }
+        let mut empty = OutboxState::new(10, 1000, topics(&[]), &[]);
+        let error = OutboxView { state: &mut empty }
+            .publish(message("anything", b""))
+            .unwrap_err();
+        assert!(error.contains("outbox_topics is empty"), "{error}");
+        assert!(
+            state.take().is_empty() && empty.take().is_empty(),
+            "nothing refused is kept"
+        );
+    }
+
+    /// Regression: only the exact header `event_id` was dropped, so a guest
+    /// could forge the id under `Event-ID` or in the JSON payload.
+    #[test]
+    fn the_id_in_headers_and_json_is_the_hosts() {
+        let mut state = OutboxState::new(10, 10_000, topics(&[("t", "t")]), &[]);
+        let mut view = OutboxView { state: &mut state };
+        let forged = "00000000-0000-4000-8000-000000000000";
+        let mut sent = message(
+            "t",
+            format!(r#" {{"a": 1, "event_id": "{forged}", "b": {{"event_id": "inner"}}, "event_id": "x"}}"#)
+                .as_bytes(),
+        );
+        sent.headers = [
+            "event_id",
+            "EVENT_ID",
+            "Event-Id",
+            "event.id",
+            "eventId",
+            "X-Event-ID",
+            " event_id ",
+            "kept",
+        ]
+        .iter()
+        .map(|name| ((*name).to_owned(), forged.as_bytes().to_vec()))
+        .collect();
+        let id = view.publish(sent).unwrap();
+        let out = state.take().remove(0);
+        assert_eq!(out.headers, [("kept".to_owned(), forged.as_bytes().to_vec())]);
+        let payload: serde_json::Value = serde_json::from_slice(&out.payload).unwrap();
+        assert_eq!(payload["event_id"], serde_json::json!(id));
+        assert_eq!(payload["a"], 1);
+        assert_eq!(payload["b"]["event_id"], "inner", "only the top level is the id");
+        let text = String::from_utf8(out.payload).unwrap();
+        assert_eq!(
+            text.matches("\"event_id\"").count(),
+            2,
+            "one top-level copy: {text}"
+        );
+    }
+
+    #[test]
+    fn json_stamping_adds_the_field_and_leaves_other_payloads_alone() {
+        let id = "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b";
+        let stamped = |p: &str| String::from_utf8(stamp_json_id(p.as_bytes().to_vec(), id)).unwrap();
+        assert_eq!(stamped("{}"), format!(r#"{{"event_id":"{id}"}}"#));
+        assert_eq!(
+            stamped(r#"{"n": 18446744073709551617, "s": "a\"}b", "l": [1, {"x": null}], "t": true}"#),
+            format!(
+                r#"{{"event_id":"{id}","n": 18446744073709551617,"s": "a\"}}b","l": [1, {{"x": null}}],"t": true}}"#
+            ),
+            "other members keep their text, big numbers included"
+        );
+        assert_eq!(
+            stamped(r#"{"event\u005fid": "forged"}"#),
+            format!(r#"{{"event_id":"{id}"}}"#),
+            "an escaped key is the same key"
+        );
+        for untouched in ["not json", "[1, 2]", "\"event_id\"", "{broken", "{} trailing", ""] {
+            assert_eq!(stamped(untouched), untouched);
+        }
+        let binary = vec![0xff, b'{', 0];
+        assert_eq!(stamp_json_id(binary.clone(), id), binary);
     }
 }

@@ -127,6 +127,13 @@ fn build_config(args: &DemoArgs, brokers: String) -> Result<(Config, String), Cl
     .map_err(failed)?;
     handler.component = component;
     handler.migrations = migrations;
+    if args.handler.is_none() {
+        // billing publishes `invoices.created`; a handler may publish only to
+        // the topics its mapping names (here the same name on the mock broker).
+        handler
+            .outbox_topics
+            .insert(INVOICES.to_owned(), INVOICES.to_owned());
+    }
     let mut handlers = vec![handler];
     if args.handler.is_none() {
         let wasm = repo_path(NOTIFIER_WASM);

@@ -160,6 +160,18 @@ async fn list(db: &Database, handler: Option<&str>, all: bool, json: bool) -> Re
     if json {
         return print_json(&rows);
     }
+    // Outbox messages the relay parked are the other half of what waits for
+    // an operator: say so here too.
+    let parked_outbox: i64 = crate::db::outbox::parked_counts(db)
+        .await
+        .map_err(failed)?
+        .iter()
+        .filter(|(name, _)| handler.is_none_or(|h| h == name))
+        .map(|(_, n)| n)
+        .sum();
+    if parked_outbox > 0 {
+        println!("{parked_outbox} outbox messages are parked as undeliverable: see `inboxd outbox list`");
+    }
     if rows.is_empty() {
         println!(
             "no dead letters{}",

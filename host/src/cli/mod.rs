@@ -3,6 +3,7 @@
 
 pub mod demo;
 pub mod dlq;
+pub mod outbox;
 pub mod purge;
 pub mod remote;
 pub mod run;
@@ -44,10 +45,12 @@ pub enum Command {
         #[arg(long, short, env = "INBOXD_CONFIG", default_value = "inboxd.toml")]
         config: PathBuf,
     },
-    /// Offsets, dead letters, outbox backlog and relay lag, per handler.
+    /// Offsets, dead letters, outbox backlog, relay lag and parked outbox messages, per handler.
     Status(status::StatusArgs),
     /// Inspect, replay and discard dead letters.
     Dlq(dlq::DlqArgs),
+    /// Inspect, re-queue and discard outbox messages parked as undeliverable.
+    Outbox(outbox::OutboxArgs),
     /// Delete inbox rows past retention now (the host also does it on a schedule).
     Purge(purge::PurgeArgs),
     /// Run the whole pipeline in-process on an embedded broker and SQLite, with duplicates.

@@ -1,7 +1,8 @@
 //! `inboxd status`: what each handler has done and what is waiting, read from
 //! the database (so it works for any number of hosts): stored offsets, parked
-//! dead letters, and the outbox backlog with the relay's lag (the age of the
-//! oldest message not yet published).
+//! dead letters, the outbox backlog with the relay's lag (the age of the
+//! oldest message not yet published), and outbox messages parked because the
+//! broker will never accept them (`inboxd outbox list` shows them).
 
 use super::CliError;
 use crate::config::Config;
@@ -25,6 +26,8 @@ struct HandlerStatus {
     records_committed: i64,
     dead_letters_parked: usize,
     outbox_backlog: i64,
+    /// Outbox messages parked (never deliverable) and not discarded.
+    outbox_parked: i64,
     /// Age of the oldest unpublished outbox message, in milliseconds.
     relay_lag_ms: Option<i64>,
 }
@@ -51,9 +54,10 @@ pub async fn status(args: StatusArgs) -> Result<(), CliError> {
             names.push(deployment.name);
         }
     }
+    let parked = outbox::parked_counts(&db).await.map_err(failed)?;
     for name in &names {
         let positions = offsets::load_all(&db, name).await.map_err(failed)?;
-        let parked = dead_letters::list(&db, name).await.map_err(failed)?.len();
+        let letters = dead_letters::list(&db, name).await.map_err(failed)?.len();
         let (backlog, oldest) = outbox::backlog(&db, name).await.map_err(failed)?;
         report.push(HandlerStatus {
             handler: name.clone(),
@@ -66,8 +70,12 @@ pub async fn status(args: StatusArgs) -> Result<(), CliError> {
                     next_offset: p.next_offset,
                 })
                 .collect(),
-            dead_letters_parked: parked,
+            dead_letters_parked: letters,
             outbox_backlog: backlog,
+            outbox_parked: parked
+                .iter()
+                .find(|(handler, _)| handler == name)
+                .map_or(0, |(_, n)| *n),
             relay_lag_ms: oldest.map(|created| (now_ms() - created).max(0)),
         });
     }
@@ -84,6 +92,12 @@ pub async fn status(args: StatusArgs) -> Result<(), CliError> {
             "{}: {} records committed, {} dead letters parked, outbox backlog {} (relay lag {lag})",
             h.handler, h.records_committed, h.dead_letters_parked, h.outbox_backlog
         );
+        if h.outbox_parked > 0 {
+            println!(
+                "  {} outbox messages parked, never deliverable as they are: `inboxd outbox list --handler {}`",
+                h.outbox_parked, h.handler
+            );
+        }
         for p in &h.partitions {
             println!("  {}/{}: next offset {}", p.topic, p.partition, p.next_offset);
         }

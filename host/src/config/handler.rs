@@ -308,6 +308,21 @@ impl HandlerConfig {
                 "must list at least one non-empty topic",
             ));
         }
+        // The only topics the handler may publish to (capabilities::outbox).
+        // A real name Kafka refuses is not caught here: the relay parks such
+        // messages with the reason, where `inboxd outbox` shows them.
+        if let Some((name, real)) = self
+            .outbox_topics
+            .iter()
+            .find(|(name, real)| name.trim().is_empty() || real.trim().is_empty())
+        {
+            return Err(invalid(
+                format!("{key}.outbox_topics"),
+                format!(
+                    "{name:?} = {real:?}: neither the name a handler uses nor the real topic may be empty"
+                ),
+            ));
+        }
         if self.event_id.header.is_empty() {
             return Err(invalid(format!("{key}.event_id.header"), "must not be empty"));
         }

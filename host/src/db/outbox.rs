@@ -6,6 +6,13 @@
 //! are relayed in insert order (`seq`) by whichever host holds the bucket's
 //! lease. For the messages of one partition's events (its batches commit one
 //! after another) that is commit order.
+//!
+//! A message the broker will never accept is *parked* (`parked_at`, with the
+//! reason in `last_error`): the relay skips it from then on and the messages
+//! after it in its bucket go on (the parked one is out of order by
+//! definition). `inboxd outbox` and the admin API list parked messages and
+//! re-queue or discard them. The relay reads at most a few hundred messages
+//! per bucket per cycle, so one bucket's long backlog never starves the others.
 
 use super::dead_letters::{headers_json, parse_headers};
 use super::{Database, DbError, SqlValue, Tx, now_ms};
@@ -129,20 +136,33 @@ pub async fn release(db: &Database, owner: &str) -> Result<(), DbError> {
     tx.commit().await
 }
 
-/// The oldest unpublished messages of the given buckets, in relay order.
-pub async fn pending(db: &Database, buckets: &[i64], limit: i64) -> Result<Vec<Pending>, DbError> {
+/// The oldest sendable (unpublished, not parked) messages of the given
+/// buckets, at most `per_bucket` of each, in relay order (bucket, then seq).
+///
+/// One `ORDER BY seq LIMIT n` per bucket, glued with UNION ALL: each walks
+/// the `outbox_pending` index and stops after `n` rows, so a cycle costs the
+/// same whatever the backlog. (A global `ORDER BY bucket, seq LIMIT` let one
+/// bucket's backlog fill every read; `ROW_NUMBER() OVER (PARTITION BY
+/// bucket)` would be fair too, but numbers every pending row on each read.)
+pub async fn pending(db: &Database, buckets: &[i64], per_bucket: i64) -> Result<Vec<Pending>, DbError> {
     if buckets.is_empty() {
         return Ok(Vec::new());
     }
-    // Bucket numbers are integers, safe to list inline on both backends.
-    let list: Vec<String> = buckets.iter().map(i64::to_string).collect();
-    let sql = format!(
-        "SELECT seq, bucket, id, topic, key, payload, headers FROM outbox
-         WHERE published_at IS NULL AND bucket IN ({}) ORDER BY bucket, seq LIMIT $1",
-        list.join(", ")
-    );
-    let rows = db.query(&sql, &[limit.into()]).await?;
-    Ok(rows
+    // Bucket numbers are integers, safe to write inline on both backends.
+    let parts: Vec<String> = buckets
+        .iter()
+        .map(|bucket| {
+            format!(
+                "SELECT * FROM (SELECT seq, bucket, id, topic, key, payload, headers FROM outbox
+                 WHERE published_at IS NULL AND parked_at IS NULL AND bucket = {bucket}
+                 ORDER BY seq LIMIT $1) AS b{bucket}"
+            )
+        })
+        .collect();
+    let rows = db
+        .query(&parts.join("\nUNION ALL\n"), &[per_bucket.into()])
+        .await?;
+    let mut pending: Vec<Pending> = rows
         .into_iter()
         .filter_map(|row| {
             let mut v = row.into_iter();
@@ -171,7 +191,9 @@ pub async fn pending(db: &Database, buckets: &[i64], limit: i64) -> Result<Vec<P
                 },
             })
         })
-        .collect())
+        .collect();
+    pending.sort_by_key(|p| (p.bucket, p.seq));
+    Ok(pending)
 }
 
 pub async fn mark_published(db: &Database, seqs: &[i64]) -> Result<(), DbError> {
@@ -201,11 +223,192 @@ pub async fn record_failure(db: &Database, seq: i64, error: &str) -> Result<(), 
     tx.commit().await
 }
 
-/// Unpublished messages of a handler, and the creation time of the oldest.
+/// Parks a message the broker will never accept: the relay skips it from now
+/// on, and `reason` says why. Returns false if it was published meanwhile.
+pub async fn park(db: &Database, seq: i64, reason: &str) -> Result<bool, DbError> {
+    let mut tx = db.begin().await?;
+    let parked = tx
+        .execute(
+            "UPDATE outbox SET attempts = attempts + 1, last_error = $2, parked_at = $3
+             WHERE seq = $1 AND published_at IS NULL AND parked_at IS NULL",
+            &[seq.into(), reason.into(), now_ms().into()],
+        )
+        .await?;
+    tx.commit().await?;
+    Ok(parked == 1)
+}
+
+/// A parked outbox message, for `inboxd outbox` and the admin API.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Parked {
+    pub seq: i64,
+    pub handler: String,
+    /// The message's event id (its `event_id` header when sent).
+    pub id: String,
+    pub topic: String,
+    #[serde(skip)]
+    pub key: Option<Vec<u8>>,
+    #[serde(skip)]
+    pub payload: Vec<u8>,
+    #[serde(skip)]
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub attempts: i64,
+    /// Why it was parked (or the last failure before that).
+    pub reason: Option<String>,
+    pub created_at: i64,
+    pub parked_at: i64,
+    pub discarded_at: Option<i64>,
+}
+
+impl Parked {
+    /// The message in full, with key, payload and header values as text where
+    /// they are UTF-8 (else hex).
+    pub fn detail_json(&self) -> serde_json::Value {
+        let text = |bytes: &[u8]| match std::str::from_utf8(bytes) {
+            Ok(text) => serde_json::json!(text),
+            Err(_) => serde_json::json!({
+                "hex": bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
+            }),
+        };
+        let mut value = serde_json::to_value(self).unwrap_or_default();
+        value["key"] = self.key.as_deref().map_or(serde_json::Value::Null, text);
+        value["payload"] = text(&self.payload);
+        value["headers"] = self
+            .headers
+            .iter()
+            .map(|(name, v)| serde_json::json!({ "name": name, "value": text(v) }))
+            .collect();
+        value
+    }
+}
+
+/// Which parked messages to read.
+#[derive(Debug, Default)]
+pub struct ParkedFilter<'a> {
+    pub handler: Option<&'a str>,
+    pub seqs: Option<&'a [i64]>,
+    /// Also those already discarded.
+    pub include_discarded: bool,
+    /// At most this many (the oldest first); 0 means 1000.
+    pub limit: i64,
+}
+
+const PARKED_COLUMNS: &str = "seq, handler, id, topic, key, payload, headers, attempts, last_error, created_at, parked_at, discarded_at";
+
+pub async fn parked(db: &Database, filter: &ParkedFilter<'_>) -> Result<Vec<Parked>, DbError> {
+    let mut sql = format!("SELECT {PARKED_COLUMNS} FROM outbox WHERE parked_at IS NOT NULL");
+    let mut params: Vec<SqlValue> = Vec::new();
+    if let Some(handler) = filter.handler {
+        params.push(handler.into());
+        sql.push_str(&format!(" AND handler = ${}", params.len()));
+    }
+    if let Some(seqs) = filter.seqs {
+        if seqs.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Integers, safe inline.
+        let list: Vec<String> = seqs.iter().map(i64::to_string).collect();
+        sql.push_str(&format!(" AND seq IN ({})", list.join(", ")));
+    }
+    if !filter.include_discarded {
+        sql.push_str(" AND discarded_at IS NULL");
+    }
+    let limit = if filter.limit > 0 { filter.limit } else { 1000 };
+    params.push(limit.into());
+    sql.push_str(&format!(" ORDER BY seq LIMIT ${}", params.len()));
+    let rows = db.query(&sql, &params).await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|row| {
+            let mut v = row.into_iter();
+            Some(Parked {
+                seq: v.next()?.as_i64()?,
+                handler: v.next()?.as_str()?.to_owned(),
+                id: v.next()?.as_str()?.to_owned(),
+                topic: v.next()?.as_str()?.to_owned(),
+                key: match v.next()? {
+                    SqlValue::Blob(b) => Some(b),
+                    _ => None,
+                },
+                payload: match v.next()? {
+                    SqlValue::Blob(b) => b,
+                    _ => Vec::new(),
+                },
+                headers: parse_headers(v.next()?.as_str().unwrap_or("[]")),
+                attempts: v.next()?.as_i64().unwrap_or(0),
+                reason: v.next()?.as_str().map(str::to_owned),
+                created_at: v.next()?.as_i64().unwrap_or(0),
+                parked_at: v.next()?.as_i64()?,
+                discarded_at: v.next()?.as_i64(),
+            })
+        })
+        .collect())
+}
+
+/// Parked (not discarded) messages per handler.
+pub async fn parked_counts(db: &Database) -> Result<Vec<(String, i64)>, DbError> {
+    let rows = db
+        .query(
+            "SELECT handler, COUNT(*) FROM outbox
+             WHERE parked_at IS NOT NULL AND discarded_at IS NULL GROUP BY handler",
+            &[],
+        )
+        .await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|r| Some((r.first()?.as_str()?.to_owned(), r.get(1)?.as_i64()?)))
+        .collect())
+}
+
+/// Puts parked messages back in line (`seqs`, or every parked one of
+/// `handler`): the relay sends them next in their buckets, before the
+/// messages published after them. Discarded ones stay discarded. Returns the
+/// seqs re-queued.
+pub async fn requeue(db: &Database, handler: &str, seqs: Option<&[i64]>) -> Result<Vec<i64>, DbError> {
+    let mut sql = "UPDATE outbox SET parked_at = NULL
+                   WHERE handler = $1 AND parked_at IS NOT NULL AND discarded_at IS NULL
+                   AND published_at IS NULL"
+        .to_owned();
+    if let Some(seqs) = seqs {
+        if seqs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let list: Vec<String> = seqs.iter().map(i64::to_string).collect();
+        sql.push_str(&format!(" AND seq IN ({})", list.join(", ")));
+    }
+    sql.push_str(" RETURNING seq");
+    let mut tx = db.begin().await?;
+    let rows = tx.query(&sql, &[handler.into()]).await?;
+    tx.commit().await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|r| r.first().and_then(SqlValue::as_i64))
+        .collect())
+}
+
+/// Marks a parked message as handled without sending it; it stays for the
+/// record until `outbox.retention` has passed. False if it is not parked (or
+/// already discarded).
+pub async fn discard(db: &Database, handler: &str, seq: i64) -> Result<bool, DbError> {
+    let mut tx = db.begin().await?;
+    let discarded = tx
+        .execute(
+            "UPDATE outbox SET discarded_at = $3
+             WHERE seq = $1 AND handler = $2 AND parked_at IS NOT NULL AND discarded_at IS NULL",
+            &[seq.into(), handler.into(), now_ms().into()],
+        )
+        .await?;
+    tx.commit().await?;
+    Ok(discarded == 1)
+}
+
+/// Sendable (unpublished, not parked) messages of a handler, and the
+/// creation time of the oldest: the relay's backlog and lag.
 pub async fn backlog(db: &Database, handler: &str) -> Result<(i64, Option<i64>), DbError> {
     let rows = db
         .query(
-            "SELECT COUNT(*), MIN(created_at) FROM outbox WHERE handler = $1 AND published_at IS NULL",
+            "SELECT COUNT(*), MIN(created_at) FROM outbox
+             WHERE handler = $1 AND published_at IS NULL AND parked_at IS NULL",
             &[handler.into()],
         )
         .await?;
@@ -216,16 +419,26 @@ pub async fn backlog(db: &Database, handler: &str) -> Result<(i64, Option<i64>),
     ))
 }
 
-/// Deletes at most `limit` messages published before `cutoff_ms`.
+/// Deletes at most `limit` messages published, or discarded, before `cutoff_ms`.
 pub async fn purge_published(db: &Database, cutoff_ms: i64, limit: i64) -> Result<u64, DbError> {
     let mut tx = db.begin().await?;
-    let deleted = tx
+    let mut deleted = tx
         .execute(
             "DELETE FROM outbox WHERE seq IN
              (SELECT seq FROM outbox WHERE published_at IS NOT NULL AND published_at < $1 LIMIT $2)",
             &[cutoff_ms.into(), limit.into()],
         )
         .await?;
+    if deleted < limit as u64 {
+        // Discarded messages are parked ones (the `outbox_parked` index).
+        deleted += tx
+            .execute(
+                "DELETE FROM outbox WHERE seq IN
+                 (SELECT seq FROM outbox WHERE parked_at IS NOT NULL AND discarded_at < $1 LIMIT $2)",
+                &[cutoff_ms.into(), (limit - deleted as i64).into()],
+            )
+            .await?;
+    }
     tx.commit().await?;
     Ok(deleted)
 }
@@ -316,5 +529,150 @@ mod tests {
         let ids: Vec<&str> = rows.iter().map(|p| p.message.id.as_str()).collect();
         let sent: Vec<&str> = messages.iter().map(|m| m.id.as_str()).collect();
         assert_eq!(ids, sent);
+    }
+
+    /// Two keys of one handler that land in different buckets.
+    fn keys_in_two_buckets() -> (String, String) {
+        let first = "k0".to_owned();
+        let other = (1..)
+            .map(|i| format!("k{i}"))
+            .find(|k| bucket("billing", Some(k.as_bytes())) != bucket("billing", Some(first.as_bytes())))
+            .unwrap();
+        (first, other)
+    }
+
+    /// Regression: `ORDER BY bucket, seq LIMIT n` let one bucket's backlog
+    /// fill every read, so the other buckets never moved.
+    #[tokio::test]
+    async fn a_long_backlog_in_one_bucket_does_not_starve_the_others() {
+        let db = memory_db().await;
+        let (busy, quiet) = keys_in_two_buckets();
+        let (low, high) =
+            if bucket("billing", Some(busy.as_bytes())) < bucket("billing", Some(quiet.as_bytes())) {
+                (busy, quiet)
+            } else {
+                (quiet, busy)
+            };
+        let backlog: Vec<NewMessage> = (0..50).map(|_| message(&low)).collect();
+        let late = message(&high);
+        let mut tx = db.begin().await.unwrap();
+        insert(&mut tx, "billing", &backlog).await.unwrap();
+        insert(&mut tx, "billing", std::slice::from_ref(&late))
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        let held = lease(&db, "host-1", 10_000).await.unwrap();
+        let rows = pending(&db, &held, 10).await.unwrap();
+        assert_eq!(rows.len(), 11, "10 of the long bucket, and the other one");
+        assert_eq!(rows[10].message.id, late.id);
+        assert_eq!(
+            rows[..10]
+                .iter()
+                .map(|p| p.message.id.as_str())
+                .collect::<Vec<_>>(),
+            backlog[..10].iter().map(|m| m.id.as_str()).collect::<Vec<_>>(),
+            "the oldest of the long bucket, in order"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_parked_message_steps_aside_until_requeued_or_discarded() {
+        let db = memory_db().await;
+        let (stuck, next) = (message("a"), message("a"));
+        let mut tx = db.begin().await.unwrap();
+        insert(&mut tx, "billing", &[stuck.clone(), next.clone()])
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        let held = lease(&db, "host-1", 10_000).await.unwrap();
+        let rows = pending(&db, &held, 10).await.unwrap();
+        let (stuck_seq, next_seq) = (rows[0].seq, rows[1].seq);
+
+        assert!(park(&db, stuck_seq, "Broker: Invalid topic").await.unwrap());
+        assert!(!park(&db, stuck_seq, "again").await.unwrap(), "parked once");
+        let rows = pending(&db, &held, 10).await.unwrap();
+        assert_eq!(
+            rows.iter().map(|p| p.seq).collect::<Vec<_>>(),
+            [next_seq],
+            "the bucket's next message goes on"
+        );
+        assert_eq!(
+            backlog(&db, "billing").await.unwrap().0,
+            1,
+            "parked is not backlog"
+        );
+        assert_eq!(parked_counts(&db).await.unwrap(), [("billing".to_owned(), 1)]);
+        let listed = parked(
+            &db,
+            &ParkedFilter {
+                handler: Some("billing"),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(
+            (
+                listed[0].id.as_str(),
+                listed[0].reason.as_deref(),
+                listed[0].attempts
+            ),
+            (stuck.id.as_str(), Some("Broker: Invalid topic"), 1)
+        );
+        assert_eq!(listed[0].payload, stuck.payload);
+        assert!(
+            parked(
+                &db,
+                &ParkedFilter {
+                    handler: Some("other"),
+                    ..Default::default()
+                }
+            )
+            .await
+            .unwrap()
+            .is_empty()
+        );
+
+        assert_eq!(
+            requeue(&db, "other", None).await.unwrap(),
+            Vec::<i64>::new(),
+            "scoped by handler"
+        );
+        assert_eq!(
+            requeue(&db, "billing", Some(&[stuck_seq])).await.unwrap(),
+            [stuck_seq]
+        );
+        let rows = pending(&db, &held, 10).await.unwrap();
+        assert_eq!(
+            rows.iter().map(|p| p.seq).collect::<Vec<_>>(),
+            [stuck_seq, next_seq],
+            "re-queued in its old place"
+        );
+
+        park(&db, stuck_seq, "still invalid").await.unwrap();
+        assert!(!discard(&db, "other", stuck_seq).await.unwrap());
+        assert!(discard(&db, "billing", stuck_seq).await.unwrap());
+        assert!(!discard(&db, "billing", stuck_seq).await.unwrap(), "once");
+        assert!(
+            !discard(&db, "billing", next_seq).await.unwrap(),
+            "only a parked one"
+        );
+        assert!(
+            requeue(&db, "billing", None).await.unwrap().is_empty(),
+            "discarded stays discarded"
+        );
+        assert!(parked_counts(&db).await.unwrap().is_empty());
+        let all = ParkedFilter {
+            include_discarded: true,
+            ..Default::default()
+        };
+        assert!(parked(&db, &all).await.unwrap()[0].discarded_at.is_some());
+        mark_published(&db, &[next_seq]).await.unwrap();
+        assert_eq!(
+            purge_published(&db, now_ms() + 1, 100).await.unwrap(),
+            2,
+            "discarded ones are purged too"
+        );
     }
 }

@@ -2,11 +2,20 @@
 //! per (handler, key).
 //!
 //! Each host runs one relay. A relay leases buckets of the outbox (a lease it
-//! renews every cycle and that runs out if the host dies, so another host picks
-//! the bucket up) and sends a bucket's messages in insert order with an
-//! idempotent producer, each with its id in the `event_id` header. Rows are
-//! marked published only after Kafka acknowledged them: a crash in between
-//! sends them again, and the consuming handler's inbox drops the copy.
+//! renews every few seconds and that runs out if the host dies, so another
+//! host picks the bucket up) and sends a bucket's messages in insert order
+//! with an idempotent producer, each with its id in the `event_id` header.
+//! Rows are marked published only after Kafka acknowledged them: a crash in
+//! between sends them again, and the consuming handler's inbox drops the copy.
+//!
+//! Buckets never wait for each other: each bucket's sends run as their own
+//! task, and a bucket whose send fails for a passing reason (the broker away,
+//! a topic that does not exist yet) backs off alone, keeping its order. A
+//! message the broker will never accept (an invalid topic name, a message
+//! over the size limit, a topic the relay may not write: see [`permanent`])
+//! is *parked* at once with its reason, and the bucket goes on with the
+//! messages after it; `inboxd outbox` and the admin API show, re-queue or
+//! discard parked messages.
 
 use crate::config::{KafkaConfig, RetryConfig};
 use crate::db::outbox::{self, Pending};
@@ -14,18 +23,25 @@ use crate::db::{Database, DbError};
 use crate::failpoints;
 use crate::pipeline::backoff;
 use rdkafka::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
-use std::time::Duration;
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 /// A bucket lease lasts this long unless renewed: how long a dead host's
 /// messages wait before another host relays them.
 const LEASE_MS: i64 = 10_000;
+/// Leases are renewed (and free buckets taken) this often: well inside
+/// `LEASE_MS`, and rarely enough not to write the lease rows on every look.
+const RENEW: Duration = Duration::from_secs(2);
 /// Idle wait between looks at the outbox: the relay's added latency.
 const POLL: Duration = Duration::from_millis(100);
-/// Messages read and sent per cycle.
-const BATCH: i64 = 500;
+/// Messages read and sent per bucket at a time. Per bucket, so one bucket's
+/// backlog never fills a read; 64 buckets x 200 bounds what one look holds.
+const PER_BUCKET: i64 = 200;
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
 const RETRY: RetryConfig = RetryConfig {
     max_attempts: u32::MAX,
@@ -52,23 +68,15 @@ pub async fn run_relay(db: Database, kafka: KafkaConfig, owner: String, shutdown
             return;
         }
     };
+    let mut relay = Relay::new(db.clone(), producer, owner.clone());
     let mut failures = 0u32;
     while !shutdown.is_cancelled() {
-        // A cycle may wait on Kafka for a while (an unknown topic, a broker
-        // away); shutdown does not wait for it. Anything sent but not yet
-        // marked is sent again later, which the consumer's inbox absorbs.
-        let cycle = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            cycle = relay_once(&db, &producer, &owner) => cycle,
-        };
-        let wait = match cycle {
-            Ok(0) => {
+        // Anything sent but not yet marked when shutdown comes is sent again
+        // later, which the consumer's inbox absorbs: shutdown does not wait.
+        let wait = match relay.step(&shutdown).await {
+            Ok(()) => {
                 failures = 0;
-                POLL
-            }
-            Ok(_) => {
-                failures = 0;
-                Duration::ZERO
+                continue;
             }
             Err(error) => {
                 failures += 1;
@@ -83,55 +91,208 @@ pub async fn run_relay(db: Database, kafka: KafkaConfig, owner: String, shutdown
             _ = tokio::time::sleep(wait) => {}
         }
     }
+    drop(relay);
     if let Err(error) = outbox::release(&db, &owner).await {
         tracing::debug!("releasing the outbox leases failed (they run out by themselves): {error}");
     }
 }
 
-/// One cycle: renew leases, send what is pending, mark what Kafka acknowledged.
-/// Returns how many messages were published.
-async fn relay_once(db: &Database, producer: &FutureProducer, owner: &str) -> Result<usize, DbError> {
-    let buckets = outbox::lease(db, owner, LEASE_MS).await?;
-    let pending = outbox::pending(db, &buckets, BATCH).await?;
-    if pending.is_empty() {
-        return Ok(0);
-    }
-    failpoints::hit("relay-before-publish");
-    let mut published = Vec::new();
-    for bucket in pending.chunk_by(|a, b| a.bucket == b.bucket) {
-        match send_in_order(producer, bucket).await {
-            Ok(seqs) => published.extend(seqs),
-            Err((seqs, seq, error)) => {
-                published.extend(seqs);
-                tracing::warn!(
-                    seq,
-                    "relaying an outbox message failed; its bucket waits for a retry: {error}"
-                );
-                outbox::record_failure(db, seq, &error).await?;
-            }
+/// What became of a bucket's messages.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct Outcome {
+    pub published: Vec<i64>,
+    /// Never deliverable: (seq, reason).
+    pub parked: Vec<(i64, String)>,
+    /// The first message that failed for a passing reason; the bucket's
+    /// later messages wait behind it.
+    pub failed: Option<(i64, String)>,
+}
+
+/// The relay's state between looks at the outbox.
+pub(crate) struct Relay {
+    db: Database,
+    producer: FutureProducer,
+    owner: String,
+    held: Vec<i64>,
+    renewed: Option<Instant>,
+    /// Buckets whose sends are in flight, and those sends.
+    busy: HashSet<i64>,
+    in_flight: JoinSet<(i64, Outcome)>,
+    /// Buckets backing off after a passing failure: until when, and how many
+    /// failures in a row.
+    waiting: HashMap<i64, (Instant, u32)>,
+}
+
+impl Relay {
+    pub(crate) fn new(db: Database, producer: FutureProducer, owner: String) -> Self {
+        Self {
+            db,
+            producer,
+            owner,
+            held: Vec::new(),
+            renewed: None,
+            busy: HashSet::new(),
+            in_flight: JoinSet::new(),
+            waiting: HashMap::new(),
         }
     }
-    failpoints::hit("relay-after-publish");
-    outbox::mark_published(db, &published).await?;
-    Ok(published.len())
+
+    /// One look: start the buckets that have messages and are free to send,
+    /// then wait for a bucket to finish (settling every finished one) or
+    /// for the poll interval.
+    pub(crate) async fn step(&mut self, shutdown: &CancellationToken) -> Result<(), DbError> {
+        self.start_ready().await?;
+        tokio::select! {
+            _ = shutdown.cancelled() => Ok(()),
+            Some(joined) = self.in_flight.join_next(), if !self.in_flight.is_empty() => {
+                let mut finished = vec![joined];
+                while let Some(joined) = self.in_flight.try_join_next() {
+                    finished.push(joined);
+                }
+                let finished = finished
+                    .into_iter()
+                    .filter_map(|joined| joined.inspect_err(|e| tracing::error!("an outbox send task failed: {e}")).ok())
+                    .collect();
+                self.settle(finished).await
+            }
+            _ = tokio::time::sleep(POLL) => Ok(()),
+        }
+    }
+
+    async fn start_ready(&mut self) -> Result<(), DbError> {
+        if self.renewed.is_none_or(|at| at.elapsed() >= RENEW) {
+            self.held = outbox::lease(&self.db, &self.owner, LEASE_MS).await?;
+            self.renewed = Some(Instant::now());
+        }
+        let now = Instant::now();
+        let ready: Vec<i64> = self
+            .held
+            .iter()
+            .copied()
+            .filter(|b| !self.busy.contains(b))
+            .filter(|b| self.waiting.get(b).is_none_or(|(until, _)| *until <= now))
+            .collect();
+        let pending = outbox::pending(&self.db, &ready, PER_BUCKET).await?;
+        if pending.is_empty() {
+            return Ok(());
+        }
+        failpoints::hit("relay-before-publish");
+        for bucket in pending.chunk_by(|a, b| a.bucket == b.bucket) {
+            let number = bucket[0].bucket;
+            let (producer, rows) = (self.producer.clone(), bucket.to_vec());
+            self.busy.insert(number);
+            self.in_flight
+                .spawn(async move { (number, send_in_order(&producer, &rows).await) });
+        }
+        Ok(())
+    }
+
+    /// Records what the finished buckets did: one write for everything
+    /// published, then each parked message and each bucket's failure.
+    async fn settle(&mut self, finished: Vec<(i64, Outcome)>) -> Result<(), DbError> {
+        let published: Vec<i64> = finished
+            .iter()
+            .flat_map(|(_, o)| o.published.iter().copied())
+            .collect();
+        for (bucket, _) in &finished {
+            self.busy.remove(bucket);
+        }
+        if !published.is_empty() {
+            failpoints::hit("relay-after-publish");
+        }
+        outbox::mark_published(&self.db, &published).await?;
+        for (bucket, outcome) in finished {
+            for (seq, reason) in &outcome.parked {
+                tracing::warn!(
+                    seq,
+                    "an outbox message the broker will never accept is parked \
+                     (`inboxd outbox list` shows it; retry or discard it): {reason}"
+                );
+                outbox::park(&self.db, *seq, reason).await?;
+            }
+            match &outcome.failed {
+                Some((seq, error)) => {
+                    let failures = self.waiting.get(&bucket).map_or(0, |(_, n)| *n) + 1;
+                    if failures == 1 {
+                        tracing::warn!(
+                            seq,
+                            bucket,
+                            "relaying an outbox message failed; its bucket retries with backoff: {error}"
+                        );
+                    }
+                    let until = Instant::now() + backoff(&RETRY, failures.min(16));
+                    self.waiting.insert(bucket, (until, failures));
+                    outbox::record_failure(&self.db, *seq, error).await?;
+                }
+                None => {
+                    self.waiting.remove(&bucket);
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
-/// A message handed to the producer, or refused by it at once (queue full).
+/// Whether Kafka will never accept this message, however often it is sent:
+/// the message is parked rather than retried. Errors about the broker or the
+/// cluster (unavailable, timed out, unknown topic that may yet be created,
+/// cluster-wide authorization) pass, or are the operator's to fix for every
+/// message at once, so they are retried.
+pub(crate) fn permanent(error: &KafkaError) -> bool {
+    use RDKafkaErrorCode as Code;
+    matches!(
+        error.rdkafka_error_code(),
+        Some(
+            Code::InvalidTopic
+                | Code::MessageSizeTooLarge
+                | Code::MessageBatchTooLarge
+                | Code::InvalidRecord
+                | Code::InvalidArgument
+                | Code::TopicAuthorizationFailed
+                | Code::PolicyViolation
+                | Code::UnsupportedForMessageFormat
+        )
+    )
+}
+
+/// Why `topic` can never be a Kafka topic, if it cannot: Kafka's own rule is
+/// 1-249 characters of ASCII letters, digits, `.`, `_` and `-`, and not `.`
+/// or `..`. Checked before sending: some brokers (and librdkafka's metadata
+/// wait) take a whole delivery timeout to say no.
+pub(crate) fn invalid_topic(topic: &str) -> Option<String> {
+    let legal = !topic.is_empty()
+        && topic.len() <= 249
+        && topic != "."
+        && topic != ".."
+        && topic
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    (!legal).then(|| {
+        format!(
+            "{topic:?} is not a valid Kafka topic name (1-249 characters of a-z, A-Z, 0-9, \
+             '.', '_' and '-'): fix the handler's outbox_topics mapping, then retry the message"
+        )
+    })
+}
+
+/// A message handed to the producer, or settled before it was.
 enum Sent {
     Queued(DeliveryFuture),
-    Refused(String),
+    Parked(String),
+    Failed(String),
 }
 
-/// Sends a bucket's messages and waits for each acknowledgement in order; at
-/// the first failure the rest wait, so the bucket's order holds. Err carries
-/// the seqs acknowledged before the failure, the failed seq and the error.
-async fn send_in_order(
-    producer: &FutureProducer,
-    bucket: &[Pending],
-) -> Result<Vec<i64>, (Vec<i64>, i64, String)> {
+/// Sends a bucket's messages and waits for each acknowledgement in order. A
+/// message that can never be delivered is parked and the rest go on; at the
+/// first passing failure the rest wait, so the bucket's order holds.
+pub(crate) async fn send_in_order(producer: &FutureProducer, bucket: &[Pending]) -> Outcome {
     let mut sends = Vec::new();
     for row in bucket {
         let message = &row.message;
+        if let Some(reason) = invalid_topic(&message.topic) {
+            sends.push((row.seq, Sent::Parked(reason)));
+            continue;
+        }
         let mut headers = OwnedHeaders::new();
         for (name, value) in &message.headers {
             headers = headers.insert(Header {
@@ -151,26 +312,135 @@ async fn send_in_order(
         }
         match producer.send_result(record) {
             Ok(delivery) => sends.push((row.seq, Sent::Queued(delivery))),
+            Err((error, _)) if permanent(&error) => sends.push((row.seq, Sent::Parked(error.to_string()))),
             Err((error, _)) => {
-                sends.push((row.seq, Sent::Refused(error.to_string())));
+                sends.push((row.seq, Sent::Failed(error.to_string())));
                 break;
             }
         }
     }
-    let mut done = Vec::new();
+    let mut outcome = Outcome::default();
     for (seq, sent) in sends {
-        let outcome = match sent {
+        let error = match sent {
             Sent::Queued(delivery) => match delivery.await {
-                Ok(Ok(_)) => Ok(()),
-                Ok(Err((error, _))) => Err(error.to_string()),
-                Err(_) => Err("the producer dropped the message".to_owned()),
+                Ok(Ok(_)) => {
+                    outcome.published.push(seq);
+                    continue;
+                }
+                Ok(Err((error, _))) if permanent(&error) => {
+                    outcome.parked.push((seq, error.to_string()));
+                    continue;
+                }
+                Ok(Err((error, _))) => error.to_string(),
+                Err(_) => "the producer dropped the message".to_owned(),
             },
-            Sent::Refused(error) => Err(error),
+            Sent::Parked(reason) => {
+                outcome.parked.push((seq, reason));
+                continue;
+            }
+            Sent::Failed(error) => error,
         };
-        match outcome {
-            Ok(()) => done.push(seq),
-            Err(error) => return Err((done, seq, error)),
+        outcome.failed = Some((seq, error));
+        break;
+    }
+    outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::outbox::{NewMessage, ParkedFilter};
+    use crate::db::test_support::memory_db;
+    use rdkafka::mocking::MockCluster;
+
+    fn message(topic: &str, key: &str, payload: Vec<u8>) -> NewMessage {
+        NewMessage {
+            id: uuid::Uuid::now_v7().to_string(),
+            topic: topic.into(),
+            key: Some(key.as_bytes().to_vec()),
+            payload,
+            headers: vec![],
         }
     }
-    Ok(done)
+
+    #[test]
+    fn topic_names_kafka_refuses_are_known_before_sending() {
+        for good in ["orders", "prod.invoices-created_v2", &"a".repeat(249)] {
+            assert_eq!(invalid_topic(good), None, "{good}");
+        }
+        for bad in ["", ".", "..", "bad topic!", "é", "a/b", &"a".repeat(250)] {
+            let reason = invalid_topic(bad).expect(bad);
+            assert!(reason.contains("outbox_topics"), "{reason}");
+        }
+        let too_large = KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
+        assert!(permanent(&too_large));
+        let away = KafkaError::MessageProduction(RDKafkaErrorCode::AllBrokersDown);
+        assert!(!permanent(&away));
+        let timed_out = KafkaError::MessageProduction(RDKafkaErrorCode::MessageTimedOut);
+        assert!(!permanent(&timed_out));
+    }
+
+    /// Regression: a message the broker never accepts (an invalid topic, too
+    /// large) was retried forever and held back its bucket and the relay.
+    #[tokio::test]
+    async fn undeliverable_messages_are_parked_and_the_rest_is_relayed() {
+        let cluster = MockCluster::new(1).unwrap();
+        cluster.create_topic("good", 1, 1).unwrap();
+        let producer: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", cluster.bootstrap_servers())
+            .set("enable.idempotence", "true")
+            .set("message.max.bytes", "2000")
+            .set("message.timeout.ms", "10000")
+            .create()
+            .unwrap();
+        let db = memory_db().await;
+        // One key, so one bucket: the bad ones come first in it.
+        let invalid = message("bad topic!", "k", b"{}".to_vec());
+        let huge = message("good", "k", vec![b'x'; 5_000]);
+        let after = message("good", "k", b"after".to_vec());
+        let elsewhere = message("good", "other-key", b"elsewhere".to_vec());
+        let mut tx = db.begin().await.unwrap();
+        outbox::insert(
+            &mut tx,
+            "h",
+            &[invalid.clone(), huge.clone(), after.clone(), elsewhere.clone()],
+        )
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+
+        let mut relay = Relay::new(db.clone(), producer, "host-1".into());
+        let shutdown = CancellationToken::new();
+        let started = Instant::now();
+        while outbox::backlog(&db, "h").await.unwrap().0 > 0 || !relay.busy.is_empty() {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "the relay did not settle"
+            );
+            relay.step(&shutdown).await.unwrap();
+        }
+        let parked = outbox::parked(&db, &ParkedFilter::default()).await.unwrap();
+        let reasons: HashMap<&str, &str> = parked
+            .iter()
+            .map(|p| (p.id.as_str(), p.reason.as_deref().unwrap_or("")))
+            .collect();
+        assert_eq!(reasons.len(), 2, "{parked:#?}");
+        assert!(
+            reasons[invalid.id.as_str()].contains("not a valid Kafka topic name"),
+            "{reasons:?}"
+        );
+        assert!(
+            reasons[huge.id.as_str()].to_lowercase().contains("too large"),
+            "{reasons:?}"
+        );
+        let published = db
+            .query(
+                "SELECT id FROM outbox WHERE published_at IS NOT NULL ORDER BY seq",
+                &[],
+            )
+            .await
+            .unwrap();
+        let published: Vec<&str> = published.iter().filter_map(|r| r[0].as_str()).collect();
+        assert_eq!(published, [after.id.as_str(), elsewhere.id.as_str()]);
+    }
 }

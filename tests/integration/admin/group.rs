@@ -10,7 +10,8 @@ async fn an_upload_reaches_every_host_of_the_group() {
     let mut admin = start(Backend::Postgres, &topic, "").await;
     let mut follower = spawn_follower(&admin);
     let billing = std::fs::read(guest_wasm("billing")).expect("billing.wasm");
-    let settings = json!({ "topics": [topic], "group_id": unique("group") });
+    let settings =
+        json!({ "topics": [topic], "group_id": unique("group"), "outbox_topics": billing_outbox() });
     let (status, body) = admin
         .upload(
             "billing",

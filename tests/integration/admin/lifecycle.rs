@@ -42,7 +42,8 @@ async fn hot_swap_and_rollback(backend: Backend) {
     let group = unique("group");
     std::fs::write(
         &settings,
-        json!({ "group_id": group, "batch": { "max_events": 20 } }).to_string(),
+        json!({ "group_id": group, "batch": { "max_events": 20 }, "outbox_topics": billing_outbox() })
+            .to_string(),
     )
     .unwrap();
 
@@ -105,7 +106,7 @@ async fn hot_swap_and_rollback(backend: Backend) {
             rebuilt(&billing, "v2"),
             // Other batching: the consumer is replaced, not just the code
             // (its batches in flight commit first).
-            json!({ "topics": [topic], "group_id": group, "batch": { "max_events": 10 } }),
+            json!({ "topics": [topic], "group_id": group, "batch": { "max_events": 10 }, "outbox_topics": billing_outbox() }),
             // The same migrations again, as a redeploy sends them: read
             // (checksums) while the pipeline commits around them.
             Some(&migrations),

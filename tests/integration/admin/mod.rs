@@ -21,6 +21,12 @@ const OPS_TOKEN: &str = "ops-secret-0123456789abcdef";
 const BILLING_TOKEN: &str = "billing-secret-0123456789abcdef";
 const NOTIFY_TOKEN: &str = "notify-secret-0123456789abcdef";
 
+/// billing's `outbox_topics` for upload settings: without it, the host
+/// refuses its `invoices.created` messages.
+fn billing_outbox() -> Value {
+    serde_json::json!({ "invoices.created": "invoices.created" })
+}
+
 struct Admin {
     env: TestEnv,
     host: HostProcess,
