@@ -47,6 +47,15 @@ impl Listener {
         if !addr.ip().is_loopback() {
             tracing::warn!(%addr, "the admin API listens beyond loopback over plain HTTP: put TLS in front of it");
         }
+        for (index, token) in config.tokens.iter().enumerate() {
+            if token.policy(index).team_without_topics() {
+                tracing::warn!(
+                    token = token.name,
+                    "team token without a `topics` allowlist: its handlers may consume and publish \
+                     any topic this host can reach (set admin.tokens[{index}].topics)"
+                );
+            }
+        }
         Ok(Self {
             listener,
             config: config.clone(),
