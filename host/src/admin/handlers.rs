@@ -202,7 +202,12 @@ pub async fn rollback(
 /// Activates a stored version if the caller may run it now: the version
 /// passes the caller's current ceilings and allowlists (403), and its
 /// consumer group is not another handler's (409), as an upload would.
-async fn switch(state: &AppState, caller: &Caller, name: &str, version: i64) -> Result<Json<HandlerView>, ApiError> {
+async fn switch(
+    state: &AppState,
+    caller: &Caller,
+    name: &str,
+    version: i64,
+) -> Result<Json<HandlerView>, ApiError> {
     let db = state.registry.db();
     let mut tx = db.begin_immediate().await?;
     let Some(settings) = store::version_settings(&mut tx, name, version).await? else {

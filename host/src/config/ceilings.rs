@@ -238,7 +238,10 @@ impl CeilingsConfig {
                     Some(max) => format!("between {} and {max} (the global maximum)", ceiling.min),
                     None => format!("at least {}", ceiling.min),
                 };
-                return Err(invalid(format!("{key}.{}", ceiling.name), format!("must be {range}")));
+                return Err(invalid(
+                    format!("{key}.{}", ceiling.name),
+                    format!("must be {range}"),
+                ));
             }
         }
         Ok(())
@@ -479,7 +482,11 @@ mod tests {
             .expect("an upload of only defaults passes a team token");
         for ceiling in CEILINGS {
             if let Some(max) = ceiling.global_max {
-                assert!(ceiling.team < max, "{} is not below the global maximum", ceiling.name);
+                assert!(
+                    ceiling.team < max,
+                    "{} is not below the global maximum",
+                    ceiling.name
+                );
             }
         }
     }
@@ -496,9 +503,18 @@ mod tests {
              (admin.tokens[1].ceilings.timeout_ms, built in for team tokens)"
         );
         for (settings, key) in [
-            (json!({ "limits": { "memory_mb": 4096 } }), "settings.limits.memory_mb = 4096"),
-            (json!({ "batch": { "max_events": 10000 } }), "settings.batch.max_events = 10000"),
-            (json!({ "retry": { "max_attempts": 1000 } }), "settings.retry.max_attempts = 1000"),
+            (
+                json!({ "limits": { "memory_mb": 4096 } }),
+                "settings.limits.memory_mb = 4096",
+            ),
+            (
+                json!({ "batch": { "max_events": 10000 } }),
+                "settings.batch.max_events = 10000",
+            ),
+            (
+                json!({ "retry": { "max_attempts": 1000 } }),
+                "settings.retry.max_attempts = 1000",
+            ),
             (
                 json!({ "instances": { "recycle_memory_mb": 4096 } }),
                 "settings.instances.recycle_memory_mb",
@@ -522,7 +538,9 @@ mod tests {
             None,
         );
         let settings = json!({ "topics": ["orders"], "limits": { "timeout_ms": 120000 } });
-        raised.check(&handler("billing", &settings), &settings).expect("raised");
+        raised
+            .check(&handler("billing", &settings), &settings)
+            .expect("raised");
         // Below the default: an upload that does not set it is told so.
         let lowered = team(
             CeilingsConfig {
@@ -594,26 +612,43 @@ mod tests {
         let policy = team(CeilingsConfig::default(), None, None);
         for group in ["inboxd.billing", "inboxd.billing.blue"] {
             let settings = json!({ "topics": ["o"], "group_id": group });
-            policy.check(&handler("billing", &settings), &settings).expect(group);
+            policy
+                .check(&handler("billing", &settings), &settings)
+                .expect(group);
         }
         let settings = json!({ "topics": ["o"] });
-        policy.check(&handler("billing", &settings), &settings).expect("default group");
-        for group in ["inboxd.notifier", "inboxd.billing_x", "inboxd.billingx", "payments-service"] {
+        policy
+            .check(&handler("billing", &settings), &settings)
+            .expect("default group");
+        for group in [
+            "inboxd.notifier",
+            "inboxd.billing_x",
+            "inboxd.billingx",
+            "payments-service",
+        ] {
             let error = refused(&policy, json!({ "topics": ["o"], "group_id": group }));
             assert!(
-                error.starts_with(&format!("settings.group_id = {group:?} is not allowed for token \"team-a\"")),
+                error.starts_with(&format!(
+                    "settings.group_id = {group:?} is not allowed for token \"team-a\""
+                )),
                 "{error}"
             );
         }
         // The operator may grant more.
         let granted = team(CeilingsConfig::default(), None, Some(&["legacy-billing"]));
         let settings = json!({ "topics": ["o"], "group_id": "legacy-billing" });
-        granted.check(&handler("billing", &settings), &settings).expect("granted");
+        granted
+            .check(&handler("billing", &settings), &settings)
+            .expect("granted");
     }
 
     #[test]
     fn patterns_allow_a_trailing_star_only() {
-        assert!(Pattern::parse("team_a.*", topic_char).unwrap().matches("team_a.x"));
+        assert!(
+            Pattern::parse("team_a.*", topic_char)
+                .unwrap()
+                .matches("team_a.x")
+        );
         assert!(Pattern::parse("*", topic_char).unwrap().matches("anything"));
         assert!(!Pattern::parse("orders", topic_char).unwrap().matches("orders2"));
         for bad in ["", "a*b", "*.orders", "or ders", "a/b"] {

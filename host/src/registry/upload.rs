@@ -118,7 +118,14 @@ pub async fn upload(
         .await
         .map_err(UploadError::Database)?;
     let mut tx = db.begin_immediate().await.map_err(UploadError::Database)?;
-    admit(&mut tx, rules.config_handlers, rules.policy, name, &upload.settings).await?;
+    admit(
+        &mut tx,
+        rules.config_handlers,
+        rules.policy,
+        name,
+        &upload.settings,
+    )
+    .await?;
     for migration in &migrations {
         migrate::apply_one(&mut tx, name, migration)
             .await
@@ -156,7 +163,8 @@ pub async fn upload(
 /// Parses a version's settings and checks them against the token's
 /// ceilings and allowlists (no database).
 fn check_settings(policy: &TokenPolicy, name: &str, settings: &str) -> Result<HandlerConfig, UploadError> {
-    let config = HandlerConfig::from_settings(name, settings).map_err(|e| UploadError::Invalid(e.to_string()))?;
+    let config =
+        HandlerConfig::from_settings(name, settings).map_err(|e| UploadError::Invalid(e.to_string()))?;
     let json: serde_json::Value = serde_json::from_str(settings).expect("parsed by from_settings");
     policy.check(&config, &json).map_err(UploadError::Forbidden)?;
     Ok(config)
@@ -180,7 +188,11 @@ pub async fn admit(
 
 /// Refuses a consumer group that a config handler or another uploaded
 /// handler's active version (paused ones included: they resume in it) uses.
-async fn check_group(tx: &mut Tx, config_handlers: &[HandlerConfig], config: &HandlerConfig) -> Result<(), UploadError> {
+async fn check_group(
+    tx: &mut Tx,
+    config_handlers: &[HandlerConfig],
+    config: &HandlerConfig,
+) -> Result<(), UploadError> {
     let (name, group) = (config.name.as_str(), config.group_id());
     let configured = config_handlers
         .iter()
@@ -212,4 +224,20 @@ fn stored_group(name: &str, settings: &str) -> String {
         .ok()
         .and_then(|v| v.get("group_id")?.as_str().map(str::to_owned))
         .unwrap_or_else(|| format!("inboxd.{name}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stored_group;
+
+    #[test]
+    fn a_stored_version_holds_its_group_or_the_default() {
+        assert_eq!(stored_group("billing", r#"{"group_id": "g1"}"#), "g1");
+        assert_eq!(stored_group("billing", r#"{"topics": ["o"]}"#), "inboxd.billing");
+        // Settings this host would no longer accept still hold their group.
+        assert_eq!(
+            stored_group("billing", r#"{"group_id": "g2", "retired_key": 1}"#),
+            "g2"
+        );
+    }
 }
