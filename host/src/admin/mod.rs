@@ -3,7 +3,9 @@
 //! loopback by default.
 //!
 //! Every `/v1` route needs a bearer token ([`auth`]); a team token reaches
-//! only its own handlers (403 otherwise). `/metrics`, `/healthz` and
+//! only its own handlers (403 otherwise), and what it uploads or activates
+//! is held to its ceilings and allowlists (403 naming the key; see
+//! `config::ceilings`). `/metrics`, `/healthz` and
 //! `/readyz` are open, as scrapers and probes expect. Errors are JSON:
 //! `{"error": "..."}` with a status that says whose fault it was.
 
