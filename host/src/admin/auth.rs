@@ -1,4 +1,5 @@
-//! Bearer tokens: who is calling, and which handlers they may touch.
+//! Bearer tokens: who is calling, which handlers they may touch, and what
+//! their uploads may ask for (the token's [`TokenPolicy`]).
 //!
 //! Secrets are kept only as SHA-256 digests and compared in constant time
 //! against every configured token (no early exit), so neither the response
@@ -6,17 +7,19 @@
 //! name is ever logged.
 
 use super::{ApiError, AppState};
-use crate::config::TokenConfig;
+use crate::config::{TokenConfig, TokenPolicy};
 use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use sha2::{Digest, Sha256};
+use std::sync::Arc;
 use subtle::ConstantTimeEq;
 
 struct Token {
     name: String,
     digest: [u8; 32],
     scope: Scope,
+    policy: Arc<TokenPolicy>,
 }
 
 #[derive(Debug, Clone)]
@@ -32,7 +35,8 @@ impl Tokens {
         Self(
             configured
                 .iter()
-                .filter_map(|t| {
+                .enumerate()
+                .filter_map(|(index, t)| {
                     let secret = t.token.as_deref()?;
                     Some(Token {
                         name: t.name.clone(),
@@ -42,6 +46,7 @@ impl Tokens {
                         } else {
                             Scope::Handlers(t.handlers.clone())
                         },
+                        policy: Arc::new(t.policy(index)),
                     })
                 })
                 .collect(),
@@ -65,6 +70,8 @@ impl Tokens {
 pub struct Caller {
     pub name: String,
     pub scope: Scope,
+    /// Ceilings and allowlists for what this caller uploads or activates.
+    pub policy: Arc<TokenPolicy>,
 }
 
 impl Caller {
@@ -113,6 +120,7 @@ impl FromRequestParts<AppState> for Caller {
         Ok(Caller {
             name: token.name.clone(),
             scope: token.scope.clone(),
+            policy: token.policy.clone(),
         })
     }
 }

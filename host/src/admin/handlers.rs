@@ -6,7 +6,7 @@
 use super::auth::Caller;
 use super::{ApiError, AppState};
 use crate::registry::store::{self, Deployment, VersionInfo};
-use crate::registry::upload::{self, Upload, UploadError};
+use crate::registry::upload::{self, Rules, Upload, UploadError};
 use crate::registry::{Running, Source};
 use axum::Json;
 use axum::extract::{Multipart, Path, State};
@@ -126,26 +126,34 @@ pub async fn upload(
         uploaded_by: caller.name.clone(),
     };
     let registry = &state.registry;
-    let uploaded = upload::upload(
-        registry.db(),
-        registry.engine(),
-        &registry.config_names(),
-        state.max_component_bytes,
-        upload,
-    )
-    .await
-    .map_err(|e| match e {
-        UploadError::Invalid(_) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
-        UploadError::TooLarge { .. } => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, e.to_string()),
-        UploadError::ConfigOwned(_) => ApiError::conflict(e.to_string()),
-        UploadError::Database(db) => db.into(),
-    })?;
+    let rules = Rules {
+        config_handlers: registry.config_handlers(),
+        max_component_bytes: state.max_component_bytes,
+        policy: &caller.policy,
+    };
+    let uploaded = upload::upload(registry.db(), registry.engine(), &rules, upload)
+        .await
+        .map_err(refusal)?;
     registry.reconcile().await?;
     let view = view(&state, &name).await?;
     Ok((
         StatusCode::CREATED,
         Json(json!({ "uploaded": uploaded, "handler": view })),
     ))
+}
+
+/// Whose fault an upload or activation failure is: 422 for settings,
+/// components and migrations that are wrong for any token; 403 for what is
+/// over the calling token's ceilings or outside its allowlists; 409 for a
+/// name or consumer group another handler holds.
+fn refusal(error: UploadError) -> ApiError {
+    match error {
+        UploadError::Invalid(_) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, error.to_string()),
+        UploadError::TooLarge { .. } => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, error.to_string()),
+        UploadError::Forbidden(_) => ApiError::forbidden(error.to_string()),
+        UploadError::ConfigOwned(_) | UploadError::GroupTaken(_) => ApiError::conflict(error.to_string()),
+        UploadError::Database(db) => db.into(),
+    }
 }
 
 /// 404 for unknown names, 409 for handlers the config file owns.
@@ -173,7 +181,7 @@ pub async fn activate(
     Json(body): Json<Activate>,
 ) -> Result<Json<HandlerView>, ApiError> {
     uploaded_deployment(&state, &caller, &name).await?;
-    switch(&state, &name, body.version).await
+    switch(&state, &caller, &name, body.version).await
 }
 
 /// Activates the version that was active before the current one.
@@ -188,17 +196,39 @@ pub async fn rollback(
             "handler {name} has no earlier active version to roll back to"
         )));
     };
-    switch(&state, &name, previous).await
+    switch(&state, &caller, &name, previous).await
 }
 
-async fn switch(state: &AppState, name: &str, version: i64) -> Result<Json<HandlerView>, ApiError> {
+/// Activates a stored version if the caller may run it now: the version
+/// passes the caller's current ceilings and allowlists (403), and its
+/// consumer group is not another handler's (409), as an upload would.
+async fn switch(
+    state: &AppState,
+    caller: &Caller,
+    name: &str,
+    version: i64,
+) -> Result<Json<HandlerView>, ApiError> {
     let db = state.registry.db();
     let mut tx = db.begin_immediate().await?;
-    if !store::version_exists(&mut tx, name, version).await? {
+    let Some(settings) = store::version_settings(&mut tx, name, version).await? else {
         return Err(ApiError::not_found(format!(
             "handler {name} has no version {version}"
         )));
-    }
+    };
+    upload::admit(
+        &mut tx,
+        state.registry.config_handlers(),
+        &caller.policy,
+        name,
+        &settings,
+    )
+    .await
+    .map_err(|e| match e {
+        UploadError::Invalid(_) => ApiError::conflict(format!(
+            "version {version} of handler {name} cannot run on this host: {e}"
+        )),
+        other => refusal(other),
+    })?;
     store::set_active(&mut tx, name, version).await?;
     tx.commit().await?;
     tracing::info!(handler = name, version, "version activated through the API");

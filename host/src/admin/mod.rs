@@ -3,7 +3,9 @@
 //! loopback by default.
 //!
 //! Every `/v1` route needs a bearer token ([`auth`]); a team token reaches
-//! only its own handlers (403 otherwise). `/metrics`, `/healthz` and
+//! only its own handlers (403 otherwise), and what it uploads or activates
+//! is held to its ceilings and allowlists (403 naming the key; see
+//! `config::ceilings`). `/metrics`, `/healthz` and
 //! `/readyz` are open, as scrapers and probes expect. Errors are JSON:
 //! `{"error": "..."}` with a status that says whose fault it was.
 
@@ -47,6 +49,15 @@ impl Listener {
             })?;
         if !addr.ip().is_loopback() {
             tracing::warn!(%addr, "the admin API listens beyond loopback over plain HTTP: put TLS in front of it");
+        }
+        for (index, token) in config.tokens.iter().enumerate() {
+            if token.policy(index).team_without_topics() {
+                tracing::warn!(
+                    token = token.name,
+                    "team token without a `topics` allowlist: its handlers may consume and publish \
+                     any topic this host can reach (set admin.tokens[{index}].topics)"
+                );
+            }
         }
         Ok(Self {
             listener,

@@ -1,6 +1,8 @@
 //! The `[admin]` section: where the admin API listens, how large an upload
-//! may be, and the bearer tokens that may call it.
+//! may be, and the bearer tokens that may call it, with what each token's
+//! uploads may ask for (ceilings and allowlists, see [`super::ceilings`]).
 
+use super::ceilings::{self, CeilingsConfig, Pattern, TokenPolicy};
 use super::{ConfigError, defaults, invalid, is_identifier};
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -35,6 +37,21 @@ pub struct TokenConfig {
     /// The handler names a team token may manage.
     #[serde(default)]
     pub handlers: Vec<String>,
+    /// `[admin.tokens.ceilings]`: the largest limits, batch sizes and retries
+    /// an upload with this token may set. Unset keys: built-in ceilings for a
+    /// team token, none for an admin token.
+    #[serde(default)]
+    pub ceilings: CeilingsConfig,
+    /// Topics this token's handlers may consume and map in `outbox_topics`:
+    /// exact names, or prefixes ending in `*` (`"team_a.*"`). Unset: any topic.
+    #[serde(default)]
+    pub topics: Option<Vec<String>>,
+    /// Consumer groups this token's handlers may use besides `inboxd.<name>`
+    /// and `inboxd.<name>.*` (same pattern form). Unset: none more for a team
+    /// token, any group for an admin token. A group another handler uses is
+    /// refused whatever this says.
+    #[serde(default)]
+    pub group_ids: Option<Vec<String>>,
 }
 
 /// Tokens are secrets: never print them, not even in a `{:?}` of the config.
@@ -46,6 +63,9 @@ impl std::fmt::Debug for TokenConfig {
             .field("token_env", &self.token_env)
             .field("admin", &self.admin)
             .field("handlers", &self.handlers)
+            .field("ceilings", &self.ceilings)
+            .field("topics", &self.topics)
+            .field("group_ids", &self.group_ids)
             .finish()
     }
 }
@@ -126,6 +146,10 @@ impl AdminConfig {
                     format!("{bad:?} is not a handler name"),
                 ));
             }
+            token.ceilings.validate(&format!("{key}.ceilings"))?;
+            patterns(&token.topics, ceilings::topic_char).map_err(|p| invalid(format!("{key}.topics"), p))?;
+            patterns(&token.group_ids, ceilings::group_char)
+                .map_err(|p| invalid(format!("{key}.group_ids"), p))?;
         }
         if self
             .tokens
@@ -139,6 +163,39 @@ impl AdminConfig {
         }
         Ok(())
     }
+}
+
+impl TokenConfig {
+    /// What uploads with this token may ask for; `index` is its place in
+    /// `[[admin.tokens]]`, which refusals name. Call after validation.
+    pub fn policy(&self, index: usize) -> TokenPolicy {
+        let parse = |list: &Option<Vec<String>>, allowed: fn(char) -> bool| {
+            patterns(list, allowed).expect("patterns validated by AdminConfig::validate")
+        };
+        TokenPolicy::new(
+            &self.name,
+            format!("admin.tokens[{index}]"),
+            !self.admin,
+            self.ceilings.clone(),
+            parse(&self.topics, ceilings::topic_char),
+            parse(&self.group_ids, ceilings::group_char),
+        )
+    }
+}
+
+/// An allowlist, if set; an empty list is an error (it would refuse every
+/// upload: leave the key out, or remove the token).
+fn patterns(list: &Option<Vec<String>>, allowed: fn(char) -> bool) -> Result<Option<Vec<Pattern>>, String> {
+    let Some(list) = list else {
+        return Ok(None);
+    };
+    if list.is_empty() {
+        return Err("must list at least one name or prefix (leave it out to allow any)".into());
+    }
+    list.iter()
+        .map(|p| Pattern::parse(p, allowed))
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
 }
 
 fn default_listen() -> String {

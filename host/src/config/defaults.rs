@@ -56,3 +56,60 @@ pub const PURGE_BATCH_SIZE: u32 = 5_000;
 pub const ADMIN_LISTEN: &str = "127.0.0.1:8480";
 /// Python and JavaScript components are tens of MiB; Rust ones hundreds of KiB.
 pub const MAX_COMPONENT_MB: u64 = 100;
+
+// Global maxima: no handler, config file or upload, may exceed these.
+
+/// Ten minutes: beyond this an event is a job, not a message.
+pub const GLOBAL_MAX_TIMEOUT_MS: u64 = 600_000;
+pub const GLOBAL_MAX_MEMORY_MB: u64 = 4_096;
+pub const GLOBAL_MAX_BATCH: u64 = 10_000;
+pub const GLOBAL_MAX_LINGER_MS: u64 = 10_000;
+
+// Built-in ceilings of a team token (`[[admin.tokens]]` with `handlers`)
+// whose `[admin.tokens.ceilings]` does not set the key. They are set for a
+// shared host: several teams, one SQLite writer or a small PostgreSQL pool,
+// and handlers that run per partition in parallel. Each is several times the
+// default (a real handler that needs more than the default fits) and far
+// below the global maximum (a careless or hostile upload cannot take the
+// host with it). An operator raises one for one token by setting it.
+
+/// 6x the default: room for slow SQL; a runaway event holds its partition
+/// (and, on SQLite, the single writer) for half a minute per attempt, not ten.
+pub const TEAM_CEILING_TIMEOUT_MS: u64 = 30_000;
+/// Per instance, and there is one instance per partition being processed:
+/// Python and JavaScript guests need tens of MiB, 512 leaves them 4x the
+/// default while 8 partitions of one handler stay within 4 GiB.
+pub const TEAM_CEILING_MEMORY_MB: u64 = 512;
+/// Copied into the host log per event: 16x the default.
+pub const TEAM_CEILING_OUTPUT_BYTES: u64 = 256 * 1024;
+/// 10x the default.
+pub const TEAM_CEILING_MAX_STATEMENTS: u64 = 10_000;
+/// Rows of one query are held in host memory: 10x the default.
+pub const TEAM_CEILING_MAX_ROWS: u64 = 100_000;
+/// A query's result is held in host memory: 4x the default.
+pub const TEAM_CEILING_MAX_RESULT_BYTES: u64 = 64 * 1024 * 1024;
+/// 16x the default; the statement guard parses every statement.
+pub const TEAM_CEILING_MAX_STATEMENT_BYTES: u64 = 1024 * 1024;
+/// 4x the default (Kafka's own default message limit is 1 MB); a batch's
+/// records are held in memory together.
+pub const TEAM_CEILING_MAX_PAYLOAD_BYTES: u64 = 4 * 1024 * 1024;
+/// 10x the default: outbox rows are written in the event's transaction.
+pub const TEAM_CEILING_MAX_OUTBOX_MESSAGES: u64 = 1_000;
+pub const TEAM_CEILING_MAX_OUTBOX_BYTES: u64 = 8 * 1024 * 1024;
+/// 10x the default. Gains from sharing a commit flatten well below this
+/// (design §7), while a batch holds its transaction (on SQLite: the writer
+/// every handler shares) for the whole batch.
+pub const TEAM_CEILING_MAX_BATCH: u64 = 1_000;
+/// Latency added at low load; a second is already more than a handler needs
+/// to fill a batch under load.
+pub const TEAM_CEILING_LINGER_MS: u64 = 1_000;
+/// A failing event blocks its partition (order is kept) for up to
+/// max_attempts x (timeout + backoff): 20 keeps that within minutes.
+pub const TEAM_CEILING_MAX_ATTEMPTS: u64 = 20;
+/// 10x the default: the partition waits this long between attempts.
+pub const TEAM_CEILING_BACKOFF_MAX_MS: u64 = 300_000;
+/// A reused instance may hold this much before it is replaced: as much as
+/// the memory ceiling (above it the memory limit stops the guest first).
+pub const TEAM_CEILING_RECYCLE_MEMORY_MB: u64 = 512;
+/// 100x the default: a reused instance carries state (and leaks) across this many events.
+pub const TEAM_CEILING_RECYCLE_AFTER_EVENTS: u64 = 100_000;

@@ -14,11 +14,16 @@ pub struct HandlerConfig {
     pub name: String,
     /// Path to the handler's `.wasm` component.
     pub component: PathBuf,
+    /// The topics consumed. An upload's topics must match its token's
+    /// `topics` allowlist, if the token has one.
     pub topics: Vec<String>,
     /// A folder of `NNNN_name.sql` files that create the handler's own tables.
     #[serde(default)]
     pub migrations: Option<PathBuf>,
-    /// Defaults to `inboxd.<name>`.
+    /// The Kafka consumer group; defaults to `inboxd.<name>`. No two
+    /// handlers may share one (each would take the other's partitions). An
+    /// upload with a team token may use only `inboxd.<name>` or a group
+    /// starting with `inboxd.<name>.` (see `admin.tokens[].group_ids`).
     #[serde(default)]
     pub group_id: Option<String>,
     #[serde(default)]
@@ -323,6 +328,16 @@ impl HandlerConfig {
                 ),
             ));
         }
+        if self
+            .group_id
+            .as_ref()
+            .is_some_and(|g| g.trim().is_empty() || g.chars().any(char::is_control))
+        {
+            return Err(invalid(
+                format!("{key}.group_id"),
+                "must be a non-empty consumer group name (leave it out for inboxd.<name>)",
+            ));
+        }
         if self.event_id.header.is_empty() {
             return Err(invalid(format!("{key}.event_id.header"), "must not be empty"));
         }
@@ -330,16 +345,16 @@ impl HandlerConfig {
             return Err(invalid(format!("{key}.event_id.json_field"), "must not be empty"));
         }
         let limits = &self.limits;
-        if !(1..=600_000).contains(&limits.timeout_ms) {
+        if !(1..=defaults::GLOBAL_MAX_TIMEOUT_MS).contains(&limits.timeout_ms) {
             return Err(invalid(
                 format!("{key}.limits.timeout_ms"),
-                "must be between 1 and 600000",
+                format!("must be between 1 and {}", defaults::GLOBAL_MAX_TIMEOUT_MS),
             ));
         }
-        if !(1..=4096).contains(&limits.memory_mb) {
+        if !(1..=defaults::GLOBAL_MAX_MEMORY_MB).contains(&limits.memory_mb) {
             return Err(invalid(
                 format!("{key}.limits.memory_mb"),
-                "must be between 1 and 4096",
+                format!("must be between 1 and {}", defaults::GLOBAL_MAX_MEMORY_MB),
             ));
         }
         for (value, name) in [
@@ -356,14 +371,17 @@ impl HandlerConfig {
                 return Err(invalid(format!("{key}.limits.{name}"), "must be at least 1"));
             }
         }
-        if !(1..=10_000).contains(&self.batch.max_events) {
+        if !(1..=defaults::GLOBAL_MAX_BATCH).contains(&(self.batch.max_events as u64)) {
             return Err(invalid(
                 format!("{key}.batch.max_events"),
-                "must be between 1 and 10000",
+                format!("must be between 1 and {}", defaults::GLOBAL_MAX_BATCH),
             ));
         }
-        if self.batch.linger_ms > 10_000 {
-            return Err(invalid(format!("{key}.batch.linger_ms"), "must be at most 10000"));
+        if self.batch.linger_ms > defaults::GLOBAL_MAX_LINGER_MS {
+            return Err(invalid(
+                format!("{key}.batch.linger_ms"),
+                format!("must be at most {}", defaults::GLOBAL_MAX_LINGER_MS),
+            ));
         }
         // Above limits.memory_mb it never triggers (the limit stops the guest
         // first), which is not an error: the two are set for different reasons.

@@ -11,10 +11,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 mod admin;
+mod ceilings;
 pub mod defaults;
 mod handler;
 
 pub use admin::{AdminConfig, TokenConfig};
+pub use ceilings::{CeilingsConfig, Pattern, Refused, TokenPolicy};
 
 pub use handler::{
     BatchConfig, EventIdConfig, HandlerConfig, InstancesConfig, LimitsConfig, RetryConfig, is_identifier,
@@ -319,12 +321,24 @@ impl Config {
             admin.validate()?;
         }
         let mut names = std::collections::HashSet::new();
+        let mut groups = std::collections::HashMap::new();
         for (i, handler) in self.handlers.iter().enumerate() {
             handler.validate(&format!("handlers[{i}]"))?;
             if !names.insert(&handler.name) {
                 return Err(invalid(
                     format!("handlers[{i}].name"),
                     format!("{:?} is declared twice", handler.name),
+                ));
+            }
+            // Two handlers in one consumer group would each get some of the
+            // other's partitions and never see the rest of their own.
+            if let Some(other) = groups.insert(handler.group_id(), &handler.name) {
+                return Err(invalid(
+                    format!("handlers[{i}].group_id"),
+                    format!(
+                        "{:?} is also the consumer group of handler {other:?}: each handler needs its own",
+                        handler.group_id()
+                    ),
                 ));
             }
         }

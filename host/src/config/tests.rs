@@ -230,3 +230,87 @@ fn upload_settings_reuse_the_handler_keys_and_name_the_bad_one() {
         .to_string();
     assert!(err.contains("`name`"), "{err}");
 }
+
+#[test]
+fn two_config_handlers_cannot_share_a_consumer_group() {
+    let one = with_component("");
+    let other = one[one.find("[[handlers]]").unwrap()..].replace("\"billing\"", "\"notifier\"");
+    // The default groups differ (inboxd.billing, inboxd.notifier).
+    load(&format!("{one}\n{other}")).unwrap();
+    let err = load(&format!("{one}\n{other}group_id = \"inboxd.billing\"\n")).unwrap_err();
+    assert!(
+        err.contains("`handlers[1].group_id`")
+            && err.contains("\"inboxd.billing\" is also the consumer group of handler \"billing\""),
+        "{err}"
+    );
+    let err = load(&with_component("group_id = \" \"")).unwrap_err();
+    assert!(err.contains("`handlers[0].group_id`"), "{err}");
+}
+
+const TEAM: &str = "[[admin.tokens]]\nname = \"ops\"\ntoken = \"0123456789abcdef\"\nadmin = true\n\
+                    [[admin.tokens]]\nname = \"team\"\ntoken = \"fedcba9876543210\"\nhandlers = [\"billing\"]\n";
+
+#[test]
+fn token_ceilings_and_allowlists_parse_and_resolve_into_a_policy() {
+    let config = with_admin(&format!(
+        "{TEAM}topics = [\"orders\", \"billing.*\"]\ngroup_ids = [\"legacy-billing\"]\n\
+         [admin.tokens.ceilings]\ntimeout_ms = 60000\nmax_events = 2000\nlinger_ms = 0\n"
+    ))
+    .unwrap();
+    let token = &config.admin.expect("admin").tokens[1];
+    assert_eq!(token.ceilings.timeout_ms, Some(60_000));
+    assert_eq!(
+        token.ceilings.memory_mb, None,
+        "unset: the built-in ceiling applies"
+    );
+    let policy = token.policy(1);
+    let settings = serde_json::json!({
+        "topics": ["billing.orders"], "group_id": "legacy-billing",
+        "limits": { "timeout_ms": 60000 }, "batch": { "max_events": 2000, "linger_ms": 0 },
+    });
+    let handler = HandlerConfig::from_settings("billing", &settings.to_string()).unwrap();
+    policy
+        .check(&handler, &settings)
+        .expect("at the configured ceilings");
+    let settings = serde_json::json!({ "topics": ["orders"], "limits": { "memory_mb": 1024 } });
+    let handler = HandlerConfig::from_settings("billing", &settings.to_string()).unwrap();
+    let refused = policy.check(&handler, &settings).unwrap_err().to_string();
+    assert!(
+        refused.contains("(admin.tokens[1].ceilings.memory_mb, built in for team tokens)"),
+        "{refused}"
+    );
+}
+
+#[test]
+fn bad_ceilings_and_patterns_name_their_key() {
+    let cases = [
+        (
+            "[admin.tokens.ceilings]\ntimeout_ms = 600001",
+            "`admin.tokens[1].ceilings.timeout_ms` must be between 1 and 600000",
+        ),
+        (
+            "[admin.tokens.ceilings]\nmemory_mb = 0",
+            "`admin.tokens[1].ceilings.memory_mb`",
+        ),
+        (
+            "[admin.tokens.ceilings]\nmax_events = 10001",
+            "`admin.tokens[1].ceilings.max_events`",
+        ),
+        (
+            "[admin.tokens.ceilings]\nmax_rows = 0",
+            "`admin.tokens[1].ceilings.max_rows` must be at least 1",
+        ),
+        ("[admin.tokens.ceilings]\ntimeout = 5", "unknown field `timeout`"),
+        ("[admin.tokens.ceilings]\ntimeout_ms = -1", "timeout_ms"),
+        ("topics = [\"team_*.orders\"]", "`admin.tokens[1].topics`"),
+        ("topics = [\"\"]", "`admin.tokens[1].topics`"),
+        ("topics = [\"a b\"]", "`admin.tokens[1].topics`"),
+        ("topics = []", "`admin.tokens[1].topics` must list at least one"),
+        ("group_ids = [\"*x\"]", "`admin.tokens[1].group_ids`"),
+        ("topicz = [\"a\"]", "unknown field `topicz`"),
+    ];
+    for (extra, says) in cases {
+        let err = with_admin(&format!("{TEAM}{extra}\n")).unwrap_err();
+        assert!(err.contains(says), "{extra:?}: {err}");
+    }
+}

@@ -134,6 +134,11 @@ impl Registry {
         self.0.config.handlers.iter().map(|h| h.name.clone()).collect()
     }
 
+    /// The configuration file's handlers (their consumer groups are taken).
+    pub fn config_handlers(&self) -> &[HandlerConfig] {
+        &self.0.config.handlers
+    }
+
     /// True once every handler this host should run has loaded.
     pub fn is_ready(&self) -> bool {
         self.0.ready.load(std::sync::atomic::Ordering::Relaxed)

@@ -169,14 +169,51 @@ pub async fn set_active(tx: &mut Tx, name: &str, version: i64) -> Result<(), DbE
     Ok(())
 }
 
-pub async fn version_exists(tx: &mut Tx, name: &str, version: i64) -> Result<bool, DbError> {
-    Ok(!tx
+/// A stored version's settings (JSON), or `None` if there is no such version.
+pub async fn version_settings(tx: &mut Tx, name: &str, version: i64) -> Result<Option<String>, DbError> {
+    let rows = tx
         .query(
-            "SELECT 1 FROM handlers WHERE name = $1 AND version = $2",
+            "SELECT settings FROM handlers WHERE name = $1 AND version = $2",
             &[name.into(), version.into()],
         )
-        .await?
-        .is_empty())
+        .await?;
+    Ok(rows
+        .first()
+        .and_then(|r| r.first())
+        .and_then(SqlValue::as_str)
+        .map(str::to_owned))
+}
+
+/// `(name, settings)` of every uploaded handler's active version, paused
+/// ones included (they resume in their group).
+pub async fn active_settings(tx: &mut Tx) -> Result<Vec<(String, String)>, DbError> {
+    let rows = tx
+        .query(
+            "SELECT h.name, h.settings FROM handlers h
+             JOIN handler_deployments d ON d.name = h.name AND d.active_version = h.version
+             ORDER BY h.name",
+            &[],
+        )
+        .await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|row| {
+            let mut v = row.into_iter();
+            Some((v.next()?.as_str()?.to_owned(), v.next()?.as_str()?.to_owned()))
+        })
+        .collect())
+}
+
+/// Makes the transactions that change which version is active take turns,
+/// so two of them cannot both find a consumer group free and both take it.
+/// SQLite: `BEGIN IMMEDIATE` already does. PostgreSQL: a lock that conflicts
+/// with itself and with writes of the table, not with reads (the hosts' polls).
+pub async fn lock_deployments(tx: &mut Tx) -> Result<(), DbError> {
+    if tx.backend() == crate::db::Backend::Postgres {
+        tx.execute("LOCK TABLE handler_deployments IN SHARE ROW EXCLUSIVE MODE", &[])
+            .await?;
+    }
+    Ok(())
 }
 
 pub async fn set_paused(db: &Database, name: &str, paused: bool) -> Result<bool, DbError> {

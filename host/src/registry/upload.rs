@@ -1,19 +1,24 @@
 //! Accepting an uploaded handler version: everything is checked before
 //! anything changes, and what changes, changes in one transaction.
 //!
-//! Order: the settings and the name; the size; the component (compiled, so
-//! the compile cache is warm for every loader on this machine, and linked
-//! against this host's world, so a missing export or a forbidden import is
-//! named now and not at the first event); the migrations' names. Then one
-//! transaction applies the new migrations inside the handler's walls and
-//! stores the version as the active one. A failed upload leaves the tables,
-//! the versions and the running handler as they were (its PostgreSQL role
-//! and empty schema, created idempotently first, may stay).
+//! Order: the settings and the name; the token's ceilings and allowlists;
+//! the size; the component (compiled, so the compile cache is warm for every
+//! loader on this machine, and linked against this host's world, so a
+//! missing export or a forbidden import is named now and not at the first
+//! event); the migrations' names. Then one transaction checks that no other
+//! handler uses the consumer group, applies the new migrations inside the
+//! handler's walls and stores the version as the active one. A failed upload
+//! leaves the tables, the versions and the running handler as they were (its
+//! PostgreSQL role and empty schema, created idempotently first, may stay).
+//!
+//! Activating a stored version (activate, rollback) passes [`admit`] too:
+//! the caller's ceilings may have been lowered since the upload, and the
+//! version's group may have been taken by another handler meanwhile.
 
 use super::store::{self, NewVersion};
-use crate::config::HandlerConfig;
+use crate::config::{HandlerConfig, Refused, TokenPolicy};
 use crate::db::migrate::{self, Migration};
-use crate::db::{Database, DbError};
+use crate::db::{Database, DbError, Tx};
 use crate::wasm::{HandlerComponent, WasmEngine};
 use sha2::{Digest, Sha256};
 
@@ -29,6 +34,15 @@ pub struct Upload {
     pub uploaded_by: String,
 }
 
+/// What an upload is checked against besides itself.
+pub struct Rules<'a> {
+    /// The configuration file's handlers: their names are not the API's, their groups are taken.
+    pub config_handlers: &'a [HandlerConfig],
+    pub max_component_bytes: usize,
+    /// The calling token's ceilings and allowlists.
+    pub policy: &'a TokenPolicy,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum UploadError {
     /// Bad settings, component or migrations: nothing changed.
@@ -38,6 +52,12 @@ pub enum UploadError {
     TooLarge { size: usize, limit: usize },
     #[error("handler {0} is defined in the configuration file; remove it there to manage it through the API")]
     ConfigOwned(String),
+    /// Over a ceiling or outside an allowlist of the token: nothing changed.
+    #[error("{0}")]
+    Forbidden(Refused),
+    /// The consumer group is another handler's: nothing changed.
+    #[error("{0}")]
+    GroupTaken(String),
     #[error("database: {0}")]
     Database(DbError),
 }
@@ -52,15 +72,22 @@ pub struct Uploaded {
 pub async fn upload(
     db: &Database,
     engine: &WasmEngine,
-    config_handlers: &[String],
-    max_component_bytes: usize,
+    rules: &Rules<'_>,
     upload: Upload,
 ) -> Result<Uploaded, UploadError> {
     let name = upload.name.as_str();
-    if config_handlers.iter().any(|h| h == name) {
+    let max_component_bytes = rules.max_component_bytes;
+    if rules.config_handlers.iter().any(|h| h.name == name) {
         return Err(UploadError::ConfigOwned(name.to_owned()));
     }
-    HandlerConfig::from_settings(name, &upload.settings).map_err(|e| UploadError::Invalid(e.to_string()))?;
+    // Before the seconds a compile may take, and before the handler's
+    // PostgreSQL role and schema are made; `admit` checks again, inside the
+    // transaction that stores the version.
+    let config = check_settings(rules.policy, name, &upload.settings)?;
+    {
+        let mut read = db.begin().await.map_err(UploadError::Database)?;
+        check_group(&mut read, rules.config_handlers, &config).await?;
+    }
     if upload.component.len() > max_component_bytes {
         return Err(UploadError::TooLarge {
             size: upload.component.len(),
@@ -91,6 +118,14 @@ pub async fn upload(
         .await
         .map_err(UploadError::Database)?;
     let mut tx = db.begin_immediate().await.map_err(UploadError::Database)?;
+    admit(
+        &mut tx,
+        rules.config_handlers,
+        rules.policy,
+        name,
+        &upload.settings,
+    )
+    .await?;
     for migration in &migrations {
         migrate::apply_one(&mut tx, name, migration)
             .await
@@ -123,4 +158,86 @@ pub async fn upload(
         version,
         sha256,
     })
+}
+
+/// Parses a version's settings and checks them against the token's
+/// ceilings and allowlists (no database).
+fn check_settings(policy: &TokenPolicy, name: &str, settings: &str) -> Result<HandlerConfig, UploadError> {
+    let config =
+        HandlerConfig::from_settings(name, settings).map_err(|e| UploadError::Invalid(e.to_string()))?;
+    let json: serde_json::Value = serde_json::from_str(settings).expect("parsed by from_settings");
+    policy.check(&config, &json).map_err(UploadError::Forbidden)?;
+    Ok(config)
+}
+
+/// Whether `settings` may become handler `name`'s active version for the
+/// holder of `policy`: within its ceilings and allowlists, and in a consumer
+/// group no other handler uses. Takes the deployments lock in `tx`, so the
+/// answer holds until `tx` ends.
+pub async fn admit(
+    tx: &mut Tx,
+    config_handlers: &[HandlerConfig],
+    policy: &TokenPolicy,
+    name: &str,
+    settings: &str,
+) -> Result<(), UploadError> {
+    let config = check_settings(policy, name, settings)?;
+    store::lock_deployments(tx).await.map_err(UploadError::Database)?;
+    check_group(tx, config_handlers, &config).await
+}
+
+/// Refuses a consumer group that a config handler or another uploaded
+/// handler's active version (paused ones included: they resume in it) uses.
+async fn check_group(
+    tx: &mut Tx,
+    config_handlers: &[HandlerConfig],
+    config: &HandlerConfig,
+) -> Result<(), UploadError> {
+    let (name, group) = (config.name.as_str(), config.group_id());
+    let configured = config_handlers
+        .iter()
+        .filter(|h| h.name != name && h.group_id() == group)
+        .map(|h| format!("handler {:?} (configuration file)", h.name));
+    let uploaded = store::active_settings(tx)
+        .await
+        .map_err(UploadError::Database)?
+        .into_iter()
+        .filter(|(other, settings)| other != name && stored_group(other, settings) == group)
+        .map(|(other, _)| format!("uploaded handler {other:?}"));
+    let Some(holder) = configured.chain(uploaded).next() else {
+        return Ok(());
+    };
+    let shown = match config.group_id {
+        Some(_) => format!("settings.group_id = {group:?}"),
+        None => format!("settings.group_id (default {group:?})"),
+    };
+    Err(UploadError::GroupTaken(format!(
+        "{shown} is the consumer group of {holder}: two handlers in one group take each \
+         other's partitions; use another, such as \"inboxd.{name}.<suffix>\""
+    )))
+}
+
+/// The group of a stored version, read without the full settings parse (so a
+/// version whose settings an older host accepted still holds its group).
+fn stored_group(name: &str, settings: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(settings)
+        .ok()
+        .and_then(|v| v.get("group_id")?.as_str().map(str::to_owned))
+        .unwrap_or_else(|| format!("inboxd.{name}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stored_group;
+
+    #[test]
+    fn a_stored_version_holds_its_group_or_the_default() {
+        assert_eq!(stored_group("billing", r#"{"group_id": "g1"}"#), "g1");
+        assert_eq!(stored_group("billing", r#"{"topics": ["o"]}"#), "inboxd.billing");
+        // Settings this host would no longer accept still hold their group.
+        assert_eq!(
+            stored_group("billing", r#"{"group_id": "g2", "retired_key": 1}"#),
+            "g2"
+        );
+    }
 }

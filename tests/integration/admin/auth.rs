@@ -9,7 +9,8 @@ async fn tokens_are_required_and_scoped_to_their_handlers() {
     create_topic(&topic, 1).await;
     let admin = start(Backend::Sqlite, &topic, "").await;
     let notifier = std::fs::read(guest_wasm("notifier")).expect("notifier.wasm");
-    let settings = json!({ "topics": [topic], "group_id": unique("group") });
+    // A team token's handler stays in its own group namespace (inboxd.<name>.*).
+    let settings = json!({ "topics": [topic], "group_id": team_group("notifier") });
 
     let (status, body) = admin.get("/v1/handlers", None).await;
     assert_eq!(status, 401, "{body}");

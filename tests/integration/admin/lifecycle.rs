@@ -39,7 +39,7 @@ async fn hot_swap_and_rollback(backend: Backend) {
     let mut admin = start(backend, &topic, "").await;
     let billing = std::fs::read(guest_wasm("billing")).expect("billing.wasm");
     let settings = admin.env.dir.path().join("billing.json");
-    let group = unique("group");
+    let group = team_group("billing");
     std::fs::write(
         &settings,
         json!({ "group_id": group, "batch": { "max_events": 20 }, "outbox_topics": billing_outbox() })

@@ -1,5 +1,5 @@
 //! The admin API and the CLI over it: uploads, hot swap, rollback, pause,
-//! auth scopes, dead letters over HTTP, `/metrics` against the database,
+//! auth scopes, per-token ceilings and allowlists, dead letters over HTTP, `/metrics` against the database,
 //! uploads that must change nothing, and an upload reaching a second host.
 //!
 //! The hosts here start with no handler in their config file: everything
@@ -7,6 +7,7 @@
 //! submodule is one scenario.
 
 mod auth;
+mod ceilings;
 mod group;
 mod lifecycle;
 mod uploads;
@@ -96,6 +97,12 @@ handlers = ["notifier"]
             .build()
             .expect("HTTP client"),
     }
+}
+
+/// A fresh consumer group that a team token may use for handler `name`:
+/// team tokens are held to `inboxd.<name>` and `inboxd.<name>.*`.
+fn team_group(name: &str) -> String {
+    format!("inboxd.{name}.{}", unique("test"))
 }
 
 /// The admin address from the host's JSON log line "admin API listening".

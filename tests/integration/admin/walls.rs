@@ -33,7 +33,11 @@ async fn hostile_migrations_are_refused_and_change_nothing(backend: Backend) {
     create_topic(&topic, 1).await;
     let mut admin = start(backend, &topic, "").await;
     let billing = std::fs::read(guest_wasm("billing")).expect("billing.wasm");
-    let settings = json!({ "topics": [topic], "group_id": unique("group") });
+    let settings = json!({
+        "topics": [topic],
+        "group_id": format!("inboxd.billing.{}", unique("walls")),
+        "outbox_topics": { "invoices.created": unique("invoices") },
+    });
     let (status, body) = admin
         .upload(
             "billing",
