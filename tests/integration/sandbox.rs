@@ -99,6 +99,20 @@ fn attacks(brokers: &str) -> Vec<(Value, &'static str)> {
             json!({ "attack": "query", "statement": "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n" }),
             "limits.timeout_ms",
         ),
+        // Regression: an endless *write*, stopped at the deadline, made SQLite
+        // roll back the whole batch (claims included) behind the host's back.
+        (
+            sql(
+                "INSERT INTO hostile_effects WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT 'x' FROM n",
+            ),
+            "limits.timeout_ms",
+        ),
+        (
+            sql("INSERT OR ROLLBACK INTO hostile_effects (event_id) VALUES ('x')"),
+            forbidden,
+        ),
+        (sql("SELECT $0"), forbidden),
+        (sql("SELECT 1 --\u{0}"), forbidden),
         (sql("DELETE FROM handler_billing.invoices"), forbidden),
         (
             sql(&format!("SELECT '{}'", "x".repeat(3_000))),

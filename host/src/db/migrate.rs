@@ -246,6 +246,12 @@ pub async fn apply_one(tx: &mut Tx, handler: &str, migration: &Migration) -> Res
         })?;
         tx.leave_walls().await?;
         own = record_tables(tx, handler, &own, &before).await?;
+        if let Some(reference) = foreign_reference(tx, &own).await? {
+            return Err(DbError::HandlerMigration(format!(
+                "migration {file} of handler {handler} is refused: after `{}`, {reference}",
+                short(&piece.text)
+            )));
+        }
     }
     tx.execute(
         "INSERT INTO handler_migrations (handler, version, name, checksum, applied_at) VALUES ($1, $2, $3, $4, $5)",
@@ -284,6 +290,29 @@ async fn record_tables(
         .await?;
     }
     own_tables_in(tx, handler).await
+}
+
+/// SQLite: a foreign key of one of the handler's tables that points at a
+/// table it does not own (one it dropped, which another handler may create
+/// later: that handler's deletes would then have to read this table, and its
+/// walls would refuse them). PostgreSQL refuses such a key by itself.
+async fn foreign_reference(tx: &mut Tx, own: &[String]) -> Result<Option<String>, DbError> {
+    if tx.backend() != Backend::Sqlite {
+        return Ok(None);
+    }
+    let rows = tx
+        .query(
+            "SELECT m.name, f.\"table\" FROM sqlite_master m, pragma_foreign_key_list(m.name) f WHERE m.type = 'table'",
+            &[],
+        )
+        .await?;
+    let owns = |name: &str| own.iter().any(|t| t.eq_ignore_ascii_case(name));
+    Ok(rows.into_iter().find_map(|row| {
+        let (table, target) = (row.first()?.as_str()?, row.get(1)?.as_str()?);
+        (owns(table) && !owns(target)).then(|| {
+            format!("table {table} has a foreign key to {target}, which is not one of this handler's tables")
+        })
+    }))
 }
 
 fn short(text: &str) -> String {
@@ -447,6 +476,65 @@ mod tests {
         tx.guest_execute("DELETE FROM renamed", &[]).await.unwrap();
         tx.leave_walls().await.unwrap();
         tx.commit().await.unwrap();
+    }
+
+    /// Regression: a foreign key left pointing at a dropped table would make a
+    /// later owner of that name unable to delete its own rows.
+    #[tokio::test]
+    async fn a_foreign_key_may_point_only_at_own_tables() {
+        let db = memory_db().await;
+        let sql = "CREATE TABLE orders (id INTEGER PRIMARY KEY); \
+                   CREATE TABLE child (o INTEGER REFERENCES orders (id)); DROP TABLE orders;";
+        let err = apply(&db, "x", &migration("0001_fk.sql", sql)).await.unwrap_err();
+        assert!(err.to_string().contains("foreign key to orders"), "{err}");
+        assert!(own_tables(&db, "x").await.unwrap().is_empty());
+    }
+
+    /// Regression: SQLite rolls back the whole transaction when a writing
+    /// statement is interrupted, claims and savepoints included; the host
+    /// notices, begins a new one, and says so.
+    #[tokio::test]
+    async fn an_interrupted_write_loses_the_transaction_visibly() {
+        let db = memory_db().await;
+        apply(&db, "h", &migration("0001.sql", "CREATE TABLE t (a INTEGER);"))
+            .await
+            .unwrap();
+        let mut tx = db.begin().await.unwrap();
+        tx.execute(
+            "INSERT INTO handler_tables (handler, table_name) VALUES ('other', 'x')",
+            &[],
+        )
+        .await
+        .unwrap();
+        let walls = Walls::new("h", Scope::Guest, &["t".to_owned()], Duration::from_millis(200));
+        tx.savepoint("inboxd_guest").await.unwrap();
+        tx.enter_walls(&walls).await.unwrap();
+        tx.set_ctes(["n".to_owned()].into());
+        let err = tx
+            .guest_execute(
+                "INSERT INTO t WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT i FROM n",
+                &[],
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(err, DbError::StatementTimeout), "{err}");
+        assert!(tx.take_lost(), "the host noticed the transaction was gone");
+        tx.leave_walls().await.unwrap();
+        // The new transaction works and the lost one's work is gone.
+        tx.execute(
+            "INSERT INTO handler_tables (handler, table_name) VALUES ('other', 'y')",
+            &[],
+        )
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(
+            db.query_i64("SELECT COUNT(*) FROM handler_tables WHERE handler = 'other'", &[])
+                .await
+                .unwrap(),
+            1
+        );
+        assert_eq!(db.query_i64("SELECT COUNT(*) FROM t", &[]).await.unwrap(), 0);
     }
 
     /// A statement that never ends is stopped at the walls' deadline, and the

@@ -34,6 +34,9 @@ pub struct Tx {
     statement_savepoints: bool,
     /// A guest statement failed while `statement_savepoints` was off.
     statement_failed: bool,
+    /// SQLite rolled the whole transaction back under a guest's statement (see
+    /// [`Tx::take_lost`]); a new, empty one was begun in its place.
+    lost: bool,
     /// The walls of the call that is running (between `enter_guest` and `exit_guest`).
     in_guest: Option<Walls>,
     /// A successful guest call whose walls and savepoint are still up.
@@ -67,6 +70,7 @@ impl Tx {
             inner: Inner::Sqlite(tx),
             statement_savepoints: true,
             statement_failed: false,
+            lost: false,
             in_guest: None,
             lingering: None,
             _writer: None,
@@ -79,6 +83,7 @@ impl Tx {
             inner: Inner::Postgres(tx),
             statement_savepoints: true,
             statement_failed: false,
+            lost: false,
             in_guest: None,
             lingering: None,
             _writer: None,
@@ -123,15 +128,17 @@ impl Tx {
     /// statement still running at the walls' deadline is cancelled by the
     /// database ([`DbError::StatementTimeout`]).
     pub async fn guest_execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, DbError> {
+        let text = self.guest_text(sql);
+        let sql = text.as_str();
         if self.optimistic()? {
             let result = self.run(sql, params, true).await;
-            let result = self.deadline_error(result);
+            let result = self.deadline_error(result).await;
             self.statement_failed = result.is_err();
             return result;
         }
         self.statement_savepoint().await?;
         let result = self.run(sql, params, self.caches_guest_statements()).await;
-        let result = self.deadline_error(result);
+        let result = self.deadline_error(result).await;
         self.end_statement_savepoint(result.is_ok()).await?;
         result
     }
@@ -149,9 +156,11 @@ impl Tx {
             rows: max_rows,
             bytes: max_bytes,
         };
+        let text = self.guest_text(sql);
+        let sql = text.as_str();
         if self.optimistic()? {
             let result = self.fetch(sql, params, bound, true).await;
-            let result = self.deadline_error(result);
+            let result = self.deadline_error(result).await;
             self.statement_failed = result.is_err();
             return result;
         }
@@ -159,7 +168,7 @@ impl Tx {
         let result = self
             .fetch(sql, params, bound, self.caches_guest_statements())
             .await;
-        let result = self.deadline_error(result);
+        let result = self.deadline_error(result).await;
         self.end_statement_savepoint(result.is_ok()).await?;
         result
     }
@@ -168,14 +177,41 @@ impl Tx {
     /// [`Tx::enter_walls`] put up (migration scope). Never cached.
     pub async fn migration_execute(&mut self, sql: &str) -> Result<u64, DbError> {
         let result = self.run(sql, &[], false).await;
-        self.deadline_error(result)
+        self.deadline_error(result).await
+    }
+
+    /// PostgreSQL keeps one prepared statement per text and connection: two
+    /// handlers sending the same text (over tables of different shapes) must
+    /// not share it, so a guest's text is tagged with its handler's name (a
+    /// validated identifier, so it cannot end the comment).
+    fn guest_text(&self, sql: &str) -> String {
+        match (&self.inner, &self.in_guest) {
+            (Inner::Postgres(_), Some(walls)) => format!("/* {} */ {sql}", walls.handler()),
+            _ => sql.to_owned(),
+        }
+    }
+
+    /// True (once) if SQLite rolled back the whole transaction under a
+    /// guest's statement: everything before it in this transaction is gone
+    /// (claims, earlier events of the batch, savepoints) and the transaction
+    /// is a new, empty one. The caller must redo that work without the guest.
+    pub fn take_lost(&mut self) -> bool {
+        std::mem::take(&mut self.lost)
     }
 
     /// A statement the database stopped at the walls' deadline becomes
-    /// [`DbError::StatementTimeout`], whatever the driver called it.
-    fn deadline_error<T>(&self, result: Result<T, DbError>) -> Result<T, DbError> {
+    /// [`DbError::StatementTimeout`], whatever the driver called it. On
+    /// SQLite, a failed guest statement that took the whole transaction with
+    /// it (an interrupted write does) is noticed here.
+    async fn deadline_error<T>(&mut self, result: Result<T, DbError>) -> Result<T, DbError> {
         let Err(error) = result else { return result };
+        // Read before a restart, which puts the walls (and the flag) up anew.
         let interrupted = self.sqlite_walls.0.is_some_and(|w| w.take_interrupted());
+        if let Some(walls) = self.sqlite_walls.0
+            && !walls.in_transaction()
+        {
+            self.restart_lost(walls).await?;
+        }
         let cancelled = matches!(&error, DbError::Sqlx(sqlx::Error::Database(db))
             if db.code().as_deref() == Some("57014"));
         if interrupted || cancelled {
@@ -221,6 +257,21 @@ impl Tx {
             return Err(DbError::AfterFailedStatement);
         }
         Ok(true)
+    }
+
+    /// Begins a new transaction in place of one SQLite rolled back, so the
+    /// connection and sqlx agree again; the savepoints died with the old one.
+    async fn restart_lost(&mut self, walls: &'static ConnectionWalls) -> Result<(), DbError> {
+        let policy_was_up = self.in_guest.clone();
+        walls.leave();
+        self.execute_many("BEGIN IMMEDIATE").await?;
+        self.lost = true;
+        self.lingering = None;
+        if let Some(call) = policy_was_up {
+            // The rest of the call stays inside the walls (its deadline has passed).
+            walls.enter(call.policy(), Instant::now());
+        }
+        Ok(())
     }
 
     fn caches_guest_statements(&self) -> bool {
@@ -439,6 +490,10 @@ impl Tx {
         let Some(walls) = self.in_guest.take() else {
             return Ok(());
         };
+        if self.lost {
+            // The savepoint went with the transaction SQLite rolled back.
+            return self.leave_walls().await;
+        }
         if succeeded {
             self.lingering = Some(Lingering { savepoint, walls });
             return Ok(());

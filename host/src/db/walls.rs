@@ -24,8 +24,9 @@ pub const HOST_SEARCH_PATH: &str = "inboxd,pg_catalog,pg_temp";
 
 /// Leaves a handler's walls on PostgreSQL, back to the host's settings.
 /// `SET LOCAL ... TO DEFAULT` restores the connection's own statement timeout.
-pub(super) const PG_LEAVE: &str = "SELECT set_config('role', 'none', true), \
-     set_config('search_path', 'inboxd,pg_catalog,pg_temp', true); SET LOCAL statement_timeout TO DEFAULT";
+/// Qualified: it runs while the handler's schema is still first on the path.
+pub(super) const PG_LEAVE: &str = "SELECT pg_catalog.set_config('role', 'none', true), \
+     pg_catalog.set_config('search_path', 'inboxd,pg_catalog,pg_temp', true); SET LOCAL statement_timeout TO DEFAULT";
 
 /// One handler's walls, built once per loaded version (or per migration statement).
 #[derive(Debug, Clone)]

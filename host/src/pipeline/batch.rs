@@ -63,6 +63,11 @@ enum TxEnd {
         count: usize,
         violation: String,
     },
+    /// SQLite rolled the transaction back under the guest of the last of
+    /// these `count` records (a write stopped at its deadline): nothing committed.
+    Lost {
+        count: usize,
+    },
     Fenced,
 }
 
@@ -84,7 +89,8 @@ impl Pipeline {
     ) -> Result<BatchEnd, PipelineError> {
         while cursor.done < records.len() {
             let rest = &records[cursor.done..];
-            match self.batch_tx(rest, cursor.expected).await? {
+            let end = self.batch_tx(rest, cursor.expected).await?;
+            match end {
                 TxEnd::Fenced => return Ok(BatchEnd::Fenced),
                 TxEnd::Committed { count, retry } => {
                     cursor.committed(&rest[..count]);
@@ -104,14 +110,30 @@ impl Pipeline {
                         cursor.committed(std::slice::from_ref(record));
                     }
                 }
-                TxEnd::Violation { count, violation } => {
-                    // One of these events broke the walls; run them one at a
-                    // time so only that one is parked.
-                    tracing::error!(
-                        handler = self.handler.name(),
-                        records = count,
-                        "sandbox violation in a batch ({violation}); running its records one at a time"
-                    );
+                TxEnd::Violation { .. } | TxEnd::Lost { .. } => {
+                    // One of these events broke the walls, or its guest's
+                    // statement took the transaction with it; run them one at
+                    // a time so only that one fails (its attempts counted).
+                    let count = match end {
+                        TxEnd::Violation { count, violation } => {
+                            tracing::error!(
+                                handler = self.handler.name(),
+                                records = count,
+                                "sandbox violation in a batch ({violation}); running its records one at a time"
+                            );
+                            count
+                        }
+                        TxEnd::Lost { count } => {
+                            tracing::warn!(
+                                handler = self.handler.name(),
+                                records = count,
+                                "a handler's statement was stopped at its deadline and SQLite rolled the batch \
+                                 back; running its records one at a time"
+                            );
+                            count
+                        }
+                        _ => unreachable!("matched above"),
+                    };
                     for record in &rest[..count] {
                         if self.process(record, cursor.expected, shutdown).await? == Outcome::Fenced {
                             return Ok(BatchEnd::Fenced);
@@ -166,6 +188,12 @@ impl Pipeline {
             let claim = self.claim(record, event_id);
             let (returned, step) = self.run_claimed(tx, &claim, record, 1).await?;
             tx = returned;
+            if tx.take_lost() {
+                tx.rollback().await?;
+                return Ok(TxEnd::Lost {
+                    count: done.len() + 1,
+                });
+            }
             let failure = match step {
                 Step::Duplicate => {
                     done.push(Done::Duplicate);

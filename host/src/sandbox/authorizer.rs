@@ -158,6 +158,11 @@ fn is_schema_table(table: Option<&str>) -> bool {
 /// statement may run.
 #[derive(Debug, Default)]
 pub struct ConnectionWalls {
+    /// The connection's handle, for the length limit and the transaction check.
+    db: usize,
+    /// SQLITE_LIMIT_LENGTH outside the walls (the host stores components of
+    /// up to `admin.max_component_mb`), restored when they come down.
+    host_max_length: c_int,
     policy: Mutex<Option<Arc<Policy>>>,
     /// The CTE names of the statement about to run (see [`Policy::decide`]).
     ctes: Mutex<Ctes>,
@@ -170,6 +175,7 @@ pub struct ConnectionWalls {
 impl ConnectionWalls {
     /// Puts a handler's walls up until [`ConnectionWalls::leave`].
     pub fn enter(&self, policy: Arc<Policy>, deadline: Instant) {
+        self.set_max_length(GUEST_MAX_LENGTH);
         *self.policy.lock().unwrap_or_else(|p| p.into_inner()) = Some(policy);
         self.interrupted.store(false, Ordering::Relaxed);
         self.deadline.store(nanos(deadline).max(1), Ordering::Relaxed);
@@ -183,8 +189,28 @@ impl ConnectionWalls {
     /// Takes the walls down: the host's own statements run unrestricted.
     pub fn leave(&self) {
         self.set_ctes(Ctes::from([]));
+        self.set_max_length(self.host_max_length);
         self.deadline.store(0, Ordering::Relaxed);
         *self.policy.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// Only between statements, by the transaction that owns the connection:
+    /// sqlx's worker thread is idle then, and its next command is ordered after this.
+    fn set_max_length(&self, length: c_int) {
+        if self.db != 0 {
+            // SAFETY: `db` is the open connection `install` was given (a
+            // connection's walls live as long as the process); the limit is a
+            // plain setting read when the next statement runs.
+            unsafe { ffi::sqlite3_limit(self.db as *mut ffi::sqlite3, ffi::SQLITE_LIMIT_LENGTH, length) };
+        }
+    }
+
+    /// False once SQLite has rolled the whole transaction back by itself:
+    /// it does so when a *writing* statement is interrupted (here, at the
+    /// deadline), whatever savepoints were open.
+    pub fn in_transaction(&self) -> bool {
+        // SAFETY: as in `set_max_length`; reading the autocommit flag.
+        self.db == 0 || unsafe { ffi::sqlite3_get_autocommit(self.db as *mut ffi::sqlite3) } == 0
     }
 
     /// True (once) if a statement was interrupted at the deadline since the walls went up.
@@ -220,6 +246,11 @@ fn clock() -> Instant {
 fn nanos(at: Instant) -> u64 {
     at.saturating_duration_since(clock()).as_nanos() as u64
 }
+
+/// The largest string or blob a handler's statement may make (SQLite's own
+/// default is 1 GB): doubling a string in a recursive CTE reached gigabytes
+/// of host memory in a few hundred steps, before any deadline look.
+const GUEST_MAX_LENGTH: c_int = 64 << 20;
 
 /// Virtual-machine steps between two looks at the clock: a few hundred
 /// microseconds of work, so a statement overruns its deadline by about that.
@@ -260,7 +291,13 @@ fn registry() -> &'static Mutex<HashMap<usize, &'static ConnectionWalls>> {
 /// # Safety
 /// `db` must be a valid, open SQLite connection handle, used by no other thread meanwhile.
 pub unsafe fn install(db: *mut ffi::sqlite3) {
-    let walls: &'static ConnectionWalls = Box::leak(Box::default());
+    // SAFETY: the caller guarantees `db`; a negative value only reads the limit.
+    let host_max_length = unsafe { ffi::sqlite3_limit(db, ffi::SQLITE_LIMIT_LENGTH, -1) };
+    let walls: &'static ConnectionWalls = Box::leak(Box::new(ConnectionWalls {
+        db: db as usize,
+        host_max_length,
+        ..ConnectionWalls::default()
+    }));
     let user = walls as *const ConnectionWalls as *mut c_void;
     // SAFETY: the caller guarantees `db`; the callbacks and user data are 'static.
     unsafe {

@@ -11,8 +11,8 @@
 use super::{PURE_FUNCTIONS, TABLE_FUNCTIONS, is_reserved};
 use crate::db::Backend;
 use sqlparser::ast::{
-    Expr, FromTable, ObjectName, ObjectNamePart, Query, Select, SetExpr, Statement, TableFactor, TableObject,
-    Visit, Visitor,
+    CastKind, Expr, FromTable, ObjectName, ObjectNamePart, Query, Select, SetExpr, SqliteOnConflict,
+    Statement, TableFactor, TableObject, Value, ValueWithSpan, Visit, Visitor,
 };
 use sqlparser::dialect::{Dialect, PostgreSqlDialect, SQLiteDialect};
 use sqlparser::parser::Parser;
@@ -61,8 +61,8 @@ pub struct Owned {
 impl Owned {
     pub fn new(schema: &str, tables: &[String]) -> Self {
         Self {
-            tables: tables.iter().map(|t| t.to_lowercase()).collect(),
-            schema: schema.to_lowercase(),
+            tables: tables.iter().map(|t| t.to_ascii_lowercase()).collect(),
+            schema: schema.to_ascii_lowercase(),
         }
     }
 
@@ -157,6 +157,7 @@ impl Guard {
 
     /// Parses and checks one statement text.
     fn judge(&self, sql: &str) -> Result<Ctes, Refusal> {
+        refuse_nul(sql)?;
         let statements = Parser::parse_sql(dialect(self.backend), sql).map_err(|e| {
             forbidden(format!(
                 "the statement guard cannot parse this statement ({e}); only single SELECT, INSERT, UPDATE \
@@ -173,9 +174,23 @@ impl Guard {
                 )));
             }
         };
-        check_dml(statement, &self.owned).map(Ctes::from)
+        check_dml(statement, &self.owned, self.backend).map(Ctes::from)
     }
 }
+
+/// Regression: SQLite and sqlx stop reading a statement at a NUL byte that
+/// the parser took for part of a comment, and sqlx then spun forever on the
+/// rest; PostgreSQL calls it a protocol violation. No statement needs one.
+pub fn refuse_nul(sql: &str) -> Result<(), Refusal> {
+    if sql.contains('\0') {
+        return Err(forbidden("the statement contains a NUL character"));
+    }
+    Ok(())
+}
+
+/// Parameters are `$1` .. `$32766`; `$0`, named and bare ones are refused
+/// (sqlx's SQLite driver crashed its worker on `$0`).
+const MAX_PLACEHOLDER: u32 = 32_766;
 
 /// The CTE names a statement defines.
 pub type Ctes = std::sync::Arc<[String]>;
@@ -183,8 +198,11 @@ pub type Ctes = std::sync::Arc<[String]>;
 /// Checks one parsed SELECT, INSERT, UPDATE or DELETE: every table it reads or
 /// writes is the handler's own and every function it calls is on the list.
 /// Anything else is refused with the reason. Ok: the CTE names it defines.
-pub fn check_dml(statement: &Statement, owned: &Owned) -> Result<Vec<String>, Refusal> {
-    let mut walk = Walk::default();
+pub fn check_dml(statement: &Statement, owned: &Owned, backend: Backend) -> Result<Vec<String>, Refusal> {
+    let mut walk = Walk {
+        backend: Some(backend),
+        ..Walk::default()
+    };
     if let ControlFlow::Break(refusal) = statement.visit(&mut walk) {
         return Err(refusal);
     }
@@ -194,9 +212,14 @@ pub fn check_dml(statement: &Statement, owned: &Owned) -> Result<Vec<String>, Re
 /// Checks what a statement of another kind (a migration's DDL) reads and
 /// calls: its expressions' functions, and any table it reads (a view's or a
 /// `CREATE TABLE ... AS` query, a subquery in a default).
-pub fn check_expressions(statement: &Statement, owned: &Owned) -> Result<Vec<String>, Refusal> {
+pub fn check_expressions(
+    statement: &Statement,
+    owned: &Owned,
+    backend: Backend,
+) -> Result<Vec<String>, Refusal> {
     let mut walk = Walk {
         kinds_checked: true,
+        backend: Some(backend),
         ..Walk::default()
     };
     if let ControlFlow::Break(refusal) = statement.visit(&mut walk) {
@@ -213,8 +236,10 @@ pub(crate) fn name_parts(name: &ObjectName) -> Vec<String> {
     name.0
         .iter()
         .map(|part| match part {
-            ObjectNamePart::Identifier(ident) => ident.value.to_lowercase(),
-            other => other.to_string().to_lowercase(),
+            // ASCII only, as both databases fold names: a Unicode fold
+            // (the Kelvin sign to `k`) would name a table SQLite does not.
+            ObjectNamePart::Identifier(ident) => ident.value.to_ascii_lowercase(),
+            other => other.to_string().to_ascii_lowercase(),
         })
         .collect()
 }
@@ -248,6 +273,7 @@ struct Walk {
     cte_bodies: Vec<(*const Query, HashSet<String>)>,
     /// Every CTE name the statement defines, in any query.
     defined: Vec<String>,
+    backend: Option<Backend>,
     /// The statement kind was checked by the caller (migrations): only
     /// expressions and queries are walked.
     kinds_checked: bool,
@@ -297,6 +323,13 @@ fn table_commands(set: &SetExpr, out: &mut Vec<Result<ObjectName, Refusal>>) {
     }
 }
 
+fn rollback_refused() -> Refusal {
+    forbidden(
+        "OR ROLLBACK would roll back the host's whole transaction (the inbox claim with it): \
+         use OR ABORT, OR FAIL, OR IGNORE or OR REPLACE",
+    )
+}
+
 /// Why a statement kind is refused, in words a handler author can act on.
 fn refuse_kind(statement: &Statement) -> Refusal {
     let text = statement.to_string();
@@ -334,6 +367,12 @@ impl Visitor for Walk {
     fn pre_visit_statement(&mut self, statement: &Statement) -> ControlFlow<Refusal> {
         match statement {
             Statement::Query(_) => {}
+            Statement::Insert(insert) if insert.or == Some(SqliteOnConflict::Rollback) => {
+                return ControlFlow::Break(rollback_refused());
+            }
+            Statement::Update(update) if update.or == Some(SqliteOnConflict::Rollback) => {
+                return ControlFlow::Break(rollback_refused());
+            }
             Statement::Insert(insert) => match &insert.table {
                 TableObject::TableName(name) => self.write_targets.push(name.clone()),
                 other => return ControlFlow::Break(forbidden(format!("cannot insert into {other}"))),
@@ -371,7 +410,7 @@ impl Visitor for Walk {
             let names: Vec<String> = with
                 .cte_tables
                 .iter()
-                .map(|cte| cte.alias.name.value.to_lowercase())
+                .map(|cte| cte.alias.name.value.to_ascii_lowercase())
                 .collect();
             for (i, cte) in with.cte_tables.iter().enumerate() {
                 let mut inside = base.clone();
@@ -441,7 +480,34 @@ impl Visitor for Walk {
         ControlFlow::Continue(())
     }
 
+    fn pre_visit_value(&mut self, value: &ValueWithSpan) -> ControlFlow<Refusal> {
+        if let Value::Placeholder(p) = &value.value {
+            let number = p
+                .strip_prefix('$')
+                .filter(|n| !n.starts_with('0'))
+                .and_then(|n| n.parse::<u32>().ok());
+            if !number.is_some_and(|n| (1..=MAX_PLACEHOLDER).contains(&n)) {
+                return ControlFlow::Break(forbidden(format!(
+                    "parameter {p} is not allowed: number parameters $1, $2, ... (at most ${MAX_PLACEHOLDER})"
+                )));
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
     fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<Refusal> {
+        // SQLite has no `::` cast: it reads `$1::x(...)` as one parameter
+        // name, hiding from the guard what the parser took for a cast.
+        if let Expr::Cast {
+            kind: CastKind::DoubleColon,
+            ..
+        } = expr
+            && self.backend == Some(Backend::Sqlite)
+        {
+            return ControlFlow::Break(forbidden(
+                "`::` casts are PostgreSQL's: on SQLite write CAST(x AS type)",
+            ));
+        }
         if let Expr::Function(function) = expr {
             let allowed = single_name(&function.name).is_some_and(|n| PURE_FUNCTIONS.contains(&n.as_str()));
             if !allowed {
@@ -578,6 +644,38 @@ mod tests {
             "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3) SELECT * FROM n",
         )
         .unwrap();
+    }
+
+    /// Regressions from a hostile review: texts the databases read otherwise
+    /// than the parser, and statements that break the host's transaction.
+    #[test]
+    fn texts_the_databases_read_differently_are_refused() {
+        refused("SELECT 1 --\0", "NUL");
+        refused("SELECT $0", "parameter $0");
+        refused("SELECT $01", "parameter $01");
+        refused("INSERT INTO invoices (order_id) VALUES (:name)", "parameter");
+        refused(
+            "INSERT OR ROLLBACK INTO invoices (order_id) VALUES ($1)",
+            "OR ROLLBACK",
+        );
+        refused("UPDATE OR ROLLBACK invoices SET order_id = $1", "OR ROLLBACK");
+        allowed("INSERT OR IGNORE INTO invoices (order_id) VALUES ($1)");
+        allowed("SELECT * FROM invoices WHERE order_id = $32766");
+        // SQLite reads `$1::t('...')` as one parameter name, hiding the rest.
+        let lite = guard(Backend::Sqlite);
+        assert!(matches!(
+            lite.check("SELECT $1::t('), (SELECT count(*) FROM inbox) --')"),
+            Err(Refusal::Forbidden(m)) if m.contains("::")
+        ));
+        guard(Backend::Postgres)
+            .check("SELECT * FROM invoices WHERE order_id = $1::text")
+            .unwrap();
+        // A CTE named with the Kelvin sign is `k`... only to a Unicode fold.
+        let g = Guard::new(Backend::Sqlite, "main", &["emails".to_owned()], 4096);
+        assert!(
+            g.check("WITH \u{212a}eys AS (SELECT 1) SELECT count(*) FROM keys")
+                .is_err()
+        );
     }
 
     #[test]

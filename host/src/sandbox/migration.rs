@@ -21,13 +21,14 @@
 //! not on the list. No code a migration could plant is allowed, so nothing
 //! runs later outside the walls.
 
-use super::guard::{Owned, Refusal, check_dml, check_expressions, dialect, name_parts};
+use super::guard::{Owned, Refusal, check_dml, check_expressions, dialect, name_parts, refuse_nul};
 use super::{TABLE_FUNCTIONS, is_reserved};
 use crate::db::Backend;
 use sqlparser::ast::{
     AlterTableOperation, ColumnOption, ObjectName, ObjectType, RenameTableNameKind, Statement,
     TableConstraint,
 };
+use sqlparser::keywords::Keyword;
 use sqlparser::parser::Parser;
 use sqlparser::tokenizer::{Location, Token, Tokenizer};
 
@@ -37,12 +38,14 @@ pub struct Piece {
     /// The statement's own text, cut from the file.
     pub text: String,
     pub statement: Statement,
+    pub backend: Backend,
 }
 
 /// Parses a migration file and cuts it into statements whose kinds are all
 /// allowed. The error names the statement and why.
 pub fn split(backend: Backend, sql: &str) -> Result<Vec<Piece>, Refusal> {
     let dialect = dialect(backend);
+    refuse_nul(sql)?;
     let statements =
         Parser::parse_sql(dialect, sql).map_err(|e| forbidden(format!("cannot parse the migration: {e}")))?;
     for statement in &statements {
@@ -62,7 +65,11 @@ pub fn split(backend: Backend, sql: &str) -> Result<Vec<Piece>, Refusal> {
         .map(|(text, statement)| {
             // What runs must be exactly what was checked.
             match Parser::parse_sql(dialect, &text).as_deref() {
-                Ok([one]) if *one == statement => Ok(Piece { text, statement }),
+                Ok([one]) if *one == statement => Ok(Piece {
+                    text,
+                    statement,
+                    backend,
+                }),
                 _ => Err(about(
                     &statement,
                     forbidden("its text does not parse back to the same statement"),
@@ -74,7 +81,7 @@ pub fn split(backend: Backend, sql: &str) -> Result<Vec<Piece>, Refusal> {
 
 /// Checks a statement against the tables the handler owns right before it runs.
 pub fn check(piece: &Piece, owned: &Owned) -> Result<(), Refusal> {
-    check_owned(&piece.statement, owned).map_err(|r| about(&piece.statement, r))
+    check_owned(&piece.statement, owned, piece.backend).map_err(|r| about(&piece.statement, r))
 }
 
 fn about(statement: &Statement, refusal: Refusal) -> Refusal {
@@ -110,7 +117,11 @@ fn check_kind(statement: &Statement) -> Result<(), Refusal> {
             if table.partition_of.is_some() || table.inherits.is_some() {
                 return Err(forbidden("partitions and inheritance are not allowed"));
             }
-            Ok(())
+            table
+                .columns
+                .iter()
+                .flat_map(|c| &c.options)
+                .try_for_each(|o| on_conflict(&o.option))
         }
         Statement::CreateIndex(index) if index.concurrently => Err(forbidden(
             "CREATE INDEX CONCURRENTLY cannot run inside the migration's transaction",
@@ -166,10 +177,23 @@ fn check_kind(statement: &Statement) -> Result<(), Refusal> {
     }
 }
 
+/// SQLite's `ON CONFLICT ROLLBACK` on a column would roll back the host's
+/// whole transaction, the inbox claim with it, when a handler's insert conflicts.
+fn on_conflict(option: &ColumnOption) -> Result<(), Refusal> {
+    match option {
+        ColumnOption::OnConflict(Keyword::ROLLBACK) => Err(forbidden(
+            "ON CONFLICT ROLLBACK would roll back the host's whole transaction: use ABORT, FAIL, IGNORE or REPLACE",
+        )),
+        _ => Ok(()),
+    }
+}
+
 fn check_alter(operation: &AlterTableOperation) -> Result<(), Refusal> {
     match operation {
-        AlterTableOperation::AddColumn { .. }
-        | AlterTableOperation::DropColumn { .. }
+        AlterTableOperation::AddColumn { column_def, .. } => {
+            column_def.options.iter().try_for_each(|o| on_conflict(&o.option))
+        }
+        AlterTableOperation::DropColumn { .. }
         | AlterTableOperation::RenameColumn { .. }
         | AlterTableOperation::RenameTable { .. }
         | AlterTableOperation::AddConstraint { .. }
@@ -183,10 +207,10 @@ fn check_alter(operation: &AlterTableOperation) -> Result<(), Refusal> {
 }
 
 /// The ownership half: every table named is the handler's, every new name is free.
-fn check_owned(statement: &Statement, owned: &Owned) -> Result<(), Refusal> {
+fn check_owned(statement: &Statement, owned: &Owned, backend: Backend) -> Result<(), Refusal> {
     match statement {
         Statement::Query(_) | Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {
-            check_dml(statement, owned).map(drop)
+            check_dml(statement, owned, backend).map(drop)
         }
         Statement::CreateTable(table) => {
             let with_new = owned_with(owned, new_name(owned, &table.name)?);
@@ -202,21 +226,21 @@ fn check_owned(statement: &Statement, owned: &Owned) -> Result<(), Refusal> {
                     with_new.check(&fk.foreign_table, "reference")?;
                 }
             }
-            check_expressions(statement, &with_new).map(drop)
+            check_expressions(statement, &with_new, backend).map(drop)
         }
         Statement::CreateIndex(index) => {
             owned.check(&index.table_name, "index")?;
             if let Some(name) = &index.name {
                 new_name(owned, name)?;
             }
-            check_expressions(statement, owned).map(drop)
+            check_expressions(statement, owned, backend).map(drop)
         }
         Statement::CreateView(view) => {
             let name = match owned.own_name(&view.name) {
                 Some(own) if view.or_replace && owned.tables.contains(&own) => own,
                 _ => new_name(owned, &view.name)?,
             };
-            check_expressions(statement, &owned_with(owned, name)).map(drop)
+            check_expressions(statement, &owned_with(owned, name), backend).map(drop)
         }
         Statement::AlterTable(alter) => {
             owned.check(&alter.name, "alter")?;
@@ -241,7 +265,7 @@ fn check_owned(statement: &Statement, owned: &Owned) -> Result<(), Refusal> {
                     _ => {}
                 }
             }
-            check_expressions(statement, owned).map(drop)
+            check_expressions(statement, owned, backend).map(drop)
         }
         Statement::Drop {
             object_type, names, ..
@@ -422,6 +446,12 @@ mod tests {
                 "CREATE TABLE t (a TEXT DEFAULT (printf('%.1000000000c', 'x')))",
                 "printf",
             ),
+            ("CREATE TABLE t (a TEXT UNIQUE ON CONFLICT ROLLBACK)", ""),
+            (
+                "ALTER TABLE invoices ADD COLUMN b TEXT NOT NULL ON CONFLICT ROLLBACK DEFAULT 'x'",
+                "",
+            ),
+            ("CREATE TABLE t (a TEXT);\0", "NUL"),
         ] {
             refused(sql, because);
         }
