@@ -283,6 +283,12 @@ async fn record_tables(
         .await?;
     }
     for table in after.iter().filter(|t| !before.contains(t)) {
+        // The guard refuses such names; this holds even if it had not.
+        if crate::sandbox::is_reserved(table) {
+            return Err(DbError::HandlerMigration(format!(
+                "handler {handler} may not create {table}: the name is kept for the host's tables"
+            )));
+        }
         tx.execute(
             "INSERT INTO handler_tables (handler, table_name) VALUES ($1, $2) ON CONFLICT DO NOTHING",
             &[handler.into(), table.as_str().into()],
