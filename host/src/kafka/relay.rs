@@ -37,6 +37,8 @@ const LEASE_MS: i64 = 10_000;
 /// Leases are renewed (and free buckets taken) this often: well inside
 /// `LEASE_MS`, and rarely enough not to write the lease rows on every look.
 const RENEW: Duration = Duration::from_secs(2);
+/// How long the relay gathers finished buckets before marking them published.
+const SETTLE_WINDOW: Duration = Duration::from_millis(50);
 /// Idle wait between looks at the outbox: the relay's added latency.
 const POLL: Duration = Duration::from_millis(100);
 /// Messages read and sent per bucket at a time. Per bucket, so one bucket's
@@ -146,8 +148,17 @@ impl Relay {
             _ = shutdown.cancelled() => Ok(()),
             Some(joined) = self.in_flight.join_next(), if !self.in_flight.is_empty() => {
                 let mut finished = vec![joined];
-                while let Some(joined) = self.in_flight.try_join_next() {
-                    finished.push(joined);
+                // The other buckets usually finish moments later: gather them
+                // for a short while, so one write (a commit, an fsync) marks
+                // them all instead of one per bucket competing with the
+                // pipeline's commits; a slow bucket is not waited for longer.
+                let window = tokio::time::sleep(SETTLE_WINDOW);
+                tokio::pin!(window);
+                while !self.in_flight.is_empty() {
+                    tokio::select! {
+                        _ = &mut window => break,
+                        Some(joined) = self.in_flight.join_next() => finished.push(joined),
+                    }
                 }
                 let finished = finished
                     .into_iter()
