@@ -51,6 +51,10 @@ pub enum DbError {
     TooManyRows { limit: usize },
     #[error("limits.max_result_bytes: the query returned more than {limit} bytes")]
     ResultTooLarge { limit: usize },
+    /// SQLite rolled the transaction back under a guest's statement and a new
+    /// one could not begin: the connection is of no further use to the event.
+    #[error("the transaction was lost and a new one could not begin")]
+    TransactionLost,
     /// The database stopped a handler's statement at its walls' deadline.
     #[error("the statement was still running at its deadline and was cancelled")]
     StatementTimeout,
@@ -85,6 +89,7 @@ impl DbError {
     /// guest's, counted against its attempts.
     pub fn is_connection_failure(&self) -> bool {
         match self {
+            DbError::TransactionLost => true,
             DbError::Sqlx(e) => match e {
                 sqlx::Error::Io(_)
                 | sqlx::Error::PoolTimedOut

@@ -263,15 +263,24 @@ impl Tx {
     /// connection and sqlx agree again; the savepoints died with the old one.
     async fn restart_lost(&mut self, walls: &'static ConnectionWalls) -> Result<(), DbError> {
         let policy_was_up = self.in_guest.clone();
-        walls.leave();
-        self.execute_many("BEGIN IMMEDIATE").await?;
         self.lost = true;
         self.lingering = None;
+        walls.leave();
+        let begun = self.execute_many("BEGIN IMMEDIATE").await;
         if let Some(call) = policy_was_up {
-            // The rest of the call stays inside the walls (its deadline has passed).
+            // The rest of the call stays inside the walls (its deadline has
+            // passed), whether or not the new transaction could begin.
             walls.enter(call.policy(), Instant::now());
         }
-        Ok(())
+        // Without a transaction this connection is of no use to the event:
+        // the host's to retry, never the guest's to go on with.
+        begun.map_err(|_| DbError::TransactionLost)
+    }
+
+    /// True if SQLite rolled back the whole transaction under a guest's
+    /// statement (see [`Tx::take_lost`]), without clearing it.
+    pub fn is_lost(&self) -> bool {
+        self.lost
     }
 
     fn caches_guest_statements(&self) -> bool {
@@ -551,6 +560,11 @@ impl Tx {
         // A call still lingering in its walls: its savepoint is released and
         // the walls come down (SQLite's authorizer would refuse the COMMIT).
         self.leave_lingering().await?;
+        // Down now, not when `self` drops after the connection went back to
+        // the pool (where another transaction may have put up its own).
+        if let Some(walls) = self.sqlite_walls.0.take() {
+            walls.leave();
+        }
         match self.inner {
             Inner::Sqlite(tx) => tx.commit().await?,
             Inner::Postgres(tx) => tx.commit().await?,
@@ -558,8 +572,8 @@ impl Tx {
         Ok(())
     }
 
-    pub async fn rollback(self) -> Result<(), DbError> {
-        if let Some(walls) = self.sqlite_walls.0 {
+    pub async fn rollback(mut self) -> Result<(), DbError> {
+        if let Some(walls) = self.sqlite_walls.0.take() {
             walls.leave();
         }
         match self.inner {

@@ -22,6 +22,7 @@ use crate::db::outbox::{self, Pending};
 use crate::db::{Database, DbError};
 use crate::failpoints;
 use crate::pipeline::backoff;
+use futures_util::FutureExt;
 use rdkafka::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
@@ -192,8 +193,18 @@ impl Relay {
             let number = bucket[0].bucket;
             let (producer, rows) = (self.producer.clone(), bucket.to_vec());
             self.busy.insert(number);
-            self.in_flight
-                .spawn(async move { (number, send_in_order(&producer, &rows).await) });
+            self.in_flight.spawn(async move {
+                // A send that panics must still hand its bucket back (else
+                // the bucket is busy for good and its lease keeps others off):
+                // it counts as a passing failure of the bucket's first message.
+                let first = rows[0].seq;
+                let sent = std::panic::AssertUnwindSafe(send_in_order(&producer, &rows)).catch_unwind();
+                let outcome = sent.await.unwrap_or_else(|_| Outcome {
+                    failed: Some((first, "the relay's send task panicked".to_owned())),
+                    ..Outcome::default()
+                });
+                (number, outcome)
+            });
         }
         Ok(())
     }

@@ -308,8 +308,15 @@ impl HandlerComponent {
         };
         let state = store.data_mut();
         let tx = state.sql.take_tx();
-        let host_error = state.sql.take_host_error();
+        let mut host_error = state.sql.take_host_error();
         let sql_timed_out = state.sql.timed_out();
+        // SQLite took the transaction with a failed statement for a reason
+        // other than the deadline (disk full, out of memory): whatever the
+        // guest returned, its work is gone. Never commit that as applied; it
+        // is the database's failure, the host's to retry.
+        if !sql_timed_out && host_error.is_none() && tx.as_ref().is_some_and(Tx::is_lost) {
+            host_error = Some(DbError::TransactionLost);
+        }
         let outbox = state.outbox.take();
         let stderr = self.forward_output(state, event_id);
         let (result, instance) = match outcome {
