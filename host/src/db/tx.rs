@@ -129,7 +129,7 @@ impl Tx {
     /// database ([`DbError::StatementTimeout`]).
     pub async fn guest_execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, DbError> {
         let text = self.guest_text(sql);
-        let sql = text.as_str();
+        let sql = &*text;
         if self.optimistic()? {
             let result = self.run(sql, params, true).await;
             let result = self.deadline_error(result).await;
@@ -157,7 +157,7 @@ impl Tx {
             bytes: max_bytes,
         };
         let text = self.guest_text(sql);
-        let sql = text.as_str();
+        let sql = &*text;
         if self.optimistic()? {
             let result = self.fetch(sql, params, bound, true).await;
             let result = self.deadline_error(result).await;
@@ -184,10 +184,10 @@ impl Tx {
     /// handlers sending the same text (over tables of different shapes) must
     /// not share it, so a guest's text is tagged with its handler's name (a
     /// validated identifier, so it cannot end the comment).
-    fn guest_text(&self, sql: &str) -> String {
+    fn guest_text<'s>(&self, sql: &'s str) -> std::borrow::Cow<'s, str> {
         match (&self.inner, &self.in_guest) {
-            (Inner::Postgres(_), Some(walls)) => format!("/* {} */ {sql}", walls.handler()),
-            _ => sql.to_owned(),
+            (Inner::Postgres(_), Some(walls)) => format!("/* {} */ {sql}", walls.handler()).into(),
+            _ => sql.into(),
         }
     }
 

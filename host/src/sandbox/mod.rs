@@ -12,6 +12,7 @@
 pub mod authorizer;
 pub mod guard;
 pub mod migration;
+mod walk;
 
 pub use guard::{Guard, Refusal};
 
