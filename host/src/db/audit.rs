@@ -52,11 +52,11 @@ pub async fn planted_code(db: &Database) -> Result<Vec<String>, DbError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::test_support::memory_db;
+    use crate::db::test_support::sqlite_db;
 
     #[tokio::test]
     async fn a_trigger_left_by_an_older_host_is_found() {
-        let db = memory_db().await;
+        let db = sqlite_db().await;
         assert_eq!(planted_code(&db).await.unwrap(), Vec::<String>::new());
         let mut tx = db.begin().await.unwrap();
         tx.execute(

@@ -276,11 +276,11 @@ pub async fn list(db: &Database, handler: &str) -> Result<Vec<Summary>, DbError>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::test_support::memory_db;
+    use crate::db::test_support::sqlite_db;
 
     #[tokio::test]
     async fn insert_and_list_keep_the_reason() {
-        let db = memory_db().await;
+        let db = sqlite_db().await;
         let headers = vec![
             ("trace".to_owned(), b"abc".to_vec()),
             ("bin".to_owned(), vec![0xff, 0x00]),

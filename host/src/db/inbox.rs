@@ -157,7 +157,7 @@ pub async fn count_older(db: &Database, cutoff_ms: i64) -> Result<i64, DbError> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::test_support::memory_db;
+    use crate::db::test_support::sqlite_db;
 
     fn claim_of(id: &str) -> Claim<'_> {
         Claim {
@@ -172,7 +172,7 @@ mod tests {
 
     #[tokio::test]
     async fn first_claim_wins_and_second_is_a_duplicate() {
-        let db = memory_db().await;
+        let db = sqlite_db().await;
         let mut tx = db.begin().await.unwrap();
         assert!(claim(&mut tx, &claim_of("e1")).await.unwrap());
         assert!(!claim(&mut tx, &claim_of("e1")).await.unwrap());
@@ -190,7 +190,7 @@ mod tests {
 
     #[tokio::test]
     async fn same_event_id_is_independent_per_handler() {
-        let db = memory_db().await;
+        let db = sqlite_db().await;
         let mut tx = db.begin().await.unwrap();
         assert!(claim(&mut tx, &claim_of("e1")).await.unwrap());
         let other = Claim {
@@ -202,7 +202,7 @@ mod tests {
 
     #[tokio::test]
     async fn rolled_back_claim_can_be_claimed_again() {
-        let db = memory_db().await;
+        let db = sqlite_db().await;
         let mut tx = db.begin().await.unwrap();
         assert!(claim(&mut tx, &claim_of("e1")).await.unwrap());
         tx.rollback().await.unwrap();
@@ -212,7 +212,7 @@ mod tests {
 
     #[tokio::test]
     async fn purge_deletes_only_old_rows_in_batches() {
-        let db = memory_db().await;
+        let db = sqlite_db().await;
         let mut tx = db.begin().await.unwrap();
         for i in 0..25 {
             claim(&mut tx, &claim_of(&format!("e{i}"))).await.unwrap();
@@ -246,7 +246,7 @@ mod tests {
 
     #[tokio::test]
     async fn mark_dead_claims_or_updates() {
-        let db = memory_db().await;
+        let db = sqlite_db().await;
         let mut tx = db.begin().await.unwrap();
         mark_dead(&mut tx, &claim_of("fresh")).await.unwrap();
         assert!(claim(&mut tx, &claim_of("claimed")).await.unwrap());
@@ -267,7 +267,7 @@ mod tests {
 
     #[tokio::test]
     async fn claiming_many_returns_only_the_new_ones() {
-        let db = memory_db().await;
+        let db = sqlite_db().await;
         let mut tx = db.begin().await.unwrap();
         assert!(claim(&mut tx, &claim_of("old")).await.unwrap());
         let ids: Vec<String> = (0..70)

@@ -103,7 +103,7 @@ mod tests {
     use super::*;
     use crate::db::inbox;
     use crate::db::offsets::{self, Advance};
-    use crate::db::test_support::memory_db;
+    use crate::db::test_support::sqlite_db;
 
     fn claim() -> Claim<'static> {
         Claim {
@@ -127,7 +127,7 @@ mod tests {
 
     #[tokio::test]
     async fn intact_rows_pass_and_tampered_ones_are_named() {
-        let db = memory_db().await;
+        let db = sqlite_db().await;
         let mut tx = db.begin().await.unwrap();
         let advance = Advance {
             handler: "h",
@@ -167,7 +167,7 @@ mod tests {
 
     #[tokio::test]
     async fn one_missing_claim_among_many_is_counted_exactly() {
-        let db = memory_db().await;
+        let db = sqlite_db().await;
         let mut tx = db.begin().await.unwrap();
         // 130 claims: two statements (128 + 2, padded to 2).
         let ids: Vec<String> = (0..130).map(|i| format!("e{i}")).collect();

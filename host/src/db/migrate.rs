@@ -332,11 +332,11 @@ fn short(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::test_support::memory_db;
+    use crate::db::test_support::sqlite_db;
 
     #[tokio::test]
     async fn applies_once_in_order_and_refuses_edits() {
-        let db = memory_db().await;
+        let db = sqlite_db().await;
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(
             dir.path().join("0002_more.sql"),
@@ -374,7 +374,7 @@ mod tests {
     /// migration's other statements ran as one unguarded script).
     #[tokio::test]
     async fn code_a_migration_would_plant_is_refused_and_nothing_changes() {
-        let db = memory_db().await;
+        let db = sqlite_db().await;
         for (file, sql, because) in [
             (
                 "0001_sneaky.sql",
@@ -427,7 +427,7 @@ mod tests {
     /// migrations created, and a name it dropped is no longer its.
     #[tokio::test]
     async fn handlers_own_only_what_they_created_and_keep_nothing_they_dropped() {
-        let db = memory_db().await;
+        let db = sqlite_db().await;
         apply(
             &db,
             "a",
@@ -488,7 +488,7 @@ mod tests {
     /// later owner of that name unable to delete its own rows.
     #[tokio::test]
     async fn a_foreign_key_may_point_only_at_own_tables() {
-        let db = memory_db().await;
+        let db = sqlite_db().await;
         let sql = "CREATE TABLE orders (id INTEGER PRIMARY KEY); \
                    CREATE TABLE child (o INTEGER REFERENCES orders (id)); DROP TABLE orders;";
         let err = apply(&db, "x", &migration("0001_fk.sql", sql)).await.unwrap_err();
@@ -501,7 +501,7 @@ mod tests {
     /// notices, begins a new one, and says so.
     #[tokio::test]
     async fn an_interrupted_write_loses_the_transaction_visibly() {
-        let db = memory_db().await;
+        let db = sqlite_db().await;
         apply(&db, "h", &migration("0001.sql", "CREATE TABLE t (a INTEGER);"))
             .await
             .unwrap();
@@ -547,7 +547,7 @@ mod tests {
     /// connection is fine afterwards.
     #[tokio::test]
     async fn an_endless_statement_is_interrupted_at_the_deadline() {
-        let db = memory_db().await;
+        let db = sqlite_db().await;
         apply(&db, "h", &migration("0001.sql", "CREATE TABLE t (a INTEGER);"))
             .await
             .unwrap();
@@ -581,7 +581,7 @@ mod tests {
 
     #[tokio::test]
     async fn failing_migration_names_the_file_and_leaves_nothing() {
-        let db = memory_db().await;
+        let db = sqlite_db().await;
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(
             dir.path().join("0001_bad.sql"),

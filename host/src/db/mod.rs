@@ -309,26 +309,67 @@ pub fn now_ms() -> i64 {
 pub(crate) mod test_support {
     use super::Database;
 
-    /// A fresh migrated database in a temporary file (WAL needs a real file).
-    pub async fn memory_db() -> Database {
-        let dir = tempfile::tempdir().unwrap().keep();
-        let url = format!("sqlite://{}", dir.join("test.sqlite").display());
+    /// A migrated database for one test; a SQLite file's folder is removed
+    /// when it drops (a PostgreSQL test database stays on the throwaway server).
+    pub struct TestDb {
+        db: Database,
+        _dir: Option<tempfile::TempDir>,
+    }
+
+    impl std::ops::Deref for TestDb {
+        type Target = Database;
+        fn deref(&self) -> &Database {
+            &self.db
+        }
+    }
+
+    /// A fresh migrated SQLite database in a temporary folder (WAL needs a real file).
+    pub async fn sqlite_db() -> TestDb {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("test.sqlite").display());
         let db = Database::connect(&url, 2).await.unwrap();
         db.migrate_host().await.unwrap();
-        db
+        TestDb { db, _dir: Some(dir) }
+    }
+
+    /// A fresh migrated database on the PostgreSQL server `scripts/test`
+    /// starts (`INBOXD_TEST_POSTGRES`); `None` when it is not set, as under a
+    /// plain `cargo test`.
+    pub async fn postgres_db() -> Option<TestDb> {
+        use sqlx::Connection;
+        let admin_url = std::env::var("INBOXD_TEST_POSTGRES").ok()?;
+        let name = format!("inboxd_unit_{}", uuid::Uuid::new_v4().simple());
+        let mut admin = sqlx::PgConnection::connect(&admin_url).await.unwrap();
+        sqlx::Executor::execute(&mut admin, format!("CREATE DATABASE {name}").as_str())
+            .await
+            .unwrap();
+        let base = admin_url.rsplit_once('/').expect("a database path").0;
+        let db = Database::connect(&format!("{base}/{name}"), 4).await.unwrap();
+        db.migrate_host().await.unwrap();
+        Some(TestDb { db, _dir: None })
+    }
+
+    /// SQLite, and PostgreSQL too when the suite's server is there.
+    pub async fn each_backend() -> Vec<TestDb> {
+        let mut all = vec![sqlite_db().await];
+        match postgres_db().await {
+            Some(db) => all.push(db),
+            None => eprintln!("INBOXD_TEST_POSTGRES is not set: PostgreSQL skipped (scripts/test sets it)"),
+        }
+        all
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::test_support::memory_db;
+    use super::test_support::sqlite_db;
 
     /// A transaction that reads, then writes after another connection
     /// committed, must wait its turn rather than fail: what an upload does
     /// (migration checksums, then DDL and the version row) while handlers run.
     #[tokio::test]
     async fn read_then_write_transactions_do_not_fail_when_another_writer_commits_between() {
-        let db = memory_db().await;
+        let db = sqlite_db().await;
         let mut tx = db.begin_immediate().await.unwrap();
         tx.query("SELECT COUNT(*) FROM handlers", &[]).await.unwrap();
         // Another writer outside the pipeline's queue (the relay, a purge).

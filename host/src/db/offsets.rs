@@ -105,7 +105,7 @@ pub async fn load_all(db: &Database, handler: &str) -> Result<Vec<Position>, DbE
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::test_support::memory_db;
+    use crate::db::test_support::sqlite_db;
 
     fn step(expected: Option<i64>, next_offset: i64) -> Advance<'static> {
         Advance {
@@ -120,7 +120,7 @@ mod tests {
 
     #[tokio::test]
     async fn advance_then_load() {
-        let db = memory_db().await;
+        let db = sqlite_db().await;
         assert_eq!(load(&db, "h", "t", 0).await.unwrap(), None);
         let mut tx = db.begin().await.unwrap();
         assert!(advance(&mut tx, &step(None, 5)).await.unwrap());
@@ -142,7 +142,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_stale_writer_is_fenced() {
-        let db = memory_db().await;
+        let db = sqlite_db().await;
         let mut tx = db.begin().await.unwrap();
         advance(&mut tx, &step(None, 10)).await.unwrap();
         tx.commit().await.unwrap();
@@ -162,7 +162,7 @@ mod tests {
 
     #[tokio::test]
     async fn rolled_back_offset_is_not_stored() {
-        let db = memory_db().await;
+        let db = sqlite_db().await;
         let mut tx = db.begin().await.unwrap();
         advance(&mut tx, &step(None, 10)).await.unwrap();
         tx.rollback().await.unwrap();

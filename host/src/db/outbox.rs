@@ -446,7 +446,7 @@ pub async fn purge_published(db: &Database, cutoff_ms: i64, limit: i64) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::test_support::memory_db;
+    use crate::db::test_support::sqlite_db;
 
     fn message(key: &str) -> NewMessage {
         NewMessage {
@@ -472,7 +472,7 @@ mod tests {
 
     #[tokio::test]
     async fn messages_commit_with_the_transaction_and_relay_in_order() {
-        let db = memory_db().await;
+        let db = sqlite_db().await;
         let mut tx = db.begin().await.unwrap();
         insert(&mut tx, "billing", &[message("a"), message("b")])
             .await
@@ -518,7 +518,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_batch_of_messages_keeps_its_order_across_insert_chunks() {
-        let db = memory_db().await;
+        let db = sqlite_db().await;
         // 100 = 64 + 32 + 4: three statements.
         let messages: Vec<NewMessage> = (0..100).map(|_| message("same-key")).collect();
         let mut tx = db.begin().await.unwrap();
@@ -545,7 +545,7 @@ mod tests {
     /// fill every read, so the other buckets never moved.
     #[tokio::test]
     async fn a_long_backlog_in_one_bucket_does_not_starve_the_others() {
-        let db = memory_db().await;
+        let db = sqlite_db().await;
         let (busy, quiet) = keys_in_two_buckets();
         let (low, high) =
             if bucket("billing", Some(busy.as_bytes())) < bucket("billing", Some(quiet.as_bytes())) {
@@ -577,7 +577,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_parked_message_steps_aside_until_requeued_or_discarded() {
-        let db = memory_db().await;
+        let db = sqlite_db().await;
         let (stuck, next) = (message("a"), message("a"));
         let mut tx = db.begin().await.unwrap();
         insert(&mut tx, "billing", &[stuck.clone(), next.clone()])

@@ -372,7 +372,7 @@ pub(crate) async fn send_in_order(producer: &FutureProducer, bucket: &[Pending])
 mod tests {
     use super::*;
     use crate::db::outbox::{NewMessage, ParkedFilter};
-    use crate::db::test_support::memory_db;
+    use crate::db::test_support::sqlite_db;
     use rdkafka::mocking::MockCluster;
 
     fn message(topic: &str, key: &str, payload: Vec<u8>) -> NewMessage {
@@ -415,7 +415,7 @@ mod tests {
             .set("message.timeout.ms", "10000")
             .create()
             .unwrap();
-        let db = memory_db().await;
+        let db = sqlite_db().await;
         // One key, so one bucket: the bad ones come first in it.
         let invalid = message("bad topic!", "k", b"{}".to_vec());
         let huge = message("good", "k", vec![b'x'; 5_000]);
