@@ -10,8 +10,8 @@ use inboxd::capabilities::outbox::stamp_json_id;
 use inboxd::db::outbox::NewMessage;
 use inboxd::db::{Tx, Walls};
 use inboxd::handler::Handler;
+use inboxd::handler::{GuestFailure, Invocation};
 use inboxd::record::Record;
-use inboxd::wasm::{GuestFailure, Invocation};
 use serde::Deserialize;
 
 #[derive(Deserialize)]

@@ -6,6 +6,7 @@
 //! that only ever see that transaction. See `pipeline` for the heart of it.
 
 pub mod admin;
+pub mod bindings;
 pub mod capabilities;
 pub mod cli;
 pub mod config;

@@ -1,6 +1,6 @@
 //! `inboxd:handler/log`: guest log lines into the host's log, tagged and bounded.
 
-use crate::wasm::bindings::{Level, log_api, types_api};
+use crate::bindings::{Level, log_api, types_api};
 use std::sync::Arc;
 use wasmtime::component::HasData;
 

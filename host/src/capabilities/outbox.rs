@@ -9,9 +9,9 @@
 //! A W3C `traceparent` on the incoming event is carried to each message as a
 //! child span of the same trace.
 
+use crate::bindings::{Message, outbox_api};
 use crate::config::defaults::EVENT_ID_HEADER;
 use crate::db::outbox::NewMessage;
-use crate::wasm::bindings::{Message, outbox_api};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use wasmtime::component::HasData;
@@ -319,7 +319,7 @@ mod json {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wasm::bindings::outbox_api::Host as _;
+    use crate::bindings::outbox_api::Host as _;
 
     const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 

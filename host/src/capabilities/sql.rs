@@ -8,11 +8,11 @@
 //! typed `sql-error` values and count against the handler; only a failure of
 //! the database itself (the connection, the server) is kept for the host.
 
+use crate::bindings::{SqlDialect, SqlError, Value, sql_api};
 use crate::db::{Backend, DbError, SqlValue, Tx};
+use crate::handler::Limits;
 use crate::sandbox::guard::Ctes;
 use crate::sandbox::{Guard, Refusal};
-use crate::wasm::Limits;
-use crate::wasm::bindings::{SqlDialect, SqlError, Value, sql_api};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wasmtime::component::HasData;

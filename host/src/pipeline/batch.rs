@@ -13,8 +13,8 @@ use crate::db::invariants;
 use crate::db::now_ms;
 use crate::db::outbox;
 use crate::event_id;
+use crate::handler::GuestFailure;
 use crate::record::Record;
-use crate::wasm::GuestFailure;
 use std::collections::HashSet;
 use tokio_util::sync::CancellationToken;
 

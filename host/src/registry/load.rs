@@ -3,11 +3,12 @@
 use super::store;
 use crate::config::HandlerConfig;
 use crate::db::{Database, DbError, Walls, migrate};
+use crate::handler::Limits;
 use crate::host::StartError;
 use crate::pipeline::Version;
 use crate::sandbox::Guard;
 use crate::sandbox::authorizer::Scope;
-use crate::wasm::{HandlerComponent, Limits, Reuse, WasmEngine};
+use crate::wasm::{HandlerComponent, Reuse, WasmEngine};
 use std::sync::Arc;
 
 /// An uploaded version's component, and the number that labels it.

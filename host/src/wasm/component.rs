@@ -6,14 +6,14 @@
 //! instance that ended its event cleanly is kept for a later one, until its
 //! memory or its event count passes the handler's recycle bounds.
 
-use super::bindings::{Event, Handler as Instance, HandlerError, HandlerPre};
 use super::engine::WasmEngine;
-use super::limits::{LimitExceeded, Limits};
+use super::limits::deadline_ticks;
 use super::state::StoreState;
+use crate::bindings::{Event, Handler as Instance, HandlerError, HandlerPre};
 use crate::capabilities::log::LogTag;
 use crate::capabilities::outbox::OutboxState;
-use crate::db::outbox::NewMessage;
 use crate::db::{DbError, Tx, Walls};
+use crate::handler::{GuestFailure, Invocation, LimitExceeded, Limits};
 use crate::record::Record;
 use crate::sandbox::Guard;
 use sha2::{Digest, Sha256};
@@ -43,56 +43,6 @@ pub enum LoadError {
         "{path} does not fit the inboxd:handler world: {message} (a handler exports `handle` and imports only inboxd:handler/{{types,sql,outbox,log}} and WASI 0.2 interfaces)"
     )]
     Link { path: String, message: String },
-}
-
-/// Why a guest call did not succeed. Every variant is the guest's failure,
-/// never the host's: database errors outside the guest's statements are
-/// reported separately by the pipeline.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum GuestFailure {
-    /// `handler-error::retry`.
-    Retry(String),
-    /// `handler-error::reject`: never retried.
-    Reject(String),
-    /// The guest trapped (a panic, `unreachable`, stack overflow...).
-    Trap(String),
-    /// The guest hit a configured limit.
-    Limit(LimitExceeded),
-}
-
-impl GuestFailure {
-    pub fn kind(&self) -> crate::metrics::FailureKind {
-        use crate::metrics::FailureKind;
-        match self {
-            GuestFailure::Retry(_) => FailureKind::Retry,
-            GuestFailure::Reject(_) => FailureKind::Reject,
-            GuestFailure::Trap(_) => FailureKind::Trap,
-            GuestFailure::Limit(_) => FailureKind::Limit,
-        }
-    }
-}
-
-impl std::fmt::Display for GuestFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            GuestFailure::Retry(m) => write!(f, "handler asked to retry: {m}"),
-            GuestFailure::Reject(m) => write!(f, "handler rejected the event: {m}"),
-            GuestFailure::Trap(m) => write!(f, "handler trapped: {m}"),
-            GuestFailure::Limit(l) => write!(f, "{l}"),
-        }
-    }
-}
-
-/// What one guest call left behind.
-pub struct Invocation {
-    /// The event's transaction, handed back; `None` only if the call had to be
-    /// abandoned mid-statement.
-    pub tx: Option<Tx>,
-    pub result: Result<(), GuestFailure>,
-    /// The database itself failed under the guest: the host's problem, whatever `result` says.
-    pub host_error: Option<DbError>,
-    /// Messages the guest published; written only if its work commits.
-    pub outbox: Vec<NewMessage>,
 }
 
 /// When a reused instance is replaced by a fresh one.
@@ -283,7 +233,7 @@ impl HandlerComponent {
                 (store, None, 0)
             }
         };
-        store.set_epoch_deadline(self.limits.deadline_ticks());
+        store.set_epoch_deadline(deadline_ticks(self.limits.timeout));
         let event = Event {
             id: event_id.to_owned(),
             topic: record.topic.clone(),

@@ -5,6 +5,8 @@
 
 use super::limits::EPOCH_TICK;
 use super::state::StoreState;
+use crate::bindings::{log_api, outbox_api, sql_api, types_api};
+use crate::capabilities::{log, outbox, sql};
 use std::path::PathBuf;
 use std::sync::Arc;
 use wasmtime::component::Linker;
@@ -29,13 +31,26 @@ impl WasmEngine {
         let engine = Engine::new(&config)?;
         spawn_epoch_ticker(&engine);
         let mut linker = Linker::new(&engine);
-        crate::capabilities::add_to_linker(&mut linker)?;
+        add_to_linker(&mut linker)?;
         Ok(Self {
             engine,
             linker: Arc::new(linker),
             cache_dir,
         })
     }
+}
+
+/// WASI (with the empty context built per store) and Inboxd's interfaces:
+/// the only imports a guest can be linked against.
+fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
+    wasmtime_wasi::p2::add_to_linker_async(linker)?;
+    types_api::add_to_linker::<_, log::LogCap>(linker, |s| log::LogView { state: &mut s.log })?;
+    log_api::add_to_linker::<_, log::LogCap>(linker, |s| log::LogView { state: &mut s.log })?;
+    sql_api::add_to_linker::<_, sql::SqlCap>(linker, |s| sql::SqlView { state: &mut s.sql })?;
+    outbox_api::add_to_linker::<_, outbox::OutboxCap>(linker, |s| outbox::OutboxView {
+        state: &mut s.outbox,
+    })?;
+    Ok(())
 }
 
 /// Every event gets a fresh instance, so instantiation is on the hot path.

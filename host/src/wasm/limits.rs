@@ -3,7 +3,7 @@
 //! Every bound a guest can hit is named by its config key, so a dead letter's
 //! reason tells the handler's author exactly which knob to look at.
 
-use crate::config::LimitsConfig;
+use crate::handler::LimitExceeded;
 use std::time::Duration;
 
 /// How often the epoch ticker advances. The time limit is enforced to within
@@ -13,54 +13,10 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 /// Tables (function references) a guest may grow to. Real components use a few hundred.
 const MAX_TABLE_ELEMENTS: usize = 100_000;
 
-#[derive(Debug, Clone)]
-pub struct Limits {
-    pub timeout: Duration,
-    pub memory_bytes: usize,
-    pub output_bytes: usize,
-    pub max_statements: u32,
-    pub max_rows: usize,
-    pub max_result_bytes: usize,
-    pub max_payload_bytes: usize,
-    pub max_outbox_messages: usize,
-    pub max_outbox_bytes: usize,
-}
-
-impl From<&LimitsConfig> for Limits {
-    fn from(c: &LimitsConfig) -> Self {
-        Self {
-            timeout: Duration::from_millis(c.timeout_ms),
-            memory_bytes: (c.memory_mb as usize) << 20,
-            output_bytes: c.output_bytes,
-            max_statements: c.max_statements,
-            max_rows: c.max_rows,
-            max_result_bytes: c.max_result_bytes,
-            max_payload_bytes: c.max_payload_bytes,
-            max_outbox_messages: c.max_outbox_messages,
-            max_outbox_bytes: c.max_outbox_bytes,
-        }
-    }
-}
-
-impl Limits {
-    /// Epoch ticks until the deadline, rounded up so the limit is never shorter than configured.
-    pub fn deadline_ticks(&self) -> u64 {
-        let tick = EPOCH_TICK.as_millis() as u64;
-        (self.timeout.as_millis() as u64).div_ceil(tick).max(1)
-    }
-}
-
-/// A limit the guest ran into, named as in the config.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LimitExceeded {
-    pub key: &'static str,
-    pub detail: String,
-}
-
-impl std::fmt::Display for LimitExceeded {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "limit {} exceeded: {}", self.key, self.detail)
-    }
+/// Epoch ticks until `timeout`, rounded up so the limit is never shorter than configured.
+pub fn deadline_ticks(timeout: Duration) -> u64 {
+    let tick = EPOCH_TICK.as_millis() as u64;
+    (timeout.as_millis() as u64).div_ceil(tick).max(1)
 }
 
 /// Caps the total linear memory of all of a guest's memories (a Python
@@ -143,17 +99,7 @@ mod tests {
 
     #[test]
     fn deadline_rounds_up() {
-        let limits = Limits {
-            timeout: Duration::from_millis(15),
-            memory_bytes: 0,
-            output_bytes: 0,
-            max_statements: 1,
-            max_rows: 1,
-            max_result_bytes: 1,
-            max_payload_bytes: 1,
-            max_outbox_messages: 1,
-            max_outbox_bytes: 1,
-        };
-        assert_eq!(limits.deadline_ticks(), 2);
+        assert_eq!(deadline_ticks(Duration::from_millis(15)), 2);
+        assert_eq!(deadline_ticks(Duration::ZERO), 1);
     }
 }

@@ -5,7 +5,6 @@
 //! event's open transaction and takes it back. It must never give a guest
 //! anything else: no connection, no files, no network, no clock-free loop.
 
-pub mod bindings;
 mod cache;
 mod component;
 mod engine;
@@ -13,6 +12,6 @@ pub mod limits;
 mod output;
 pub(crate) mod state;
 
-pub use component::{GuestFailure, HandlerComponent, Invocation, LoadError, Reuse};
+pub use component::{HandlerComponent, LoadError, Reuse};
 pub use engine::WasmEngine;
-pub use limits::{LimitExceeded, Limits};
+pub use limits::EPOCH_TICK;

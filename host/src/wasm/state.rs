@@ -7,12 +7,13 @@
 //! `instances.reuse` a store and its instance serve several events in turn
 //! ([`StoreState::next_event`]); a trap or a limit still ends them.
 
-use super::limits::{Limits, MemoryLimiter};
+use super::limits::MemoryLimiter;
 use super::output::GuestOutput;
 use crate::capabilities::log::{LogState, LogTag};
 use crate::capabilities::outbox::OutboxState;
 use crate::capabilities::sql::SqlState;
 use crate::db::Tx;
+use crate::handler::Limits;
 use crate::sandbox::Guard;
 use std::sync::Arc;
 use wasmtime::component::ResourceTable;
