@@ -5,32 +5,7 @@
 //! text as the reason. UUIDs are normalised (lower-case, hyphenated) so two
 //! spellings of one id dedup as one.
 
-use crate::config::EventIdConfig;
-use serde::Deserialize;
-
-/// Where to look for the id.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum EventIdSource {
-    /// The header named `event_id.header` only.
-    Header,
-    /// The top-level JSON field named `event_id.json_field` only.
-    Json,
-    /// The header if present, else the JSON field.
-    #[default]
-    HeaderOrJson,
-}
-
-/// What a valid id looks like.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum EventIdFormat {
-    /// Any UUID; stored in canonical lower-case hyphenated form.
-    #[default]
-    Uuid,
-    /// Any non-empty UTF-8 string of at most [`MAX_ANY_ID_BYTES`] bytes, used as is.
-    Any,
-}
+use crate::config::{EventIdConfig, EventIdFormat, EventIdSource};
 
 /// Ids longer than this are refused: the id is part of the inbox primary key.
 pub const MAX_ANY_ID_BYTES: usize = 200;

@@ -4,42 +4,33 @@
 //! migrate, compile and link components, create consumers) before any record
 //! is consumed, so a broken deployment fails fast with a clear error.
 
+use crate::admin::{ListenError, Listener};
 use crate::config::{Config, InboxConfig, KafkaConfig, OutboxConfig};
-use crate::db::{Database, DbError, migrate};
+use crate::db::{Database, DbError, OpenError};
 use crate::handler::Handler;
 use crate::kafka::run_relay;
 use crate::metrics::Metrics;
-use crate::registry::Registry;
-pub use crate::registry::load::load_handler;
+use crate::registry::load::load_handler;
+use crate::registry::{Registry, RegistryError};
 use crate::stats::Stats;
-use crate::wasm::{LoadError, WasmEngine};
+use crate::wasm::WasmEngine;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
+/// Why the host could not start; each layer says what failed in its own terms.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("cannot open the database {url}: {source}")]
-    Database { url: String, source: DbError },
+    #[error(transparent)]
+    Database(#[from] OpenError),
     #[error("cannot migrate the database: {0}")]
-    Migrate(DbError),
-    #[error("handler {handler}: {source}")]
-    Load { handler: String, source: LoadError },
-    #[error(
-        "the database holds code that handlers may not plant and that would run outside the walls: {0}. \
-         An older inboxd let a handler's migration create it; drop it (DROP TRIGGER / FUNCTION / RULE / POLICY) \
-         and start again"
-    )]
-    PlantedCode(String),
+    Migrate(#[from] DbError),
+    #[error(transparent)]
+    Handler(#[from] RegistryError),
     #[error("cannot start the WebAssembly engine: {0}")]
     Engine(String),
-    #[error("cannot listen on {addr} (admin.listen): {source}")]
-    Listen { addr: String, source: std::io::Error },
-    #[error("handler {handler}: cannot create its Kafka consumer: {source}")]
-    Kafka {
-        handler: String,
-        source: rdkafka::error::KafkaError,
-    },
+    #[error(transparent)]
+    Admin(#[from] ListenError),
 }
 
 pub struct Host {
@@ -48,49 +39,8 @@ pub struct Host {
     outbox: OutboxConfig,
     kafka: KafkaConfig,
     registry: Registry,
-    admin: Option<crate::admin::Listener>,
+    admin: Option<Listener>,
     stats: BTreeMap<String, Arc<Stats>>,
-}
-
-/// Hides a password in a database URL before it is shown.
-pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            let user = userinfo.split(':').next().unwrap_or_default();
-            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
-        }
-        _ => url.to_owned(),
-    }
-}
-
-/// Connects and applies the host's migrations and every handler's.
-pub async fn open_database(config: &Config) -> Result<Database, StartError> {
-    let url = &config.database.url;
-    let db = Database::connect(url, config.database.max_connections)
-        .await
-        .map_err(|source| StartError::Database {
-            url: redact_url(url),
-            source,
-        })?;
-    db.migrate_host().await.map_err(StartError::Migrate)?;
-    let planted = crate::db::audit::planted_code(&db)
-        .await
-        .map_err(StartError::Migrate)?;
-    if !planted.is_empty() {
-        return Err(StartError::PlantedCode(planted.join(", ")));
-    }
-    for handler in &config.handlers {
-        migrate::prepare_handler(&db, &handler.name)
-            .await
-            .map_err(StartError::Migrate)?;
-        if let Some(dir) = &handler.migrations {
-            migrate::apply_handler(&db, &handler.name, dir)
-                .await
-                .map_err(StartError::Migrate)?;
-        }
-    }
-    Ok(db)
 }
 
 impl Host {
@@ -105,7 +55,7 @@ impl Host {
         config: &Config,
         mut natives: BTreeMap<String, Arc<dyn Handler>>,
     ) -> Result<Self, StartError> {
-        let db = open_database(config).await?;
+        let db = crate::db::open(config).await?;
         let engine =
             WasmEngine::new(config.wasm.cache_dir()).map_err(|e| StartError::Engine(format!("{e:#}")))?;
         let registry = Registry::new(db.clone(), engine.clone(), config.clone(), Metrics::default());
@@ -119,12 +69,10 @@ impl Host {
         }
         // Uploaded handlers load now too; one that cannot load here is logged
         // and keeps `/readyz` failing, but does not stop the others.
-        registry.reconcile().await.map_err(StartError::Migrate)?;
-        crate::retention::ensure_partitions(&db, &config.inbox)
-            .await
-            .map_err(StartError::Migrate)?;
+        registry.reconcile().await?;
+        crate::retention::ensure_partitions(&db, &config.inbox).await?;
         let admin = match &config.admin {
-            Some(admin) => Some(crate::admin::Listener::bind(admin).await?),
+            Some(admin) => Some(Listener::bind(admin).await?),
             None => None,
         };
         if config.handlers.is_empty() && registry.running().await.is_empty() {
@@ -155,11 +103,6 @@ impl Host {
     /// The handlers, and what changes them at run time.
     pub fn registry(&self) -> &Registry {
         &self.registry
-    }
-
-    /// Where the admin API listens (resolved if the configured port was 0).
-    pub fn admin_addr(&self) -> Option<std::net::SocketAddr> {
-        self.admin.as_ref().map(crate::admin::Listener::local_addr)
     }
 
     /// Runs every handler's pump until `shutdown` is cancelled and all have drained.
@@ -193,19 +136,5 @@ impl Host {
             let _ = admin.await;
         }
         self.db.close().await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::redact_url;
-
-    #[test]
-    fn passwords_are_hidden() {
-        assert_eq!(
-            redact_url("postgres://app:s3cret@db:5432/x"),
-            "postgres://app:***@db:5432/x"
-        );
-        assert_eq!(redact_url("sqlite://inboxd.sqlite"), "sqlite://inboxd.sqlite");
     }
 }

@@ -10,12 +10,11 @@
 
 use crate::db::dead_letters::{self, Row};
 use crate::db::inbox::{self, Claim};
-use crate::db::{Database, DbError, invariants, outbox};
+use crate::db::{Database, invariants, outbox};
 use crate::handler::Handler;
+use crate::pipeline::PipelineError;
+use crate::pipeline::guest::{self, Call, Called};
 use crate::record::Record;
-
-/// The savepoint around the guest during a replay.
-const REPLAY_SAVEPOINT: &str = "inboxd_replay";
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "outcome", content = "detail", rename_all = "kebab-case")]
@@ -32,7 +31,13 @@ pub enum ReplayOutcome {
     Failed(String),
 }
 
-pub async fn replay(db: &Database, handler: &dyn Handler, letter: &Row) -> Result<ReplayOutcome, DbError> {
+/// Runs a dead letter again. `Err` is the host's failure (the database, a
+/// call abandoned mid-statement): nothing changed and it may be tried again.
+pub async fn replay(
+    db: &Database,
+    handler: &dyn Handler,
+    letter: &Row,
+) -> Result<ReplayOutcome, PipelineError> {
     if let Some(resolution) = &letter.resolution {
         return Ok(ReplayOutcome::AlreadyResolved(resolution.clone()));
     }
@@ -56,7 +61,9 @@ pub async fn replay(db: &Database, handler: &dyn Handler, letter: &Row) -> Resul
         offset: record.offset,
         handler_version: handler.version(),
     };
-    let mut tx = db.begin().await?;
+    // The writer, as the pipeline takes it: on SQLite a replay queues with
+    // the pipeline's batches instead of failing on a locked database.
+    let mut tx = db.begin_write().await?;
     // Taking over the dead claim is the replay's lock: only one replay can delete it.
     let released = tx
         .execute(
@@ -68,21 +75,13 @@ pub async fn replay(db: &Database, handler: &dyn Handler, letter: &Row) -> Resul
         tx.rollback().await?;
         return Ok(ReplayOutcome::AlreadyApplied);
     }
-    tx.enter_guest(REPLAY_SAVEPOINT, handler.walls()).await?;
     let attempt = u32::try_from(letter.attempts + 1).unwrap_or(u32::MAX);
-    let invocation = handler.invoke(tx, &record, event_id, attempt).await;
-    let Some(mut tx) = invocation.tx else {
-        return Ok(ReplayOutcome::Failed("the handler's transaction was lost".into()));
-    };
-    let succeeded = invocation.result.is_ok() && invocation.host_error.is_none();
-    tx.exit_guest(REPLAY_SAVEPOINT, succeeded).await?;
-    if let Some(error) = invocation.host_error {
-        return Err(error);
-    }
-    let failure = match invocation.result {
-        Err(failure) => Some(failure.to_string()),
-        Ok(()) => {
-            outbox::insert(&mut tx, claim.handler, &invocation.outbox).await?;
+    let Called { mut tx, call, .. } = guest::call(handler, tx, &record, event_id, attempt).await?;
+    let failure = match call {
+        Call::Failed(failure) => Some(failure.to_string()),
+        Call::TooLarge(reason) => Some(reason),
+        Call::Applied(messages) => {
+            outbox::insert(&mut tx, claim.handler, &messages).await?;
             invariants::claim_violation(&mut tx, &claim)
                 .await?
                 .map(|v| format!("sandbox violation: {v}"))

@@ -137,7 +137,7 @@ async fn unmapped_topics_are_refused_forged_ids_replaced_and_undeliverable_messa
             let backlog = inboxd::db::outbox::backlog(&db, "hostile")
                 .await
                 .map_or(1, |b| b.0);
-            parked == [("hostile".to_owned(), 1)] && backlog == 0
+            parked == std::collections::BTreeMap::from([("hostile".to_owned(), 1)]) && backlog == 0
         }
     })
     .await;

@@ -60,7 +60,7 @@ pub async fn show(
     Path(id): Path<i64>,
 ) -> Result<Json<Value>, ApiError> {
     let row = fetch(&state, &caller, id).await?;
-    Ok(Json(crate::cli::dlq::detail_json(&row)))
+    Ok(Json(row.detail_json()))
 }
 
 /// Runs the dead letter through the version of its handler running here.

@@ -16,7 +16,6 @@ mod ops;
 mod outbox;
 
 use crate::config::AdminConfig;
-use crate::host::StartError;
 use crate::registry::Registry;
 use auth::Tokens;
 use axum::Json;
@@ -32,6 +31,13 @@ use tokio_util::sync::CancellationToken;
 /// Room for the settings and migrations next to the largest component.
 const UPLOAD_OVERHEAD_BYTES: usize = 4 << 20;
 
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on {addr} (admin.listen): {source}")]
+pub struct ListenError {
+    addr: String,
+    source: std::io::Error,
+}
+
 /// The admin API's socket, bound at start-up so a taken port fails the start.
 pub struct Listener {
     listener: tokio::net::TcpListener,
@@ -39,11 +45,11 @@ pub struct Listener {
 }
 
 impl Listener {
-    pub async fn bind(config: &AdminConfig) -> Result<Self, StartError> {
+    pub async fn bind(config: &AdminConfig) -> Result<Self, ListenError> {
         let addr = config.listen_addr();
         let listener = tokio::net::TcpListener::bind(addr)
             .await
-            .map_err(|source| StartError::Listen {
+            .map_err(|source| ListenError {
                 addr: addr.to_string(),
                 source,
             })?;
@@ -179,6 +185,12 @@ impl ApiError {
 impl From<crate::db::DbError> for ApiError {
     fn from(error: crate::db::DbError) -> Self {
         Self::unavailable(format!("database: {error}"))
+    }
+}
+
+impl From<crate::pipeline::PipelineError> for ApiError {
+    fn from(error: crate::pipeline::PipelineError) -> Self {
+        Self::unavailable(error)
     }
 }
 

@@ -2,6 +2,7 @@
 
 use super::AppState;
 use crate::config::KafkaConfig;
+use crate::db::{dead_letters, outbox};
 use crate::metrics::HandlerLabel;
 use axum::Json;
 use axum::extract::State;
@@ -86,36 +87,25 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let registry = &state.registry;
     let metrics = registry.metrics();
     let names: Vec<String> = registry.running().await.into_keys().collect();
-    for (sql, family) in [
+    let db = registry.db();
+    for (counts, family) in [
+        (outbox::backlog_counts(db).await, &metrics.outbox_backlog),
+        (outbox::parked_counts(db).await, &metrics.outbox_parked),
         (
-            "SELECT handler, COUNT(*) FROM outbox
-             WHERE published_at IS NULL AND parked_at IS NULL GROUP BY handler",
-            &metrics.outbox_backlog,
-        ),
-        (
-            "SELECT handler, COUNT(*) FROM outbox
-             WHERE parked_at IS NOT NULL AND discarded_at IS NULL GROUP BY handler",
-            &metrics.outbox_parked,
-        ),
-        (
-            "SELECT handler, COUNT(*) FROM dead_letters WHERE resolution IS NULL GROUP BY handler",
+            dead_letters::parked_counts(db).await,
             &metrics.dead_letters_parked,
         ),
     ] {
-        let Ok(rows) = registry.db().query(sql, &[]).await else {
+        // A scrape still answers while the database is away; these gauges keep their last value.
+        let Ok(counts) = counts else {
             continue;
         };
         for name in &names {
-            let count = rows
-                .iter()
-                .find(|r| r.first().and_then(|v| v.as_str()) == Some(name))
-                .and_then(|r| r.get(1)?.as_i64())
-                .unwrap_or(0);
             family
                 .get_or_create(&HandlerLabel {
                     handler: name.clone(),
                 })
-                .set(count);
+                .set(counts.get(name).copied().unwrap_or(0));
         }
     }
     (

@@ -8,8 +8,9 @@
 
 use super::CliError;
 use crate::config::{Config, DatabaseConfig, HandlerConfig, KafkaConfig, is_identifier};
+use crate::db::redact_url;
 use crate::db::{Database, dead_letters, offsets};
-use crate::host::{Host, redact_url};
+use crate::host::Host;
 use crate::stats::Snapshot;
 use rand::Rng;
 use rand::seq::IndexedRandom;
@@ -221,7 +222,7 @@ async fn send(
 /// The demo counts rows to prove exactly-once, so it needs a database where
 /// the handler has no rows and no stored offsets yet.
 async fn ensure_empty(config: &Config, table: &str) -> Result<(), CliError> {
-    let db = crate::host::open_database(config).await.map_err(failed)?;
+    let db = crate::db::open(config).await.map_err(failed)?;
     let handler = &config.handlers[0].name;
     let qualified = db.handler_table(handler, table);
     let rows = db
@@ -389,7 +390,12 @@ pub async fn demo(args: DemoArgs) -> Result<(), CliError> {
         .await
         .map_err(|e| failed(format!("cannot count the rows of {table}: {e}")))?;
     let handler = &config.handlers[0].name;
-    let dead = dead_letters::list(&db, handler).await.map_err(failed)?.len();
+    let dead = dead_letters::parked_counts(&db)
+        .await
+        .map_err(failed)?
+        .get(handler.as_str())
+        .copied()
+        .unwrap_or(0);
     let emails = match config.handlers.get(1) {
         Some(notifier) => {
             let emails = db.handler_table(&notifier.name, "emails");

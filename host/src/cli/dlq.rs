@@ -6,8 +6,8 @@
 use super::CliError;
 use crate::config::Config;
 use crate::db::Database;
-use crate::db::dead_letters::{self, Filter, Row};
-use crate::host::{load_handler, open_database};
+use crate::db::dead_letters::{self, Filter, Row, bytes_text};
+use crate::registry::load::load_handler;
 use crate::registry::load::load_uploaded;
 use crate::registry::store;
 use crate::replay::{ReplayOutcome, replay};
@@ -70,31 +70,6 @@ fn time(ms: i64) -> String {
     humantime::format_rfc3339_seconds(at).to_string()
 }
 
-fn bytes_text(bytes: &[u8]) -> String {
-    match std::str::from_utf8(bytes) {
-        Ok(text) => text.to_owned(),
-        Err(_) => format!(
-            "<{} bytes, not UTF-8> {}",
-            bytes.len(),
-            bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
-        ),
-    }
-}
-
-/// A dead letter in full, with key, payload and headers as text where they are UTF-8.
-pub(crate) fn detail_json(row: &Row) -> serde_json::Value {
-    let headers: Vec<serde_json::Value> = row
-        .headers
-        .iter()
-        .map(|(name, value)| serde_json::json!({ "name": name, "value": bytes_text(value) }))
-        .collect();
-    let mut value = serde_json::to_value(row).unwrap_or_default();
-    value["key"] = row.key.as_deref().map(bytes_text).into();
-    value["payload"] = bytes_text(&row.payload).into();
-    value["headers"] = headers.into();
-    value
-}
-
 fn print_json(value: &impl serde::Serialize) -> Result<(), CliError> {
     println!("{}", serde_json::to_string_pretty(value).map_err(failed)?);
     Ok(())
@@ -128,7 +103,7 @@ async fn fetch(db: &Database, ids: &[i64]) -> Result<Vec<Row>, CliError> {
 
 pub async fn dlq(args: DlqArgs) -> Result<(), CliError> {
     let config = Config::load(&args.config).map_err(|e| CliError::Usage(e.to_string()))?;
-    let db = open_database(&config).await.map_err(failed)?;
+    let db = crate::db::open(&config).await.map_err(failed)?;
     let result = match &args.command {
         DlqCommand::List { handler, all } => list(&db, handler.as_deref(), *all, args.json).await,
         DlqCommand::Show { id } => show(&db, *id, args.json).await,
@@ -166,7 +141,7 @@ async fn list(db: &Database, handler: Option<&str>, all: bool, json: bool) -> Re
         .await
         .map_err(failed)?
         .iter()
-        .filter(|(name, _)| handler.is_none_or(|h| h == name))
+        .filter(|(name, _)| handler.is_none_or(|h| h == name.as_str()))
         .map(|(_, n)| n)
         .sum();
     if parked_outbox > 0 {
@@ -191,7 +166,7 @@ async fn list(db: &Database, handler: Option<&str>, all: bool, json: bool) -> Re
         let record = format!("{}/{}@{}", r.topic, r.partition, r.offset);
         let kind = match &r.resolution {
             Some(resolution) => format!("{} ({resolution})", r.kind),
-            None => r.kind.clone(),
+            None => r.kind.to_string(),
         };
         let reason: String = r.reason.chars().take(100).collect();
         println!(
@@ -211,7 +186,7 @@ async fn list(db: &Database, handler: Option<&str>, all: bool, json: bool) -> Re
 async fn show(db: &Database, id: i64, json: bool) -> Result<(), CliError> {
     let row = fetch(db, &[id]).await?.remove(0);
     if json {
-        return print_json(&detail_json(&row));
+        return print_json(&row.detail_json());
     }
     println!("dead letter {}", row.id);
     println!(

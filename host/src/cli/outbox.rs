@@ -12,7 +12,6 @@ use super::CliError;
 use crate::config::Config;
 use crate::db::Database;
 use crate::db::outbox::{self, Parked, ParkedFilter};
-use crate::host::open_database;
 use std::path::PathBuf;
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -100,7 +99,7 @@ async fn fetch(db: &Database, seqs: &[i64]) -> Result<Vec<Parked>, CliError> {
 
 pub async fn run(args: OutboxArgs) -> Result<(), CliError> {
     let config = Config::load(&args.config).map_err(|e| CliError::Usage(e.to_string()))?;
-    let db = open_database(&config).await.map_err(failed)?;
+    let db = crate::db::open(&config).await.map_err(failed)?;
     let result = match &args.command {
         OutboxCommand::List { handler, all } => list(&db, handler.as_deref(), *all, args.json).await,
         OutboxCommand::Show { seq } => show(&db, *seq, args.json).await,

@@ -2,7 +2,6 @@
 
 use super::CliError;
 use crate::config::{Config, parse_duration};
-use crate::host::open_database;
 use crate::retention::{self, PurgeOptions};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -36,7 +35,7 @@ pub async fn purge(args: PurgeArgs) -> Result<(), CliError> {
         batch_size,
         dry_run: args.dry_run,
     };
-    let db = open_database(&config)
+    let db = crate::db::open(&config)
         .await
         .map_err(|e| CliError::Failed(e.to_string()))?;
     let mut last = Instant::now();

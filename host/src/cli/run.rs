@@ -2,7 +2,7 @@
 
 use super::CliError;
 use crate::config::Config;
-use crate::host::{Host, open_database};
+use crate::host::Host;
 use std::path::Path;
 
 fn load(path: &Path) -> Result<Config, CliError> {
@@ -24,7 +24,7 @@ pub async fn run(config_path: &Path) -> Result<(), CliError> {
 
 pub async fn migrate(config_path: &Path) -> Result<(), CliError> {
     let config = load(config_path)?;
-    let db = open_database(&config)
+    let db = crate::db::open(&config)
         .await
         .map_err(|e| CliError::Failed(e.to_string()))?;
     db.close().await;

@@ -7,7 +7,6 @@
 use super::CliError;
 use crate::config::Config;
 use crate::db::{dead_letters, now_ms, offsets, outbox};
-use crate::host::open_database;
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
@@ -24,7 +23,7 @@ struct HandlerStatus {
     handler: String,
     partitions: Vec<PartitionStatus>,
     records_committed: i64,
-    dead_letters_parked: usize,
+    dead_letters_parked: i64,
     outbox_backlog: i64,
     /// Outbox messages parked (never deliverable) and not discarded.
     outbox_parked: i64,
@@ -45,7 +44,7 @@ fn failed(e: impl std::fmt::Display) -> CliError {
 
 pub async fn status(args: StatusArgs) -> Result<(), CliError> {
     let config = Config::load(&args.config).map_err(|e| CliError::Usage(e.to_string()))?;
-    let db = open_database(&config).await.map_err(failed)?;
+    let db = crate::db::open(&config).await.map_err(failed)?;
     let mut report = Vec::new();
     // The config's handlers, then those uploaded through the admin API.
     let mut names: Vec<String> = config.handlers.iter().map(|h| h.name.clone()).collect();
@@ -55,9 +54,9 @@ pub async fn status(args: StatusArgs) -> Result<(), CliError> {
         }
     }
     let parked = outbox::parked_counts(&db).await.map_err(failed)?;
+    let letters = dead_letters::parked_counts(&db).await.map_err(failed)?;
     for name in &names {
         let positions = offsets::load_all(&db, name).await.map_err(failed)?;
-        let letters = dead_letters::list(&db, name).await.map_err(failed)?.len();
         let (backlog, oldest) = outbox::backlog(&db, name).await.map_err(failed)?;
         report.push(HandlerStatus {
             handler: name.clone(),
@@ -70,12 +69,9 @@ pub async fn status(args: StatusArgs) -> Result<(), CliError> {
                     next_offset: p.next_offset,
                 })
                 .collect(),
-            dead_letters_parked: letters,
+            dead_letters_parked: letters.get(name).copied().unwrap_or(0),
             outbox_backlog: backlog,
-            outbox_parked: parked
-                .iter()
-                .find(|(handler, _)| handler == name)
-                .map_or(0, |(_, n)| *n),
+            outbox_parked: parked.get(name).copied().unwrap_or(0),
             relay_lag_ms: oldest.map(|created| (now_ms() - created).max(0)),
         });
     }

@@ -2,7 +2,6 @@
 //! its limits, batching, instances and retry policy, and their validation.
 
 use super::{ConfigError, defaults, invalid};
-use crate::event_id::{EventIdFormat, EventIdSource};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -92,6 +91,30 @@ pub struct EventIdConfig {
     pub json_field: String,
     #[serde(default)]
     pub format: EventIdFormat,
+}
+
+/// Where to look for the id.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EventIdSource {
+    /// The header named `event_id.header` only.
+    Header,
+    /// The top-level JSON field named `event_id.json_field` only.
+    Json,
+    /// The header if present, else the JSON field.
+    #[default]
+    HeaderOrJson,
+}
+
+/// What a valid id looks like.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EventIdFormat {
+    /// Any UUID; stored in canonical lower-case hyphenated form.
+    #[default]
+    Uuid,
+    /// Any non-empty UTF-8 string of at most [`crate::event_id::MAX_ANY_ID_BYTES`] bytes, used as is.
+    Any,
 }
 
 impl Default for EventIdConfig {

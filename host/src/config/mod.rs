@@ -19,7 +19,8 @@ pub use admin::{AdminConfig, TokenConfig};
 pub use ceilings::{CeilingsConfig, Pattern, Refused, TokenPolicy};
 
 pub use handler::{
-    BatchConfig, EventIdConfig, HandlerConfig, InstancesConfig, LimitsConfig, RetryConfig, is_identifier,
+    BatchConfig, EventIdConfig, EventIdFormat, EventIdSource, HandlerConfig, InstancesConfig, LimitsConfig,
+    RetryConfig, is_identifier,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -155,6 +156,26 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .map_err(|e| format!("{text:?} is not a duration like \"14d\", \"36h\" or \"90m\" ({e})"))
 }
 
+/// Which database `database.url` names; decides the SQL dialect everywhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl Backend {
+    /// `sqlite:...` or `postgres://` / `postgresql://`; `None` for anything else.
+    pub fn of_url(url: &str) -> Option<Self> {
+        if url.starts_with("sqlite:") {
+            Some(Self::Sqlite)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Some(Self::Postgres)
+        } else {
+            None
+        }
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DatabaseConfig {
@@ -278,13 +299,12 @@ impl Config {
     /// Checks every value that parsing alone cannot; the error names the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let url = &self.database.url;
-        if !(url.starts_with("sqlite:") || url.starts_with("postgres://") || url.starts_with("postgresql://"))
-        {
+        let Some(backend) = Backend::of_url(url) else {
             return Err(invalid(
                 "database.url",
                 format!("must start with sqlite: or postgres://, got {url:?}"),
             ));
-        }
+        };
         if self.database.max_connections == 0 {
             return Err(invalid("database.max_connections", "must be at least 1"));
         }
@@ -311,7 +331,7 @@ impl Config {
         if !(1..=100_000).contains(&self.inbox.purge_batch_size) {
             return Err(invalid("inbox.purge_batch_size", "must be between 1 and 100000"));
         }
-        if self.inbox.partitioning == InboxPartitioning::Daily && url.starts_with("sqlite:") {
+        if self.inbox.partitioning == InboxPartitioning::Daily && backend == Backend::Sqlite {
             return Err(invalid(
                 "inbox.partitioning",
                 "\"daily\" needs PostgreSQL; SQLite keeps one table",

@@ -5,6 +5,7 @@
 //! inbox row with status `dead` and the offset, so "parked" is atomic.
 
 use super::{Database, DbError, SqlValue, Tx, now_ms};
+use std::collections::BTreeMap;
 
 /// Why an event was parked. The kind is stable text for scripts; the message is for people.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,6 +23,19 @@ pub enum ReasonKind {
 }
 
 impl ReasonKind {
+    const ALL: [ReasonKind; 5] = [
+        ReasonKind::EventId,
+        ReasonKind::Rejected,
+        ReasonKind::RetriesExhausted,
+        ReasonKind::Limit,
+        ReasonKind::SandboxViolation,
+    ];
+
+    /// The kind stored as `text`; `None` for text no version of the host writes.
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|kind| kind.as_str() == text)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             ReasonKind::EventId => "event-id",
@@ -30,6 +44,25 @@ impl ReasonKind {
             ReasonKind::Limit => "limit",
             ReasonKind::SandboxViolation => "sandbox-violation",
         }
+    }
+}
+
+impl std::fmt::Display for ReasonKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Scripts and tests compare the stable text.
+impl PartialEq<&str> for ReasonKind {
+    fn eq(&self, text: &&str) -> bool {
+        self.as_str() == *text
+    }
+}
+
+impl serde::Serialize for ReasonKind {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
     }
 }
 
@@ -111,7 +144,7 @@ pub struct Row {
     pub payload: Vec<u8>,
     #[serde(skip)]
     pub headers: Vec<(String, Vec<u8>)>,
-    pub kind: String,
+    pub kind: ReasonKind,
     pub reason: String,
     pub attempts: i64,
     pub handler_version: Option<String>,
@@ -173,7 +206,7 @@ fn decode(row: Vec<SqlValue>) -> Option<Row> {
         key: blob(next()),
         payload: blob(next()).unwrap_or_default(),
         headers: parse_headers(&text(next()).unwrap_or_default()),
-        kind: text(next())?,
+        kind: ReasonKind::parse(&text(next())?)?,
         reason: text(next())?,
         attempts: int(next())?,
         handler_version: text(next()),
@@ -238,6 +271,43 @@ pub async fn record_failure(db: &Database, id: i64, reason: &str) -> Result<(), 
     tx.commit().await
 }
 
+/// Parked (unresolved) dead letters per handler.
+pub async fn parked_counts(db: &Database) -> Result<BTreeMap<String, i64>, DbError> {
+    db.counts_by_handler(
+        "SELECT handler, COUNT(*) FROM dead_letters WHERE resolution IS NULL GROUP BY handler",
+    )
+    .await
+}
+
+/// Bytes as text where they are UTF-8, else their length and hex.
+pub fn bytes_text(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => text.to_owned(),
+        Err(_) => format!(
+            "<{} bytes, not UTF-8> {}",
+            bytes.len(),
+            bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        ),
+    }
+}
+
+impl Row {
+    /// The dead letter in full, with key, payload and headers as text where
+    /// they are UTF-8 ([`bytes_text`]): what `dlq show --json` and the API show.
+    pub fn detail_json(&self) -> serde_json::Value {
+        let headers: Vec<serde_json::Value> = self
+            .headers
+            .iter()
+            .map(|(name, value)| serde_json::json!({ "name": name, "value": bytes_text(value) }))
+            .collect();
+        let mut value = serde_json::to_value(self).unwrap_or_default();
+        value["key"] = self.key.as_deref().map(bytes_text).into();
+        value["payload"] = bytes_text(&self.payload).into();
+        value["headers"] = headers.into();
+        value
+    }
+}
+
 /// A dead letter as listed for tests: the parked ones of a handler.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Summary {
@@ -245,7 +315,7 @@ pub struct Summary {
     pub event_id: Option<String>,
     pub partition: i32,
     pub offset: i64,
-    pub kind: String,
+    pub kind: ReasonKind,
     pub reason: String,
     pub attempts: i64,
 }
@@ -309,7 +379,7 @@ mod tests {
         tx.commit().await.unwrap();
         let listed = list(&db, "billing").await.unwrap();
         assert_eq!(listed.len(), 1);
-        assert_eq!(listed[0].kind, "event-id");
+        assert_eq!(listed[0].kind, ReasonKind::EventId);
         assert_eq!(listed[0].reason, "missing event id");
         assert_eq!((listed[0].partition, listed[0].offset), (2, 41));
         assert_eq!(

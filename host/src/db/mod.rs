@@ -12,12 +12,15 @@ pub mod inbox;
 pub mod invariants;
 pub mod migrate;
 pub mod offsets;
+pub mod open;
 pub mod outbox;
 pub mod partitions;
 mod tx;
 mod value;
 mod walls;
 
+pub use crate::config::Backend;
+pub use open::{OpenError, open, redact_url};
 pub use tx::Tx;
 pub use value::{DecodeError, SqlValue, UnsupportedColumn};
 pub use walls::{HOST_SEARCH_PATH, Walls};
@@ -26,16 +29,11 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
+use std::collections::BTreeMap;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    Sqlite,
-    Postgres,
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
@@ -154,7 +152,7 @@ impl Database {
     /// Connects lazily-validated: the pool opens its first connection here so a
     /// wrong URL fails at start, not at the first event.
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self, DbError> {
-        let pool = if url.starts_with("sqlite:") {
+        let pool = if Backend::of_url(url) == Some(Backend::Sqlite) {
             let options = SqliteConnectOptions::from_str(url)?
                 .create_if_missing(true)
                 .journal_mode(SqliteJournalMode::Wal)
@@ -287,6 +285,15 @@ impl Database {
             .and_then(|r| r.first())
             .and_then(SqlValue::as_i64)
             .unwrap_or(0))
+    }
+
+    /// A `SELECT handler, COUNT(*) ... GROUP BY handler` of the host's, as a map.
+    pub async fn counts_by_handler(&self, sql: &str) -> Result<BTreeMap<String, i64>, DbError> {
+        let rows = self.query(sql, &[]).await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| Some((r.first()?.as_str()?.to_owned(), r.get(1)?.as_i64()?)))
+            .collect())
     }
 
     pub async fn close(&self) {

@@ -16,6 +16,7 @@
 
 use super::dead_letters::{headers_json, parse_headers};
 use super::{Database, DbError, SqlValue, Tx, now_ms};
+use std::collections::BTreeMap;
 
 /// Buckets of relay ownership and ordering. Fixed: it is baked into the rows.
 pub const BUCKETS: u64 = 64;
@@ -346,18 +347,21 @@ pub async fn parked(db: &Database, filter: &ParkedFilter<'_>) -> Result<Vec<Park
 }
 
 /// Parked (not discarded) messages per handler.
-pub async fn parked_counts(db: &Database) -> Result<Vec<(String, i64)>, DbError> {
-    let rows = db
-        .query(
-            "SELECT handler, COUNT(*) FROM outbox
-             WHERE parked_at IS NOT NULL AND discarded_at IS NULL GROUP BY handler",
-            &[],
-        )
-        .await?;
-    Ok(rows
-        .into_iter()
-        .filter_map(|r| Some((r.first()?.as_str()?.to_owned(), r.get(1)?.as_i64()?)))
-        .collect())
+pub async fn parked_counts(db: &Database) -> Result<BTreeMap<String, i64>, DbError> {
+    db.counts_by_handler(
+        "SELECT handler, COUNT(*) FROM outbox
+         WHERE parked_at IS NOT NULL AND discarded_at IS NULL GROUP BY handler",
+    )
+    .await
+}
+
+/// Messages waiting for the relay, per handler.
+pub async fn backlog_counts(db: &Database) -> Result<BTreeMap<String, i64>, DbError> {
+    db.counts_by_handler(
+        "SELECT handler, COUNT(*) FROM outbox
+         WHERE published_at IS NULL AND parked_at IS NULL GROUP BY handler",
+    )
+    .await
 }
 
 /// Puts parked messages back in line (`seqs`, or every parked one of
@@ -601,7 +605,10 @@ mod tests {
             1,
             "parked is not backlog"
         );
-        assert_eq!(parked_counts(&db).await.unwrap(), [("billing".to_owned(), 1)]);
+        assert_eq!(
+            parked_counts(&db).await.unwrap(),
+            [("billing".to_owned(), 1)].into()
+        );
         let listed = parked(
             &db,
             &ParkedFilter {

@@ -7,7 +7,8 @@
 //! past the last record, just before the single COMMIT. The host's invariant
 //! check also runs once per batch and covers every event it applied.
 
-use super::{Outcome, Park, Parked, Pipeline, PipelineError, Step};
+use super::guest::{Call, Called};
+use super::{Outcome, Park, Parked, Pipeline, PipelineError};
 use crate::db::inbox;
 use crate::db::invariants;
 use crate::db::now_ms;
@@ -186,31 +187,34 @@ impl Pipeline {
                 continue;
             }
             let claim = self.claim(record, event_id);
-            let (returned, step) = self.run_claimed(tx, &claim, record, 1).await?;
+            let Called {
+                tx: returned,
+                call,
+                lost,
+                ..
+            } = self.run_claimed(tx, &claim, record, 1).await?;
             tx = returned;
-            if tx.take_lost() {
+            if lost {
                 tx.rollback().await?;
                 return Ok(TxEnd::Lost {
                     count: done.len() + 1,
                 });
             }
-            let failure = match step {
-                Step::Duplicate => {
-                    done.push(Done::Duplicate);
-                    continue;
-                }
-                Step::Applied(published) => {
+            let failure = match call {
+                Call::Applied(published) => {
                     done.push(Done::Applied(record.timestamp_ms));
                     applied.push(event_id.clone());
                     messages.extend(published);
                     continue;
                 }
-                Step::TooLarge(park) => {
-                    let parked = self.park_claimed(&mut tx, &claim, record, park).await?;
+                Call::TooLarge(reason) => {
+                    let parked = self
+                        .park_claimed(&mut tx, &claim, record, Park::too_large(reason))
+                        .await?;
                     done.push(Done::Parked(parked));
                     continue;
                 }
-                Step::Failed(failure) => failure,
+                Call::Failed(failure) => failure,
             };
             if let Some(kind) = self.final_kind(&failure, 1) {
                 let park = Park {

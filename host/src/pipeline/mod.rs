@@ -14,6 +14,7 @@
 //! its partition waits, so order within the partition is kept.
 
 mod batch;
+pub mod guest;
 
 pub use batch::{BatchCursor, BatchEnd};
 
@@ -21,21 +22,18 @@ use crate::config::{EventIdConfig, RetryConfig};
 use crate::db::dead_letters::{self, DeadLetter, ReasonKind};
 use crate::db::inbox::{self, Claim};
 use crate::db::invariants::{self, Position};
-use crate::db::outbox::{self, NewMessage};
+use crate::db::outbox;
 use crate::db::{Database, DbError, Tx, now_ms, offsets};
 use crate::event_id;
 use crate::handler::GuestFailure;
 use crate::handler::Handler;
 use crate::record::Record;
 use crate::stats::Stats;
+use guest::{Call, Called};
 use rand::Rng;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-
-/// The savepoint around a handler's statements: a failed handler is undone
-/// without losing the claim (or the batch's other events).
-const GUEST_SAVEPOINT: &str = "inboxd_guest";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -71,13 +69,20 @@ pub enum PipelineError {
 enum Step {
     /// The inbox already had its event id.
     Duplicate,
-    /// Its payload is past the handler's limit: parked without running it.
-    TooLarge(Park),
-    /// The handler succeeded; its writes are in the transaction, and these
-    /// messages must be written to the outbox before it commits.
-    Applied(Vec<NewMessage>),
-    /// The handler failed; its writes were undone and the claim stays.
-    Failed(GuestFailure),
+    /// It was claimed and the handler called (or refused, see [`Call`]).
+    Ran(Call),
+}
+
+impl Park {
+    /// An event whose payload is past its handler's limit: parked unrun.
+    fn too_large(reason: String) -> Self {
+        Park {
+            kind: ReasonKind::Limit,
+            reason,
+            attempts: 0,
+            first_failed_at: now_ms(),
+        }
+    }
 }
 
 /// What a handler's pipeline runs: its code and the settings of that version.
@@ -197,11 +202,13 @@ impl Pipeline {
                     tracing::debug!(handler = claim.handler, event_id, "duplicate skipped");
                     return Ok(Outcome::Duplicate);
                 }
-                Step::TooLarge(park) => {
-                    let letter = self.park_claimed(&mut tx, &claim, record, park).await?;
+                Step::Ran(Call::TooLarge(reason)) => {
+                    let letter = self
+                        .park_claimed(&mut tx, &claim, record, Park::too_large(reason))
+                        .await?;
                     return self.commit_parked(tx, record, expected, letter).await;
                 }
-                Step::Applied(messages) => {
+                Step::Ran(Call::Applied(messages)) => {
                     outbox::insert(&mut tx, claim.handler, &messages).await?;
                     let position = self.position(record, expected);
                     let applied = [event_id.clone()];
@@ -227,7 +234,7 @@ impl Pipeline {
                     self.stats.applied([record.timestamp_ms]);
                     return Ok(Outcome::Applied);
                 }
-                Step::Failed(failure) => failure,
+                Step::Ran(Call::Failed(failure)) => failure,
             };
             let first = *first_failed_at.get_or_insert_with(now_ms);
             if let Some(kind) = self.final_kind(&failure, attempt) {
@@ -257,72 +264,31 @@ impl Pipeline {
         if !inbox::claim(&mut tx, claim).await? {
             return Ok((tx, Step::Duplicate));
         }
-        self.run_claimed(tx, claim, record, attempt).await
+        // A lost transaction needs nothing more here: the call failed (an
+        // applied call on one is an error), and this transaction holds only
+        // this event, so parking or retrying it works on the new one.
+        let called = self.run_claimed(tx, claim, record, attempt).await?;
+        Ok((called.tx, Step::Ran(called.call)))
     }
 
-    /// Runs the handler for an event claimed in `tx`, inside the guest savepoint.
+    /// Runs the handler for an event claimed in `tx` ([`guest::call`]) and counts it.
     async fn run_claimed(
         &self,
         tx: Tx,
         claim: &Claim<'_>,
         record: &Record,
         attempt: u32,
-    ) -> Result<(Tx, Step), PipelineError> {
-        let max_payload = self.handler.max_payload_bytes();
-        if record.payload.len() > max_payload {
-            let reason = format!(
-                "limit limits.max_payload_bytes exceeded: the payload is {} bytes; the limit is {max_payload}",
-                record.payload.len()
-            );
-            let park = Park {
-                kind: ReasonKind::Limit,
-                reason,
-                attempts: 0,
-                first_failed_at: now_ms(),
-            };
-            return Ok((tx, Step::TooLarge(park)));
-        }
-        let mut tx = tx;
-        tx.enter_guest(GUEST_SAVEPOINT, self.handler.walls()).await?;
-        tx.set_statement_savepoints(false);
-        let started = std::time::Instant::now();
-        let mut invocation = self.handler.invoke(tx, record, claim.event_id, attempt).await;
-        self.stats.guest_took(started.elapsed());
-        let Some(mut tx) = invocation.tx.take() else {
-            return Err(PipelineError::LostTransaction);
-        };
-        let out_of_time = matches!(invocation.result, Err(GuestFailure::Limit(_)));
-        if tx.take_statement_failed() && invocation.host_error.is_none() && !out_of_time {
-            // A statement failed without its own savepoint, which aborts the
-            // transaction on PostgreSQL: undo the call and run it again with
-            // one, as if it had been that way from the start. (Not after a
-            // limit: the same call would only run into it again.)
-            tracing::debug!(
-                handler = claim.handler,
-                event_id = claim.event_id,
-                "re-running with statement savepoints"
-            );
-            tx.exit_guest(GUEST_SAVEPOINT, false).await?;
-            tx.release(GUEST_SAVEPOINT).await?;
-            tx.enter_guest(GUEST_SAVEPOINT, self.handler.walls()).await?;
-            tx.set_statement_savepoints(true);
-            invocation = self.handler.invoke(tx, record, claim.event_id, attempt).await;
-            tx = invocation.tx.take().ok_or(PipelineError::LostTransaction)?;
-        }
-        let succeeded = invocation.result.is_ok() && invocation.host_error.is_none();
-        let exited = tx.exit_guest(GUEST_SAVEPOINT, succeeded).await;
-        if let Some(error) = invocation.host_error {
-            // Dropping the transaction rolls it back; the caller retries.
-            return Err(error.into());
-        }
-        exited?;
-        match invocation.result {
-            Ok(()) => Ok((tx, Step::Applied(invocation.outbox))),
-            Err(failure) => {
+    ) -> Result<Called, PipelineError> {
+        let called = guest::call(&*self.handler, tx, record, claim.event_id, attempt).await?;
+        match &called.call {
+            Call::Applied(_) => self.stats.guest_took(called.took),
+            Call::Failed(failure) => {
+                self.stats.guest_took(called.took);
                 self.stats.guest_failure(failure.kind());
-                Ok((tx, Step::Failed(failure)))
             }
+            Call::TooLarge(_) => {}
         }
+        Ok(called)
     }
 
     /// `Some`: the failure is final and the event is parked with this kind.

@@ -1,10 +1,9 @@
 //! Turning a handler's configuration and component into a runnable version.
 
-use super::store;
+use super::{RegistryError, store};
 use crate::config::HandlerConfig;
 use crate::db::{Database, DbError, Walls, migrate};
 use crate::handler::Limits;
-use crate::host::StartError;
 use crate::pipeline::Version;
 use crate::sandbox::Guard;
 use crate::sandbox::authorizer::Scope;
@@ -24,10 +23,14 @@ pub async fn load_handler(
     engine: &WasmEngine,
     handler: &HandlerConfig,
     uploaded: Option<Uploaded>,
-) -> Result<HandlerComponent, StartError> {
-    let own_tables = migrate::own_tables(db, &handler.name)
-        .await
-        .map_err(StartError::Migrate)?;
+) -> Result<HandlerComponent, RegistryError> {
+    let own_tables =
+        migrate::own_tables(db, &handler.name)
+            .await
+            .map_err(|source| RegistryError::Tables {
+                handler: handler.name.clone(),
+                source,
+            })?;
     let own_schema = migrate::own_schema(db.backend(), &handler.name);
     let guard = Guard::new(
         db.backend(),
@@ -39,7 +42,7 @@ pub async fn load_handler(
     let limits = Limits::from(&handler.limits);
     // A statement may run as long as the whole event may.
     let walls = Walls::new(&handler.name, Scope::Guest, &own_tables, limits.timeout);
-    let load_error = |source| StartError::Load {
+    let load_error = |source| RegistryError::Load {
         handler: handler.name.clone(),
         source,
     };
@@ -54,7 +57,12 @@ pub async fn load_handler(
                 HandlerComponent::from_bytes(&engine, &name, &shown, &bytes, limits, guard, walls)
             })
             .await
-            .map_err(|e| StartError::Engine(format!("loading a component panicked: {e}")))?
+            .map_err(|e| {
+                RegistryError::Panicked(format!(
+                    "loading handler {name} panicked: {e}",
+                    name = handler.name
+                ))
+            })?
             .map_err(load_error)?
             .with_version(version.to_string())
         }
@@ -90,7 +98,7 @@ pub enum LoadUploadedError {
     #[error(transparent)]
     Database(#[from] DbError),
     #[error(transparent)]
-    Load(#[from] StartError),
+    Load(#[from] RegistryError),
 }
 
 /// Loads a stored version of an uploaded handler.

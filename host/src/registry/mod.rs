@@ -22,7 +22,6 @@ pub mod upload;
 use crate::config::{Config, HandlerConfig};
 use crate::db::{Database, DbError};
 use crate::handler::Handler;
-use crate::host::StartError;
 use crate::kafka::{InboxConsumer, create_consumer, run_pump};
 use crate::metrics::Metrics;
 use crate::pipeline::{Pipeline, Slot};
@@ -34,6 +33,25 @@ use std::time::Duration;
 use store::Deployment;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+
+/// Why a handler could not be loaded or started.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error("handler {handler}: cannot read the tables its migrations created: {source}")]
+    Tables { handler: String, source: DbError },
+    #[error("handler {handler}: {source}")]
+    Load {
+        handler: String,
+        source: crate::wasm::LoadError,
+    },
+    #[error("{0}")]
+    Panicked(String),
+    #[error("handler {handler}: cannot create its Kafka consumer: {source}")]
+    Kafka {
+        handler: String,
+        source: rdkafka::error::KafkaError,
+    },
+}
 
 /// How often a host re-reads `handler_deployments`: how long a change made
 /// through another host's API takes to arrive here. The table has one small
@@ -149,8 +167,8 @@ impl Registry {
         &self,
         handler: &HandlerConfig,
         code: Arc<dyn Handler>,
-    ) -> Result<(), StartError> {
-        let consumer = self.consumer(handler).map_err(|source| StartError::Kafka {
+    ) -> Result<(), RegistryError> {
+        let consumer = self.consumer(handler).map_err(|source| RegistryError::Kafka {
             handler: handler.name.clone(),
             source,
         })?;

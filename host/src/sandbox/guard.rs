@@ -10,7 +10,7 @@
 
 use super::is_reserved;
 pub use super::walk::{check_dml, check_expressions};
-use crate::db::Backend;
+use crate::config::Backend;
 use sqlparser::ast::{ObjectName, ObjectNamePart};
 use sqlparser::dialect::{Dialect, PostgreSqlDialect, SQLiteDialect};
 use sqlparser::parser::Parser;

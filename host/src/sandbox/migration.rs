@@ -23,7 +23,7 @@
 
 use super::guard::{Owned, Refusal, check_dml, check_expressions, dialect, name_parts, refuse_nul};
 use super::{TABLE_FUNCTIONS, is_reserved};
-use crate::db::Backend;
+use crate::config::Backend;
 use sqlparser::ast::{
     AlterTableOperation, ColumnOption, ObjectName, ObjectType, RenameTableNameKind, Statement,
     TableConstraint,

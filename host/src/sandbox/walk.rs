@@ -4,7 +4,7 @@
 
 use super::guard::{Owned, Refusal, forbidden, name_parts};
 use super::{PURE_FUNCTIONS, TABLE_FUNCTIONS};
-use crate::db::Backend;
+use crate::config::Backend;
 use sqlparser::ast::{
     CastKind, Expr, FromTable, ObjectName, Query, Select, SetExpr, SqliteOnConflict, Statement, TableFactor,
     TableObject, Value, ValueWithSpan, Visit, Visitor,

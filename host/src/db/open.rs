@@ -1,0 +1,70 @@
+//! Opening the configured database: connect, apply the host's migrations,
+//! refuse code planted by an older version, apply every configured
+//! handler's migrations. What `inboxd run`, `migrate` and every command that
+//! reads the database do first.
+
+use super::{Database, DbError, audit, migrate};
+use crate::config::Config;
+
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("cannot open the database {url}: {source}")]
+    Connect { url: String, source: DbError },
+    #[error("cannot migrate the database: {0}")]
+    Migrate(#[from] DbError),
+    #[error(
+        "the database holds code that handlers may not plant and that would run outside the walls: {0}. \
+         An older inboxd let a handler's migration create it; drop it (DROP TRIGGER / FUNCTION / RULE / POLICY) \
+         and start again"
+    )]
+    PlantedCode(String),
+}
+
+/// Connects and applies the host's migrations and every configured handler's.
+pub async fn open(config: &Config) -> Result<Database, OpenError> {
+    let url = &config.database.url;
+    let db = Database::connect(url, config.database.max_connections)
+        .await
+        .map_err(|source| OpenError::Connect {
+            url: redact_url(url),
+            source,
+        })?;
+    db.migrate_host().await?;
+    let planted = audit::planted_code(&db).await?;
+    if !planted.is_empty() {
+        return Err(OpenError::PlantedCode(planted.join(", ")));
+    }
+    for handler in &config.handlers {
+        migrate::prepare_handler(&db, &handler.name).await?;
+        if let Some(dir) = &handler.migrations {
+            migrate::apply_handler(&db, &handler.name, dir).await?;
+        }
+    }
+    Ok(db)
+}
+
+/// Hides a password in a database URL before it is shown.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or_default();
+            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn passwords_are_hidden() {
+        assert_eq!(
+            redact_url("postgres://app:s3cret@db:5432/x"),
+            "postgres://app:***@db:5432/x"
+        );
+        assert_eq!(redact_url("sqlite://inboxd.sqlite"), "sqlite://inboxd.sqlite");
+    }
+}

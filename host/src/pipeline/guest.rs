@@ -1,0 +1,107 @@
+//! One guest call on an open transaction: the sequence every caller shares.
+//!
+//! The pipeline (an event alone, or one of a batch) and a dead letter's
+//! replay both run a handler through [`call`]: check the payload bound, put
+//! the savepoint and the handler's walls up, invoke, take the transaction
+//! back, take the walls down, and sort what came back into the host's
+//! failures (an `Err`: nothing is counted against the handler, the caller
+//! retries) and the guest's ([`Call::Failed`]). Writing the outbox and the
+//! invariant check stay with the caller: a batch does them once for all its
+//! events.
+
+use super::PipelineError;
+use crate::db::outbox::NewMessage;
+use crate::db::{DbError, Tx};
+use crate::handler::{GuestFailure, Handler};
+use crate::record::Record;
+use std::time::{Duration, Instant};
+
+/// The savepoint around a handler's statements: a failed handler is undone
+/// without losing the claim (or the batch's other events).
+const GUEST_SAVEPOINT: &str = "inboxd_guest";
+
+/// What a guest call came to, for the guest.
+pub enum Call {
+    /// It succeeded; its writes are in the transaction, and these messages
+    /// must be written to the outbox before it commits.
+    Applied(Vec<NewMessage>),
+    /// It failed; its writes were undone and the claim stays.
+    Failed(GuestFailure),
+    /// Its payload is past `limits.max_payload_bytes`: it was not run.
+    TooLarge(String),
+}
+
+/// The transaction, handed back, and what happened in it.
+pub struct Called {
+    pub tx: Tx,
+    pub call: Call,
+    /// SQLite rolled the whole transaction back under the guest (a write
+    /// stopped at its deadline): everything before the call in it is gone,
+    /// and `tx` is a new, empty one.
+    pub lost: bool,
+    /// Time inside the handler (both runs, if it ran twice).
+    pub took: Duration,
+}
+
+/// Runs `handler` for `event_id`, claimed in `tx` by the caller.
+pub async fn call(
+    handler: &dyn Handler,
+    mut tx: Tx,
+    record: &Record,
+    event_id: &str,
+    attempt: u32,
+) -> Result<Called, PipelineError> {
+    let max_payload = handler.max_payload_bytes();
+    if record.payload.len() > max_payload {
+        let reason = format!(
+            "limit limits.max_payload_bytes exceeded: the payload is {} bytes; the limit is {max_payload}",
+            record.payload.len()
+        );
+        return Ok(Called {
+            tx,
+            call: Call::TooLarge(reason),
+            lost: false,
+            took: Duration::ZERO,
+        });
+    }
+    tx.enter_guest(GUEST_SAVEPOINT, handler.walls()).await?;
+    tx.set_statement_savepoints(false);
+    let started = Instant::now();
+    let mut invocation = handler.invoke(tx, record, event_id, attempt).await;
+    let mut tx = invocation.tx.take().ok_or(PipelineError::LostTransaction)?;
+    let out_of_time = matches!(invocation.result, Err(GuestFailure::Limit(_)));
+    if tx.take_statement_failed() && invocation.host_error.is_none() && !out_of_time {
+        // A statement failed without its own savepoint, which aborts the
+        // transaction on PostgreSQL: undo the call and run it again with
+        // one, as if it had been that way from the start. (Not after a
+        // limit: the same call would only run into it again.)
+        tracing::debug!(
+            handler = handler.name(),
+            event_id,
+            "re-running with statement savepoints"
+        );
+        tx.exit_guest(GUEST_SAVEPOINT, false).await?;
+        tx.release(GUEST_SAVEPOINT).await?;
+        tx.enter_guest(GUEST_SAVEPOINT, handler.walls()).await?;
+        tx.set_statement_savepoints(true);
+        invocation = handler.invoke(tx, record, event_id, attempt).await;
+        tx = invocation.tx.take().ok_or(PipelineError::LostTransaction)?;
+    }
+    let took = started.elapsed();
+    let succeeded = invocation.result.is_ok() && invocation.host_error.is_none();
+    let exited = tx.exit_guest(GUEST_SAVEPOINT, succeeded).await;
+    if let Some(error) = invocation.host_error {
+        // Dropping the transaction rolls it back; the caller retries.
+        return Err(error.into());
+    }
+    exited?;
+    let lost = tx.take_lost();
+    let call = match invocation.result {
+        // Never committed as applied: what the call did went with the
+        // transaction (a component reports this as a host error first).
+        Ok(()) if lost => return Err(DbError::TransactionLost.into()),
+        Ok(()) => Call::Applied(invocation.outbox),
+        Err(failure) => Call::Failed(failure),
+    };
+    Ok(Called { tx, call, lost, took })
+}
