@@ -34,7 +34,7 @@ impl Handler for NativeBilling {
         "billing"
     }
 
-    fn version(&self) -> &str {
+    fn version_label(&self) -> &str {
         "native"
     }
 

@@ -64,7 +64,11 @@ impl Host {
                 Some(native) => native,
                 None => Arc::new(load_handler(&db, &engine, handler, None).await?),
             };
-            tracing::info!(handler = handler.name, version = code.version(), "handler loaded");
+            tracing::info!(
+                handler = handler.name,
+                version = code.version_label(),
+                "handler loaded"
+            );
             registry.add_config_handler(handler, code).await?;
         }
         // Uploaded handlers load now too; one that cannot load here is logged

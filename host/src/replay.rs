@@ -59,7 +59,7 @@ pub async fn replay(
         topic: &record.topic,
         partition: record.partition,
         offset: record.offset,
-        handler_version: handler.version(),
+        handler_version: handler.version_label(),
     };
     // The writer, as the pipeline takes it: on SQLite a replay queues with
     // the pipeline's batches instead of failing on a locked database.

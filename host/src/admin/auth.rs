@@ -18,12 +18,12 @@ use subtle::ConstantTimeEq;
 struct Token {
     name: String,
     digest: [u8; 32],
-    scope: Scope,
+    scope: TokenScope,
     policy: Arc<TokenPolicy>,
 }
 
 #[derive(Debug, Clone)]
-pub enum Scope {
+pub enum TokenScope {
     Admin,
     Handlers(Vec<String>),
 }
@@ -42,9 +42,9 @@ impl Tokens {
                         name: t.name.clone(),
                         digest: Sha256::digest(secret.as_bytes()).into(),
                         scope: if t.admin {
-                            Scope::Admin
+                            TokenScope::Admin
                         } else {
-                            Scope::Handlers(t.handlers.clone())
+                            TokenScope::Handlers(t.handlers.clone())
                         },
                         policy: Arc::new(t.policy(index)),
                     })
@@ -69,7 +69,7 @@ impl Tokens {
 #[derive(Debug, Clone)]
 pub struct Caller {
     pub name: String,
-    pub scope: Scope,
+    pub scope: TokenScope,
     /// Ceilings and allowlists for what this caller uploads or activates.
     pub policy: Arc<TokenPolicy>,
 }
@@ -77,8 +77,8 @@ pub struct Caller {
 impl Caller {
     pub fn may_manage(&self, handler: &str) -> bool {
         match &self.scope {
-            Scope::Admin => true,
-            Scope::Handlers(names) => names.iter().any(|n| n == handler),
+            TokenScope::Admin => true,
+            TokenScope::Handlers(names) => names.iter().any(|n| n == handler),
         }
     }
 
@@ -88,8 +88,8 @@ impl Caller {
             return Ok(());
         }
         let allowed = match &self.scope {
-            Scope::Admin => String::new(),
-            Scope::Handlers(names) => names.join(", "),
+            TokenScope::Admin => String::new(),
+            TokenScope::Handlers(names) => names.join(", "),
         };
         Err(ApiError::forbidden(format!(
             "token {:?} may not manage handler {handler:?}; it may manage only: {allowed}",

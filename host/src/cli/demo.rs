@@ -6,7 +6,7 @@
 //! and some after a consumer restart), runs them through the real pipeline, and
 //! prints what happened. The last stdout line is one JSON object for scripts.
 
-use super::CliError;
+use super::{CliError, failed};
 use crate::config::{Config, DatabaseConfig, HandlerConfig, KafkaConfig, is_identifier};
 use crate::db::redact_url;
 use crate::db::{Database, dead_letters, offsets};
@@ -67,10 +67,6 @@ struct Order {
 
 fn usage(message: impl Into<String>) -> CliError {
     CliError::Usage(message.into())
-}
-
-fn failed(message: impl std::fmt::Display) -> CliError {
-    CliError::Failed(message.to_string())
 }
 
 /// Finds a repository file from the working directory, else from the source tree

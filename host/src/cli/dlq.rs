@@ -3,7 +3,7 @@
 //! Output is a readable table or block for people, and with `--json` one JSON
 //! document for scripts. Every error says what was wrong and what to do.
 
-use super::CliError;
+use super::{CliError, failed, time};
 use crate::config::Config;
 use crate::db::Database;
 use crate::db::dead_letters::{self, Filter, Row, bytes_text};
@@ -14,7 +14,6 @@ use crate::replay::{ReplayOutcome, replay};
 use crate::wasm::{HandlerComponent, WasmEngine};
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::time::{Duration, UNIX_EPOCH};
 
 #[derive(Debug, clap::Args)]
 pub struct DlqArgs {
@@ -59,15 +58,6 @@ pub enum DlqCommand {
         #[arg(required = true)]
         ids: Vec<i64>,
     },
-}
-
-fn failed(e: impl std::fmt::Display) -> CliError {
-    CliError::Failed(e.to_string())
-}
-
-fn time(ms: i64) -> String {
-    let at = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
-    humantime::format_rfc3339_seconds(at).to_string()
 }
 
 fn print_json(value: &impl serde::Serialize) -> Result<(), CliError> {

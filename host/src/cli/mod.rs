@@ -82,6 +82,17 @@ pub enum CliError {
     Failed(String),
 }
 
+/// Anything that failed while running, with its message.
+pub(crate) fn failed(e: impl std::fmt::Display) -> CliError {
+    CliError::Failed(e.to_string())
+}
+
+/// A Unix-milliseconds time as RFC 3339, to the second.
+pub(crate) fn time(ms: i64) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_seconds(at).to_string()
+}
+
 impl CliError {
     pub fn exit_code(&self) -> i32 {
         match self {

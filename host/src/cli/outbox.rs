@@ -8,12 +8,11 @@
 //! message: fix its cause first (the handler's `outbox_topics`, the topic's
 //! ACLs or size limit), or it is parked again.
 
-use super::CliError;
+use super::{CliError, failed, time};
 use crate::config::Config;
 use crate::db::Database;
 use crate::db::outbox::{self, Parked, ParkedFilter};
 use std::path::PathBuf;
-use std::time::{Duration, UNIX_EPOCH};
 
 #[derive(Debug, clap::Args)]
 pub struct OutboxArgs {
@@ -58,15 +57,6 @@ pub enum OutboxCommand {
         #[arg(required = true)]
         seqs: Vec<i64>,
     },
-}
-
-fn failed(e: impl std::fmt::Display) -> CliError {
-    CliError::Failed(e.to_string())
-}
-
-fn time(ms: i64) -> String {
-    let at = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
-    humantime::format_rfc3339_seconds(at).to_string()
 }
 
 fn print_json(value: &impl serde::Serialize) -> Result<(), CliError> {

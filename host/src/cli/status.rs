@@ -4,7 +4,7 @@
 //! oldest message not yet published), and outbox messages parked because the
 //! broker will never accept them (`inboxd outbox list` shows them).
 
-use super::CliError;
+use super::{CliError, failed};
 use crate::config::Config;
 use crate::db::{dead_letters, now_ms, offsets, outbox};
 use std::path::PathBuf;
@@ -36,10 +36,6 @@ struct PartitionStatus {
     topic: String,
     partition: i32,
     next_offset: i64,
-}
-
-fn failed(e: impl std::fmt::Display) -> CliError {
-    CliError::Failed(e.to_string())
 }
 
 pub async fn status(args: StatusArgs) -> Result<(), CliError> {

@@ -24,8 +24,10 @@ use futures_util::future::BoxFuture;
 pub trait Handler: Send + Sync {
     fn name(&self) -> &str;
 
-    /// Recorded on each inbox row and dead letter.
-    fn version(&self) -> &str;
+    /// Recorded on each inbox row and dead letter as `handler_version`: the
+    /// upload number of an uploaded version, else the first 12 hex digits of
+    /// the component's SHA-256.
+    fn version_label(&self) -> &str;
 
     /// Larger payloads are dead-lettered without running the handler.
     fn max_payload_bytes(&self) -> usize;

@@ -87,7 +87,7 @@ impl Park {
 
 /// What a handler's pipeline runs: its code and the settings of that version.
 #[derive(Clone)]
-pub struct Version {
+pub struct Loaded {
     pub handler: Arc<dyn Handler>,
     pub event_id: EventIdConfig,
     pub retry: RetryConfig,
@@ -97,19 +97,19 @@ pub struct Version {
 /// version goes live without a restart: a batch pins the version it started
 /// with ([`Pipeline::pinned`]) and finishes on it, retries included.
 #[derive(Clone)]
-pub struct Slot(Arc<std::sync::RwLock<Version>>);
+pub struct Slot(Arc<std::sync::RwLock<Loaded>>);
 
 impl Slot {
-    pub fn new(version: Version) -> Self {
-        Self(Arc::new(std::sync::RwLock::new(version)))
+    pub fn new(loaded: Loaded) -> Self {
+        Self(Arc::new(std::sync::RwLock::new(loaded)))
     }
 
-    pub fn current(&self) -> Version {
+    pub fn current(&self) -> Loaded {
         self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    pub fn swap(&self, version: Version) {
-        *self.0.write().unwrap_or_else(|p| p.into_inner()) = version;
+    pub fn swap(&self, loaded: Loaded) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = loaded;
     }
 }
 
@@ -125,7 +125,7 @@ pub struct Pipeline {
 
 impl Pipeline {
     pub fn new(db: Database, slot: Slot, stats: Arc<Stats>) -> Self {
-        let Version {
+        let Loaded {
             handler,
             event_id,
             retry,
@@ -329,7 +329,7 @@ impl Pipeline {
             topic: &record.topic,
             partition: record.partition,
             offset: record.offset,
-            handler_version: self.handler.version(),
+            handler_version: self.handler.version_label(),
         }
     }
 
@@ -357,7 +357,7 @@ impl Pipeline {
             kind: park.kind,
             reason: &park.reason,
             attempts: park.attempts,
-            handler_version: Some(self.handler.version()),
+            handler_version: Some(self.handler.version_label()),
             first_failed_at: park.first_failed_at,
             ..self.letter(record)
         };

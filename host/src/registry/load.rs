@@ -4,14 +4,14 @@ use super::{RegistryError, store};
 use crate::config::HandlerConfig;
 use crate::db::{Database, DbError, Walls, migrate};
 use crate::handler::Limits;
-use crate::pipeline::Version;
+use crate::pipeline::Loaded;
 use crate::sandbox::Guard;
 use crate::sandbox::authorizer::Scope;
 use crate::wasm::{HandlerComponent, Reuse, WasmEngine};
 use std::sync::Arc;
 
 /// An uploaded version's component, and the number that labels it.
-pub struct Uploaded {
+pub struct StoredComponent {
     pub bytes: Vec<u8>,
     pub version: i64,
 }
@@ -22,7 +22,7 @@ pub async fn load_handler(
     db: &Database,
     engine: &WasmEngine,
     handler: &HandlerConfig,
-    uploaded: Option<Uploaded>,
+    uploaded: Option<StoredComponent>,
 ) -> Result<HandlerComponent, RegistryError> {
     let own_tables =
         migrate::own_tables(db, &handler.name)
@@ -49,7 +49,7 @@ pub async fn load_handler(
     let component = match uploaded {
         None => HandlerComponent::load(engine, &handler.name, &handler.component, limits, guard, walls)
             .map_err(load_error)?,
-        Some(Uploaded { bytes, version }) => {
+        Some(StoredComponent { bytes, version }) => {
             // Another host may meet this component first: compiling takes seconds for Python or JS.
             let (engine, name) = (engine.clone(), handler.name.clone());
             let shown = format!("{name} version {version}");
@@ -64,7 +64,7 @@ pub async fn load_handler(
                 ))
             })?
             .map_err(load_error)?
-            .with_version(version.to_string())
+            .with_version_label(version.to_string())
         }
     };
     let reuse = handler.instances.reuse.then_some(Reuse {
@@ -77,8 +77,8 @@ pub async fn load_handler(
 }
 
 /// The pipeline's view of a loaded handler and its settings.
-pub fn version(handler: &HandlerConfig, code: Arc<dyn crate::handler::Handler>) -> Version {
-    Version {
+pub fn loaded(handler: &HandlerConfig, code: Arc<dyn crate::handler::Handler>) -> Loaded {
+    Loaded {
         handler: code,
         event_id: handler.event_id.clone(),
         retry: handler.retry.clone(),
@@ -120,7 +120,7 @@ pub async fn load_uploaded(
             version,
             message: e.to_string(),
         })?;
-    let uploaded = Uploaded {
+    let uploaded = StoredComponent {
         bytes: stored.component,
         version: stored.version,
     };

@@ -65,7 +65,8 @@ pub enum Source {
     Api,
 }
 
-struct Pump {
+/// A running pump (`kafka::run_pump`) and what stops it.
+struct PumpTask {
     stop: CancellationToken,
     task: JoinHandle<()>,
 }
@@ -80,7 +81,7 @@ struct Entry {
     stats: Arc<Stats>,
     /// A consumer made at start-up, so a bad Kafka setting fails the start.
     consumer: Option<InboxConsumer>,
-    pump: Option<Pump>,
+    pump: Option<PumpTask>,
     paused: bool,
 }
 
@@ -175,7 +176,7 @@ impl Registry {
         let entry = Entry {
             source: Source::Config,
             version: None,
-            slot: Slot::new(load::version(handler, code)),
+            slot: Slot::new(load::loaded(handler, code)),
             stats: Arc::new(Stats::new(self.0.metrics.handler(&handler.name))),
             config: handler.clone(),
             consumer: Some(consumer),
@@ -204,7 +205,7 @@ impl Registry {
                 let running = Running {
                     name: name.clone(),
                     source: e.source,
-                    version: e.slot.current().handler.version().to_owned(),
+                    version: e.slot.current().handler.version_label().to_owned(),
                     consuming: e.pump.is_some(),
                     paused: e.paused,
                 };
@@ -346,7 +347,7 @@ impl Registry {
                     let entry = Entry {
                         source: Source::Api,
                         version: Some(wanted),
-                        slot: Slot::new(load::version(&config, code)),
+                        slot: Slot::new(load::loaded(&config, code)),
                         stats: Arc::new(Stats::new(self.0.metrics.handler(name))),
                         config,
                         consumer: None,
@@ -361,7 +362,7 @@ impl Registry {
                     if restart {
                         stop(entry).await;
                     }
-                    entry.slot.swap(load::version(&config, code));
+                    entry.slot.swap(load::loaded(&config, code));
                     entry.config = config;
                     let from = entry.version.replace(wanted);
                     tracing::info!(
@@ -450,7 +451,7 @@ impl Registry {
             entry.config.batch.clone(),
             stop.clone(),
         ));
-        entry.pump = Some(Pump { stop, task });
+        entry.pump = Some(PumpTask { stop, task });
     }
 }
 

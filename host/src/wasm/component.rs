@@ -129,8 +129,8 @@ impl HandlerComponent {
     }
 
     /// Labels the version recorded on inbox rows (default: the first 12 hex
-    /// digits of the component's SHA-256).
-    pub fn with_version(mut self, version: String) -> Self {
+    /// digits of the component's SHA-256; an uploaded version's number).
+    pub fn with_version_label(mut self, version: String) -> Self {
         self.tag = Arc::new(LogTag {
             handler: self.name.to_string(),
             version: version.clone(),
@@ -193,8 +193,8 @@ impl HandlerComponent {
         &self.name
     }
 
-    /// The first 12 hex digits of the component's SHA-256, recorded on each inbox row.
-    pub fn version(&self) -> &str {
+    /// See [`Handler::version_label`](crate::handler::Handler::version_label).
+    pub fn version_label(&self) -> &str {
         &self.version
     }
 
@@ -326,11 +326,6 @@ impl HandlerComponent {
         self.warm.lock().unwrap_or_else(|p| p.into_inner()).push(warm);
     }
 
-    /// Instances kept for reuse right now (tests).
-    pub fn warm_instances(&self) -> usize {
-        self.warm.lock().unwrap_or_else(|p| p.into_inner()).len()
-    }
-
     fn timeout_exceeded(&self) -> LimitExceeded {
         LimitExceeded {
             key: "limits.timeout_ms",
@@ -412,8 +407,8 @@ impl crate::handler::Handler for HandlerComponent {
         HandlerComponent::name(self)
     }
 
-    fn version(&self) -> &str {
-        HandlerComponent::version(self)
+    fn version_label(&self) -> &str {
+        HandlerComponent::version_label(self)
     }
 
     fn max_payload_bytes(&self) -> usize {

@@ -53,7 +53,8 @@ fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
     Ok(())
 }
 
-/// Every event gets a fresh instance, so instantiation is on the hot path.
+/// Every event gets a fresh instance (unless `instances.reuse`), so
+/// instantiation is on the hot path.
 /// The pooling allocator keeps linear memories, tables and stacks mapped in
 /// slots that are reused, instead of an mmap, guard pages and an munmap (with
 /// its cross-core TLB shootdown) per event. Instances at once are bounded by
