@@ -16,6 +16,8 @@ pub mod failpoints;
 pub mod handler;
 pub mod host;
 pub mod kafka;
+#[cfg(test)]
+mod layers;
 pub mod metrics;
 pub mod pipeline;
 pub mod record;
