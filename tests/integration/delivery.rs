@@ -1,5 +1,6 @@
 //! (a) Duplicates: every unique event is applied exactly once, and the stored
-//! offsets reach the end of every partition. Also: SIGTERM drains and exits 0.
+//! offsets reach the end of every partition. Also: SIGTERM drains and exits 0,
+//! and Kafka's committed offsets then equal the database's.
 
 use crate::on_both_backends;
 use crate::support::*;
@@ -36,4 +37,12 @@ async fn duplicates_are_applied_once_and_offsets_reach_the_end(backend: Backend)
         unique_events as i64
     );
     assert_eq!(count(&db, "SELECT COUNT(*) FROM dead_letters").await, 0);
+    // Kafka heard of every committed batch (lag tools read this), the last
+    // ones when the host left the group.
+    let stored = stored_offsets(&db, &env.handler, &topic).await;
+    assert_eq!(
+        kafka_committed(&group_of(&env.config_path), &topic, 3).await,
+        stored,
+        "Kafka's committed offsets are the database's after a clean stop"
+    );
 }

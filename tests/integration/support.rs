@@ -365,6 +365,44 @@ pub async fn stored_offsets(db: &Database, handler: &str, topic: &str) -> HashMa
 
 /// As [`stored_offsets`], but an error (the host has not created its tables
 /// yet) reads as "no progress", for use inside polls.
+/// The offsets Kafka holds as committed for `group` (what lag tools read),
+/// per partition that has one.
+pub async fn kafka_committed(group: &str, topic: &str, partitions: i32) -> HashMap<i32, i64> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let (group, topic) = (group.to_owned(), topic.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", brokers())
+            .set("group.id", &group)
+            .set("enable.auto.commit", "false")
+            .create()
+            .expect("a consumer to read committed offsets");
+        let mut list = rdkafka::TopicPartitionList::new();
+        for partition in 0..partitions {
+            list.add_partition(&topic, partition);
+        }
+        let committed = consumer
+            .committed_offsets(list, Duration::from_secs(10))
+            .expect("the group's committed offsets");
+        committed
+            .elements()
+            .iter()
+            .filter_map(|e| match e.offset() {
+                rdkafka::Offset::Offset(offset) => Some((e.partition(), offset)),
+                _ => None,
+            })
+            .collect()
+    })
+    .await
+    .expect("reading committed offsets")
+}
+
+/// The `group_id` of the config's first handler.
+pub fn group_of(config_path: &Path) -> String {
+    let config = inboxd::config::Config::load(config_path).expect("the test's config");
+    config.handlers[0].group_id()
+}
+
 pub async fn progress(db: &Database, handler: &str, topic: &str) -> HashMap<i32, i64> {
     polled_offsets(db, handler, topic).await.unwrap_or_default()
 }

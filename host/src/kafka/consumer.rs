@@ -1,8 +1,9 @@
 //! The rdkafka consumer for one handler, and the rebalance context that marks
 //! newly assigned partitions so the pump seeks them to the database's offsets.
 //!
-//! Auto commit and auto offset store are off: the pump stores an offset only
-//! after the database transaction that applied the record has committed.
+//! Auto offset store is off: the pump stores an offset only after the
+//! database transaction that applied the record has committed, and
+//! librdkafka's auto commit sends what is stored.
 
 use crate::config::KafkaConfig;
 use crate::metrics::PartitionLabels;
@@ -107,6 +108,10 @@ impl ConsumerContext for InboxContext {
     }
 }
 
+/// How often stored offsets are committed to Kafka (for lag tools only; the
+/// database holds the real position, so a lost Kafka commit costs nothing).
+const KAFKA_COMMIT_INTERVAL_MS: &str = "1000";
+
 /// How often librdkafka reports statistics (consumer lag for `/metrics`).
 const STATISTICS_INTERVAL_MS: &str = "5000";
 
@@ -126,8 +131,12 @@ pub fn create_consumer(
         .set("group.id", group_id)
         .set("client.id", format!("inboxd-{handler}"))
         // The database is the source of truth for positions; Kafka's committed
-        // offset only feeds lag tools, and only after the database commit.
-        .set("enable.auto.commit", "false")
+        // offset only feeds lag tools, and only after the database commit:
+        // the pump stores an offset once its batch committed, and librdkafka
+        // commits what is stored every second, on a rebalance and on leaving
+        // the group (rdkafka's "at least once" pattern).
+        .set("enable.auto.commit", "true")
+        .set("auto.commit.interval.ms", KAFKA_COMMIT_INTERVAL_MS)
         .set("enable.auto.offset.store", "false")
         .set("session.timeout.ms", kafka.session_timeout_ms.to_string());
     if !kafka.properties.contains_key("auto.offset.reset") {

@@ -19,7 +19,7 @@ use crate::db::offsets;
 use crate::pipeline::{BatchCursor, BatchEnd, Pipeline, PipelineError};
 use crate::record::Record;
 use rdkafka::Message;
-use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::message::{BorrowedMessage, Headers};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use std::collections::HashMap;
@@ -28,9 +28,6 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-/// How often stored offsets are committed to Kafka (for lag tools only; the
-/// database holds the real position, so a lost Kafka commit costs nothing).
-const KAFKA_COMMIT_INTERVAL: Duration = Duration::from_secs(1);
 const SEEK_TIMEOUT: Duration = Duration::from_secs(5);
 /// Records buffered per partition, in batches: enough that the next full
 /// batch is ready the moment the last one commits, few enough that memory
@@ -79,8 +76,6 @@ pub async fn run_pump(
         partitions: HashMap::new(),
         batches: JoinSet::new(),
         generations: 0,
-        last_kafka_commit: Instant::now(),
-        uncommitted: false,
     };
     pump.run(&shutdown).await;
 }
@@ -94,8 +89,6 @@ struct Pump {
     partitions: HashMap<Key, Partition>,
     batches: JoinSet<BatchDone>,
     generations: u64,
-    last_kafka_commit: Instant,
-    uncommitted: bool,
 }
 
 impl Pump {
@@ -154,9 +147,8 @@ impl Pump {
                 self.record_progress(&done);
             }
         }
-        if self.uncommitted {
-            self.commit_to_kafka(CommitMode::Sync);
-        }
+        // Leaving the group commits the offsets stored so far (auto commit,
+        // see `create_consumer`), the last batches' included.
         self.consumer.unsubscribe();
         tracing::info!(handler = self.handler, "consumer stopped and left its group");
     }
@@ -283,9 +275,6 @@ impl Pump {
                 self.seek(&done.key, next);
             }
         }
-        if self.uncommitted && self.last_kafka_commit.elapsed() >= KAFKA_COMMIT_INTERVAL {
-            self.commit_to_kafka(CommitMode::Async);
-        }
         true
     }
 
@@ -310,20 +299,7 @@ impl Pump {
                     "storing the Kafka offset failed (partition revoked?): {error}"
                 );
             }
-            self.uncommitted = true;
         }
-    }
-
-    fn commit_to_kafka(&mut self, mode: CommitMode) {
-        if let Err(error) = self.consumer.commit_consumer_state(mode) {
-            // Harmless: the database holds the real position.
-            tracing::debug!(
-                handler = self.handler,
-                "committing offsets to Kafka failed: {error}"
-            );
-        }
-        self.last_kafka_commit = Instant::now();
-        self.uncommitted = false;
     }
 }
 
