@@ -363,8 +363,6 @@ pub async fn stored_offsets(db: &Database, handler: &str, topic: &str) -> HashMa
     polled_offsets(db, handler, topic).await.expect("load offsets")
 }
 
-/// As [`stored_offsets`], but an error (the host has not created its tables
-/// yet) reads as "no progress", for use inside polls.
 /// The offsets Kafka holds as committed for `group` (what lag tools read),
 /// per partition that has one.
 pub async fn kafka_committed(group: &str, topic: &str, partitions: i32) -> HashMap<i32, i64> {
@@ -403,6 +401,8 @@ pub fn group_of(config_path: &Path) -> String {
     config.handlers[0].group_id()
 }
 
+/// As [`stored_offsets`], but an error (the host has not created its tables
+/// yet) reads as "no progress", for use inside polls.
 pub async fn progress(db: &Database, handler: &str, topic: &str) -> HashMap<i32, i64> {
     polled_offsets(db, handler, topic).await.unwrap_or_default()
 }

@@ -206,7 +206,18 @@ fn decode(row: Vec<SqlValue>) -> Option<Row> {
         key: blob(next()),
         payload: blob(next()).unwrap_or_default(),
         headers: parse_headers(&text(next()).unwrap_or_default()),
-        kind: ReasonKind::parse(&text(next())?)?,
+        kind: {
+            let kind = text(next())?;
+            // Only another version of the host writes a kind this one does not know.
+            let Some(known) = ReasonKind::parse(&kind) else {
+                tracing::warn!(
+                    kind,
+                    "a dead letter whose reason kind this version does not know is not shown"
+                );
+                return None;
+            };
+            known
+        },
         reason: text(next())?,
         attempts: int(next())?,
         handler_version: text(next()),

@@ -14,6 +14,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::error::KafkaResult;
 use rdkafka::statistics::Statistics;
+use rdkafka::topic_partition_list::TopicPartitionList;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
@@ -73,6 +74,13 @@ impl ClientContext for InboxContext {
 }
 
 impl ConsumerContext for InboxContext {
+    fn commit_callback(&self, result: KafkaResult<()>, _offsets: &TopicPartitionList) {
+        if let Err(error) = result {
+            // Harmless: the database holds the real position; the next commit catches up.
+            tracing::debug!(handler = %self.handler, "committing offsets to Kafka failed: {error}");
+        }
+    }
+
     // Runs inside the consumer's poll. Batches of a revoked partition may still
     // be in flight: they either commit before the new owner's first commit or
     // are fenced by it (offsets are compare-and-set), never both.
@@ -108,8 +116,9 @@ impl ConsumerContext for InboxContext {
     }
 }
 
-/// How often stored offsets are committed to Kafka (for lag tools only; the
-/// database holds the real position, so a lost Kafka commit costs nothing).
+/// How often stored offsets are committed to Kafka, unless
+/// `kafka.properties` says otherwise. The database holds the real position,
+/// so a lost Kafka commit costs nothing but a stale lag reading.
 const KAFKA_COMMIT_INTERVAL_MS: &str = "1000";
 
 /// How often librdkafka reports statistics (consumer lag for `/metrics`).
@@ -130,18 +139,22 @@ pub fn create_consumer(
         .set("bootstrap.servers", &kafka.brokers)
         .set("group.id", group_id)
         .set("client.id", format!("inboxd-{handler}"))
-        // The database is the source of truth for positions; Kafka's committed
-        // offset only feeds lag tools, and only after the database commit:
+        // The database is the source of truth for positions (a partition with
+        // a row in `offsets` is sought there); Kafka's committed offset feeds
+        // lag tools, and a partition the database has never seen starts
+        // there. It moves only after the database commit:
         // the pump stores an offset once its batch committed, and librdkafka
         // commits what is stored every second, on a rebalance and on leaving
         // the group (rdkafka's "at least once" pattern).
         .set("enable.auto.commit", "true")
-        .set("auto.commit.interval.ms", KAFKA_COMMIT_INTERVAL_MS)
         .set("enable.auto.offset.store", "false")
         .set("session.timeout.ms", kafka.session_timeout_ms.to_string());
     if !kafka.properties.contains_key("auto.offset.reset") {
         // A partition this handler never saw starts at its beginning: nothing is skipped.
         config.set("auto.offset.reset", "earliest");
+    }
+    if !kafka.properties.contains_key("auto.commit.interval.ms") {
+        config.set("auto.commit.interval.ms", KAFKA_COMMIT_INTERVAL_MS);
     }
     if !kafka.properties.contains_key("statistics.interval.ms") {
         config.set("statistics.interval.ms", STATISTICS_INTERVAL_MS);

@@ -39,7 +39,7 @@ pub struct Called {
     /// stopped at its deadline): everything before the call in it is gone,
     /// and `tx` is a new, empty one.
     pub lost: bool,
-    /// Time inside the handler (both runs, if it ran twice).
+    /// Time inside the handler's calls (both, if it ran twice).
     pub took: Duration,
 }
 
@@ -68,6 +68,7 @@ pub async fn call(
     tx.set_statement_savepoints(false);
     let started = Instant::now();
     let mut invocation = handler.invoke(tx, record, event_id, attempt).await;
+    let mut took = started.elapsed();
     let mut tx = invocation.tx.take().ok_or(PipelineError::LostTransaction)?;
     let out_of_time = matches!(invocation.result, Err(GuestFailure::Limit(_)));
     if tx.take_statement_failed() && invocation.host_error.is_none() && !out_of_time {
@@ -84,10 +85,11 @@ pub async fn call(
         tx.release(GUEST_SAVEPOINT).await?;
         tx.enter_guest(GUEST_SAVEPOINT, handler.walls()).await?;
         tx.set_statement_savepoints(true);
+        let again = Instant::now();
         invocation = handler.invoke(tx, record, event_id, attempt).await;
+        took += again.elapsed();
         tx = invocation.tx.take().ok_or(PipelineError::LostTransaction)?;
     }
-    let took = started.elapsed();
     let succeeded = invocation.result.is_ok() && invocation.host_error.is_none();
     let exited = tx.exit_guest(GUEST_SAVEPOINT, succeeded).await;
     if let Some(error) = invocation.host_error {

@@ -10,7 +10,7 @@
 //! anything.
 //!
 //! A handler that asks to retry stops its batch: the records before it
-//! commit, and it runs again alone ([`Pipeline::process`]) with backoff while
+//! commit, and it runs again alone (`Pipeline::process_from`) with backoff while
 //! its partition waits, so order within the partition is kept.
 
 mod batch;
