@@ -129,6 +129,8 @@ impl Measured {
             "p50_ms": self.report.latency_p50_ms,
             "p99_ms": self.report.latency_p99_ms,
             "peak_rss_mib": (self.report.peak_rss_kib as f64 / 1024.0).round(),
+            "batches_in_flight_mean": (self.report.batches_in_flight_mean * 10.0).round() / 10.0,
+            "batches_in_flight_peak": self.report.batches_in_flight_peak,
             "effects": self.effects,
             "effects_exact": self.effects == self.expected_effects as i64,
         })
@@ -181,9 +183,11 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
                 }
             };
             eprintln!(
-                "[{backend} {}] {:.0} events/s; live at {}/s: p50 {} ms, p99 {} ms; peak RSS {:.0} MiB; effects {} of {}",
+                "[{backend} {}] {:.0} events/s with {:.1} batches in flight (peak {}); live at {}/s: p50 {} ms, p99 {} ms; peak RSS {:.0} MiB; effects {} of {}",
                 mode.label,
                 m.events_per_s,
+                m.report.batches_in_flight_mean,
+                m.report.batches_in_flight_peak,
                 opts.rate,
                 m.report.latency_p50_ms,
                 m.report.latency_p99_ms,

@@ -27,6 +27,11 @@ pub struct ServeReport {
     pub latency_p99_ms: u64,
     pub latency_max_ms: u64,
     pub peak_rss_kib: u64,
+    /// Batches in flight during the backlog (the throughput phase): their
+    /// time-weighted mean and peak. Below the partition count on a backlog,
+    /// some partitions waited.
+    pub batches_in_flight_mean: f64,
+    pub batches_in_flight_peak: u64,
 }
 
 pub async fn serve(config_path: &Path, native: bool) -> anyhow::Result<()> {
@@ -56,9 +61,13 @@ pub async fn serve(config_path: &Path, native: bool) -> anyhow::Result<()> {
     let running = tokio::spawn(host.run(shutdown.clone()));
     let mut reset = signal(SignalKind::user_defined1())?;
     let mut term = signal(SignalKind::terminate())?;
+    let mut backlog = None;
     loop {
         tokio::select! {
-            _ = reset.recv() => stats.reset_latency(),
+            _ = reset.recv() => {
+                backlog = Some(stats.snapshot());
+                stats.reset_latency();
+            }
             _ = term.recv() => break,
         }
     }
@@ -73,6 +82,8 @@ pub async fn serve(config_path: &Path, native: bool) -> anyhow::Result<()> {
         latency_p99_ms: snapshot.latency_p99_ms,
         latency_max_ms: snapshot.latency_max_ms,
         peak_rss_kib: peak_rss_kib(),
+        batches_in_flight_mean: backlog.map_or(0.0, |b| b.batches_in_flight_mean),
+        batches_in_flight_peak: backlog.map_or(0, |b| b.batches_in_flight_peak),
     };
     println!("{}", serde_json::to_string(&report)?);
     Ok(())

@@ -54,6 +54,7 @@ pub struct Metrics {
     pub(crate) outbox_parked: Family<HandlerLabel, Gauge>,
     pub(crate) dead_letters_parked: Family<HandlerLabel, Gauge>,
     pub(crate) consumer_lag: Family<PartitionLabels, Gauge>,
+    batches_in_flight: Family<HandlerLabel, Gauge>,
     registry: std::sync::Arc<Registry>,
 }
 
@@ -70,6 +71,7 @@ impl Default for Metrics {
         let outbox_parked = Family::default();
         let dead_letters_parked = Family::default();
         let consumer_lag = Family::default();
+        let batches_in_flight = Family::default();
         let mut registry = Registry::with_prefix("inboxd");
         registry.register("events_consumed", "Records read from Kafka", consumed.clone());
         registry.register(
@@ -118,6 +120,11 @@ impl Default for Metrics {
             "Records behind the partition's high watermark, from librdkafka statistics",
             consumer_lag.clone(),
         );
+        registry.register(
+            "batches_in_flight",
+            "Micro-batches running now: at most one per assigned partition, so on a backlog it shows how many partitions are busy",
+            batches_in_flight.clone(),
+        );
         Self {
             consumed,
             applied,
@@ -130,6 +137,7 @@ impl Default for Metrics {
             outbox_parked,
             dead_letters_parked,
             consumer_lag,
+            batches_in_flight,
             registry: std::sync::Arc::new(registry),
         }
     }
@@ -162,6 +170,7 @@ impl Metrics {
             ],
             batch_seconds: self.batch_seconds.get_or_create(&label).clone(),
             guest_seconds: self.guest_seconds.get_or_create(&label).clone(),
+            batches_in_flight: self.batches_in_flight.get_or_create(&label).clone(),
         }
     }
 
@@ -186,6 +195,7 @@ impl Metrics {
         }
         self.batch_seconds.remove(&label);
         self.guest_seconds.remove(&label);
+        self.batches_in_flight.remove(&label);
         self.outbox_backlog.remove(&label);
         self.outbox_parked.remove(&label);
         self.dead_letters_parked.remove(&label);
@@ -211,6 +221,7 @@ pub struct HandlerMetrics {
     pub(crate) failures: [Counter; 4],
     pub(crate) batch_seconds: Histogram,
     pub(crate) guest_seconds: Histogram,
+    pub(crate) batches_in_flight: Gauge,
 }
 
 impl Default for HandlerMetrics {

@@ -7,7 +7,7 @@
 use crate::metrics::{FailureKind, HandlerMetrics};
 use hdrhistogram::Histogram;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Latencies above an hour are clamped: they are replays of old records, not
 /// a measure of the pipeline.
@@ -18,6 +18,47 @@ pub struct Stats {
     metrics: HandlerMetrics,
     /// Milliseconds from the record's Kafka timestamp to its commit, per applied event.
     latency_ms: Mutex<Histogram<u64>>,
+    in_flight: Mutex<InFlight>,
+}
+
+/// Batches in flight over time, since the last reset: their time-weighted
+/// mean says how many partitions were busy on average.
+#[derive(Debug)]
+struct InFlight {
+    now: usize,
+    changed: Instant,
+    since: Instant,
+    /// Batch-seconds so far.
+    area: f64,
+    peak: usize,
+}
+
+impl InFlight {
+    fn new() -> Self {
+        let now = Instant::now();
+        Self {
+            now: 0,
+            changed: now,
+            since: now,
+            area: 0.0,
+            peak: 0,
+        }
+    }
+
+    fn set(&mut self, count: usize) {
+        let now = Instant::now();
+        self.area += self.now as f64 * (now - self.changed).as_secs_f64();
+        self.now = count;
+        self.changed = now;
+        self.peak = self.peak.max(count);
+    }
+
+    fn mean(&self) -> f64 {
+        let now = Instant::now();
+        let area = self.area + self.now as f64 * (now - self.changed).as_secs_f64();
+        let secs = (now - self.since).as_secs_f64();
+        if secs > 0.0 { area / secs } else { 0.0 }
+    }
 }
 
 impl Default for Stats {
@@ -34,11 +75,12 @@ impl Stats {
             latency_ms: Mutex::new(
                 Histogram::new_with_bounds(1, MAX_LATENCY_MS, 2).expect("valid histogram bounds"),
             ),
+            in_flight: Mutex::new(InFlight::new()),
         }
     }
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct Snapshot {
     /// Events whose handler ran and committed.
     pub applied: u64,
@@ -54,6 +96,9 @@ pub struct Snapshot {
     pub latency_p50_ms: u64,
     pub latency_p99_ms: u64,
     pub latency_max_ms: u64,
+    /// Batches in flight, on average over time and at most, since the last reset.
+    pub batches_in_flight_mean: f64,
+    pub batches_in_flight_peak: u64,
 }
 
 impl Stats {
@@ -90,14 +135,27 @@ impl Stats {
     pub(crate) fn guest_took(&self, took: Duration) {
         self.metrics.guest_seconds.observe(took.as_secs_f64());
     }
+    pub(crate) fn batches_in_flight(&self, count: usize) {
+        self.metrics.batches_in_flight.set(count as i64);
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .set(count);
+    }
 
-    /// Forgets the latencies seen so far (a benchmark between its phases).
+    /// Forgets the latencies and batches in flight seen so far (a benchmark
+    /// between its phases).
     pub fn reset_latency(&self) {
         self.latency_ms.lock().unwrap_or_else(|p| p.into_inner()).reset();
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        let now = in_flight.now;
+        *in_flight = InFlight::new();
+        in_flight.set(now);
     }
 
     pub fn snapshot(&self) -> Snapshot {
         let latency = self.latency_ms.lock().unwrap_or_else(|p| p.into_inner());
+        let in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
         Snapshot {
             applied: self.metrics.applied.get(),
             duplicates: self.metrics.duplicates.get(),
@@ -107,6 +165,8 @@ impl Stats {
             latency_p50_ms: latency.value_at_quantile(0.50),
             latency_p99_ms: latency.value_at_quantile(0.99),
             latency_max_ms: latency.max(),
+            batches_in_flight_mean: in_flight.mean(),
+            batches_in_flight_peak: in_flight.peak as u64,
         }
     }
 }

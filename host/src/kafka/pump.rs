@@ -4,7 +4,10 @@
 //! One task reads the handler's consumer and sorts records into a buffer per
 //! partition. A partition has at most one batch in flight, so its records
 //! commit in order; different partitions' batches run in parallel, each on a
-//! connection of its own. A batch starts when `batch.max_events` records are
+//! connection of its own. Flow control is per partition: a partition whose
+//! buffer is full is paused at the consumer while the others keep flowing
+//! (librdkafka hands over long runs of one partition, so stopping all reads
+//! for one full buffer would leave the others idle on a backlog). A batch starts when `batch.max_events` records are
 //! waiting or the first has waited `batch.linger_ms`; while one is in flight
 //! the next fills, so batches grow with the load.
 //!
@@ -22,7 +25,7 @@ use rdkafka::Message;
 use rdkafka::consumer::Consumer;
 use rdkafka::message::{BorrowedMessage, Headers};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
@@ -67,13 +70,16 @@ pub async fn run_pump(
     batching: BatchConfig,
     shutdown: CancellationToken,
 ) {
+    let max_buffered = batching.max_events * BUFFERED_BATCHES;
     let mut pump = Pump {
         handler: pipeline.handler_name().to_owned(),
         pipeline: Arc::new(pipeline),
         consumer,
         batching,
         outage: Arc::new(OutageLog::default()),
+        max_buffered,
         partitions: HashMap::new(),
+        paused: HashSet::new(),
         batches: JoinSet::new(),
         generations: 0,
     };
@@ -86,7 +92,11 @@ struct Pump {
     consumer: InboxConsumer,
     batching: BatchConfig,
     outage: Arc<OutageLog>,
+    /// Records a partition may buffer before it is paused.
+    max_buffered: usize,
     partitions: HashMap<Key, Partition>,
+    /// Partitions paused at the consumer because their buffer is full.
+    paused: HashSet<Key>,
     batches: JoinSet<BatchDone>,
     generations: u64,
 }
@@ -94,10 +104,12 @@ struct Pump {
 impl Pump {
     async fn run(&mut self, shutdown: &CancellationToken) {
         let linger = Duration::from_millis(self.batching.linger_ms);
-        let max_buffered = self.batching.max_events * BUFFERED_BATCHES;
         loop {
             for key in self.consumer.context().take_revoked() {
                 self.partitions.remove(&key);
+                // An application's pause outlives a revoke in librdkafka: a
+                // partition assigned again must not come back paused.
+                self.flow(&key);
             }
             self.launch_ready(linger, shutdown);
             let wake = self
@@ -107,7 +119,6 @@ impl Pump {
                 .filter_map(|p| p.since)
                 .min()
                 .map(|since| since + linger);
-            let room = self.partitions.values().all(|p| p.buffer.len() < max_buffered);
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => break,
@@ -124,7 +135,7 @@ impl Pump {
                     }
                 },
                 _ = sleep_until(wake), if wake.is_some() => {}
-                message = self.consumer.recv(), if room => match message {
+                message = self.consumer.recv() => match message {
                     Ok(message) => {
                         let record = to_record(&message);
                         drop(message);
@@ -186,7 +197,7 @@ impl Pump {
                 }
             }
         }
-        let partition = self.partitions.entry(key).or_default();
+        let partition = self.partitions.entry(key.clone()).or_default();
         if partition.next.is_some_and(|next| record.offset < next) {
             return true;
         }
@@ -194,7 +205,46 @@ impl Pump {
             partition.since = Some(Instant::now());
         }
         partition.buffer.push(record);
+        self.flow(&key);
         true
+    }
+
+    /// Pauses a partition at the consumer while its buffer is full and
+    /// resumes it once it is not (or is gone). librdkafka stops fetching a
+    /// paused partition and drops what it had fetched for it; on resume it
+    /// fetches again from the record after the last one handed over, so
+    /// nothing is skipped.
+    fn flow(&mut self, key: &Key) {
+        let full = self
+            .partitions
+            .get(key)
+            .is_some_and(|p| p.buffer.len() >= self.max_buffered);
+        if full == self.paused.contains(key) {
+            return;
+        }
+        let mut list = TopicPartitionList::new();
+        list.add_partition(&key.0, key.1);
+        let result = if full {
+            self.consumer.pause(&list)
+        } else {
+            self.consumer.resume(&list)
+        };
+        if let Err(error) = &result {
+            tracing::warn!(
+                handler = self.handler,
+                topic = key.0,
+                partition = key.1,
+                paused = full,
+                "pausing or resuming a partition failed: {error}"
+            );
+        }
+        // A failed pause is tried again at the next record; a failed resume
+        // is not retried (a partition not assigned any more cannot be resumed).
+        if full && result.is_ok() {
+            self.paused.insert(key.clone());
+        } else if !full {
+            self.paused.remove(key);
+        }
     }
 
     /// Re-reads a partition's stored position and forgets what was buffered.
@@ -213,6 +263,7 @@ impl Pump {
         partition.buffer.clear();
         partition.since = None;
         partition.generation = self.generations;
+        self.flow(key);
         Some(stored)
     }
 
@@ -230,6 +281,7 @@ impl Pump {
                     "seek failed ({error}); retrying it on the next record"
                 );
                 self.partitions.remove(key);
+                self.flow(key);
                 self.consumer.context().mark_fresh(&key.0, key.1);
                 false
             }
@@ -239,6 +291,7 @@ impl Pump {
     /// Starts a batch for every idle partition whose records are due.
     fn launch_ready(&mut self, linger: Duration, shutdown: &CancellationToken) {
         let max = self.batching.max_events;
+        let mut drained = Vec::new();
         for (key, partition) in &mut self.partitions {
             let due = partition.buffer.len() >= max || partition.since.is_some_and(|s| s.elapsed() >= linger);
             if partition.in_flight.is_some() || partition.buffer.is_empty() || !due {
@@ -259,7 +312,12 @@ impl Pump {
                 outage: self.outage.clone(),
             };
             self.batches.spawn(task.run(records, shutdown.clone()));
+            drained.push(key.clone());
         }
+        for key in drained {
+            self.flow(&key);
+        }
+        self.pipeline.stats().batches_in_flight(self.batches.len());
     }
 
     /// Takes a finished batch's position; a fenced one re-reads the partition
