@@ -17,6 +17,8 @@
 //! and takes them down on a transaction, the only code that does.
 
 mod state;
+#[cfg(test)]
+mod tests;
 
 pub(super) use state::{Connection, WallState};
 
