@@ -40,7 +40,7 @@ pub(in crate::db) trait Connection {
     fn sqlite(&mut self) -> Option<&mut SqliteConnection>;
 }
 
-enum Call {
+enum Phase {
     /// No guest call's walls are up (a migration statement's may be).
     Outside,
     /// Between `enter_guest` and `exit_guest`: these walls are up.
@@ -54,7 +54,7 @@ enum Call {
 pub(in crate::db) struct WallState {
     /// Declared first so it drops first (see [`SqliteSwitch`]).
     sqlite: SqliteSwitch,
-    call: Call,
+    call: Phase,
     /// SQLite rolled the whole transaction back under a guest's statement
     /// (see [`WallState::take_lost`]); a new, empty one was begun in its place.
     lost: bool,
@@ -64,7 +64,7 @@ impl WallState {
     pub fn new() -> Self {
         Self {
             sqlite: SqliteSwitch::default(),
-            call: Call::Outside,
+            call: Phase::Outside,
             lost: false,
         }
     }
@@ -72,7 +72,7 @@ impl WallState {
     /// The handler whose call is running, if one is.
     pub fn handler_in_call(&self) -> Option<&str> {
         match &self.call {
-            Call::InCall(walls) => Some(walls.handler()),
+            Phase::InCall(walls) => Some(walls.handler()),
             _ => None,
         }
     }
@@ -125,16 +125,16 @@ impl WallState {
         walls: &Walls,
     ) -> Result<(), DbError> {
         // Taken out: whatever fails below, no call is left lingering.
-        match std::mem::replace(&mut self.call, Call::Outside) {
-            Call::Lingering {
+        match std::mem::replace(&mut self.call, Phase::Outside) {
+            Phase::Lingering {
                 savepoint: open,
                 walls: up,
             } if open == savepoint && up.handler() == walls.handler() => {
                 self.renew_savepoint(conn, savepoint, walls).await?;
-                self.call = Call::InCall(walls.clone());
+                self.call = Phase::InCall(walls.clone());
                 return Ok(());
             }
-            lingering @ Call::Lingering { .. } => {
+            lingering @ Phase::Lingering { .. } => {
                 self.call = lingering;
                 self.leave_lingering(conn).await?;
             }
@@ -151,7 +151,7 @@ impl WallState {
                 self.put_up(conn, walls).await?;
             }
         }
-        self.call = Call::InCall(walls.clone());
+        self.call = Phase::InCall(walls.clone());
         Ok(())
     }
 
@@ -173,10 +173,10 @@ impl WallState {
         savepoint: &'static str,
         succeeded: bool,
     ) -> Result<(), DbError> {
-        if !matches!(self.call, Call::InCall(_)) {
+        if !matches!(self.call, Phase::InCall(_)) {
             return Ok(());
         }
-        let Call::InCall(walls) = std::mem::replace(&mut self.call, Call::Outside) else {
+        let Phase::InCall(walls) = std::mem::replace(&mut self.call, Phase::Outside) else {
             unreachable!("matched above");
         };
         if self.lost {
@@ -184,7 +184,7 @@ impl WallState {
             return self.leave_walls(conn).await;
         }
         if succeeded {
-            self.call = Call::Lingering { savepoint, walls };
+            self.call = Phase::Lingering { savepoint, walls };
             return Ok(());
         }
         match conn.backend() {
@@ -227,10 +227,10 @@ impl WallState {
     /// Leaves the walls of a successful guest call that is still lingering,
     /// keeping its work. Every host statement calls this first.
     pub async fn leave_lingering<C: Connection>(&mut self, conn: &mut C) -> Result<(), DbError> {
-        let Call::Lingering { savepoint, .. } = self.call else {
+        let Phase::Lingering { savepoint, .. } = self.call else {
             return Ok(());
         };
-        self.call = Call::Outside;
+        self.call = Phase::Outside;
         match conn.backend() {
             Backend::Postgres => {
                 conn.statements(&format!("{PG_LEAVE}; RELEASE SAVEPOINT {savepoint}"))
@@ -266,13 +266,13 @@ impl WallState {
         connection: &'static ConnectionWalls,
     ) -> Result<(), DbError> {
         self.lost = true;
-        if let Call::Lingering { .. } = self.call {
-            self.call = Call::Outside;
+        if let Phase::Lingering { .. } = self.call {
+            self.call = Phase::Outside;
         }
         // Down for the host's BEGIN, which the authorizer would refuse.
         switch(connection, None);
         let begun = conn.statements("BEGIN IMMEDIATE").await;
-        if let Call::InCall(walls) = &self.call {
+        if let Phase::InCall(walls) = &self.call {
             // The rest of the call stays inside the walls (its deadline has
             // passed), whether or not the new transaction could begin.
             switch(connection, Some((walls.policy(), Instant::now())));
