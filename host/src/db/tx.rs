@@ -5,57 +5,29 @@
 //! guest's statements land in it and in nothing else.
 
 use super::value::{bind_postgres, bind_sqlite, decode_postgres, decode_sqlite};
-use super::walls::{PG_LEAVE, Walls};
+use super::walls::{Connection, WallState, Walls};
 use super::{Backend, DbError, SqlValue};
-use crate::sandbox::authorizer::{self, ConnectionWalls};
 use futures_util::TryStreamExt;
-use sqlx::{Postgres, Sqlite, Transaction};
-use std::time::Instant;
+use sqlx::{Postgres, Sqlite, SqliteConnection, Transaction};
 use tokio::sync::OwnedSemaphorePermit;
 
 /// Wraps each guest statement on PostgreSQL, where a failed statement would
 /// otherwise abort the whole transaction (SQLite undoes just the statement).
 const STATEMENT_SAVEPOINT: &str = "inboxd_statement";
 
-/// See [`Tx::exit_guest`].
-struct Lingering {
-    savepoint: &'static str,
-    walls: Walls,
-}
-
 pub struct Tx {
     /// Declared first so it drops first: a transaction dropped with a
     /// handler's walls still up (an error path) takes them down before sqlx
     /// rolls it back on the same connection.
-    sqlite_walls: SqliteWalls,
+    walls: WallState,
     inner: Inner,
     /// PostgreSQL: wrap each guest statement in a savepoint (the default). Off
     /// for a handler's first run of an event: see [`Tx::set_statement_savepoints`].
     statement_savepoints: bool,
     /// A guest statement failed while `statement_savepoints` was off.
     statement_failed: bool,
-    /// SQLite rolled the whole transaction back under a guest's statement (see
-    /// [`Tx::take_lost`]); a new, empty one was begun in its place.
-    lost: bool,
-    /// The walls of the call that is running (between `enter_guest` and `exit_guest`).
-    in_guest: Option<Walls>,
-    /// A successful guest call whose walls and savepoint are still up.
-    lingering: Option<Lingering>,
     /// The SQLite writer slot this transaction holds, if any; released when it ends.
     _writer: Option<OwnedSemaphorePermit>,
-}
-
-/// The SQLite connection's walls, found once per transaction (see
-/// `sandbox::authorizer`); taken down when the transaction is dropped.
-#[derive(Default)]
-struct SqliteWalls(Option<&'static ConnectionWalls>);
-
-impl Drop for SqliteWalls {
-    fn drop(&mut self) {
-        if let Some(walls) = self.0 {
-            walls.leave();
-        }
-    }
 }
 
 enum Inner {
@@ -65,27 +37,19 @@ enum Inner {
 
 impl Tx {
     pub(super) fn sqlite(tx: Transaction<'static, Sqlite>) -> Self {
-        Self {
-            sqlite_walls: SqliteWalls::default(),
-            inner: Inner::Sqlite(tx),
-            statement_savepoints: true,
-            statement_failed: false,
-            lost: false,
-            in_guest: None,
-            lingering: None,
-            _writer: None,
-        }
+        Self::new(Inner::Sqlite(tx))
     }
 
     pub(super) fn postgres(tx: Transaction<'static, Postgres>) -> Self {
+        Self::new(Inner::Postgres(tx))
+    }
+
+    fn new(inner: Inner) -> Self {
         Self {
-            sqlite_walls: SqliteWalls::default(),
-            inner: Inner::Postgres(tx),
+            walls: WallState::new(),
+            inner,
             statement_savepoints: true,
             statement_failed: false,
-            lost: false,
-            in_guest: None,
-            lingering: None,
             _writer: None,
         }
     }
@@ -96,26 +60,26 @@ impl Tx {
     }
 
     pub fn backend(&self) -> Backend {
-        match self.inner {
-            Inner::Sqlite(_) => Backend::Sqlite,
-            Inner::Postgres(_) => Backend::Postgres,
-        }
+        self.inner.backend()
     }
 
-    /// Runs one of the host's statements and returns the number of rows it changed.
+    /// Runs one of the host's statements and returns the number of rows it
+    /// changed. A lingering guest call's walls come down first, so no host
+    /// statement ever runs inside them.
     pub async fn execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, DbError> {
-        self.leave_lingering().await?;
-        self.run(sql, params, true).await
+        self.walls.leave_lingering(&mut self.inner).await?;
+        self.inner.run(sql, params, true).await
     }
 
-    /// Runs one of the host's statements and returns every row it produced.
+    /// Runs one of the host's statements and returns every row it produced
+    /// (outside the walls, as [`Tx::execute`]).
     pub async fn query(&mut self, sql: &str, params: &[SqlValue]) -> Result<Vec<Vec<SqlValue>>, DbError> {
-        self.leave_lingering().await?;
+        self.walls.leave_lingering(&mut self.inner).await?;
         let unbounded = Bound {
             rows: usize::MAX,
             bytes: usize::MAX,
         };
-        self.fetch(sql, params, unbounded, true).await
+        self.inner.fetch(sql, params, unbounded, true).await
     }
 
     /// Runs a guest's statement, inside the walls [`Tx::enter_guest`] put up.
@@ -131,13 +95,13 @@ impl Tx {
         let text = self.guest_text(sql);
         let sql = &*text;
         if self.optimistic()? {
-            let result = self.run(sql, params, true).await;
+            let result = self.inner.run(sql, params, true).await;
             let result = self.deadline_error(result).await;
             self.statement_failed = result.is_err();
             return result;
         }
         self.statement_savepoint().await?;
-        let result = self.run(sql, params, self.caches_guest_statements()).await;
+        let result = self.inner.run(sql, params, self.caches_guest_statements()).await;
         let result = self.deadline_error(result).await;
         self.end_statement_savepoint(result.is_ok()).await?;
         result
@@ -159,13 +123,14 @@ impl Tx {
         let text = self.guest_text(sql);
         let sql = &*text;
         if self.optimistic()? {
-            let result = self.fetch(sql, params, bound, true).await;
+            let result = self.inner.fetch(sql, params, bound, true).await;
             let result = self.deadline_error(result).await;
             self.statement_failed = result.is_err();
             return result;
         }
         self.statement_savepoint().await?;
         let result = self
+            .inner
             .fetch(sql, params, bound, self.caches_guest_statements())
             .await;
         let result = self.deadline_error(result).await;
@@ -176,7 +141,7 @@ impl Tx {
     /// Runs one statement of a handler's migration, inside the walls
     /// [`Tx::enter_walls`] put up (migration scope). Never cached.
     pub async fn migration_execute(&mut self, sql: &str) -> Result<u64, DbError> {
-        let result = self.run(sql, &[], false).await;
+        let result = self.inner.run(sql, &[], false).await;
         self.deadline_error(result).await
     }
 
@@ -185,8 +150,8 @@ impl Tx {
     /// not share it, so a guest's text is tagged with its handler's name (a
     /// validated identifier, so it cannot end the comment).
     fn guest_text<'s>(&self, sql: &'s str) -> std::borrow::Cow<'s, str> {
-        match (&self.inner, &self.in_guest) {
-            (Inner::Postgres(_), Some(walls)) => format!("/* {} */ {sql}", walls.handler()).into(),
+        match (&self.inner, self.walls.handler_in_call()) {
+            (Inner::Postgres(_), Some(handler)) => format!("/* {handler} */ {sql}").into(),
             _ => sql.into(),
         }
     }
@@ -196,22 +161,23 @@ impl Tx {
     /// (claims, earlier events of the batch, savepoints) and the transaction
     /// is a new, empty one. The caller must redo that work without the guest.
     pub fn take_lost(&mut self) -> bool {
-        std::mem::take(&mut self.lost)
+        self.walls.take_lost()
+    }
+
+    /// True if SQLite rolled back the whole transaction under a guest's
+    /// statement (see [`Tx::take_lost`]), without clearing it.
+    pub fn is_lost(&self) -> bool {
+        self.walls.is_lost()
     }
 
     /// A statement the database stopped at the walls' deadline becomes
     /// [`DbError::StatementTimeout`], whatever the driver called it. On
     /// SQLite, a failed guest statement that took the whole transaction with
-    /// it (an interrupted write does) is noticed here.
+    /// it (an interrupted write does) is noticed here, and a new transaction
+    /// begun in its place (an error if it cannot be).
     async fn deadline_error<T>(&mut self, result: Result<T, DbError>) -> Result<T, DbError> {
         let Err(error) = result else { return result };
-        // Read before a restart, which puts the walls (and the flag) up anew.
-        let interrupted = self.sqlite_walls.0.is_some_and(|w| w.take_interrupted());
-        if let Some(walls) = self.sqlite_walls.0
-            && !walls.in_transaction()
-        {
-            self.restart_lost(walls).await?;
-        }
+        let interrupted = self.walls.after_failure(&mut self.inner).await?;
         let cancelled = matches!(&error, DbError::Sqlx(sqlx::Error::Database(db))
             if db.code().as_deref() == Some("57014"));
         if interrupted || cancelled {
@@ -223,9 +189,7 @@ impl Tx {
     /// The CTE names of the guest statement about to run, as the statement
     /// guard found them: SQLite's authorizer sees a CTE's reads under its name.
     pub fn set_ctes(&mut self, ctes: crate::sandbox::guard::Ctes) {
-        if let Some(walls) = self.sqlite_walls.0 {
-            walls.set_ctes(ctes);
-        }
+        self.walls.set_ctes(ctes);
     }
 
     /// Turns the per-statement savepoints of guest statements off (`false`)
@@ -259,30 +223,6 @@ impl Tx {
         Ok(true)
     }
 
-    /// Begins a new transaction in place of one SQLite rolled back, so the
-    /// connection and sqlx agree again; the savepoints died with the old one.
-    async fn restart_lost(&mut self, walls: &'static ConnectionWalls) -> Result<(), DbError> {
-        let policy_was_up = self.in_guest.clone();
-        self.lost = true;
-        self.lingering = None;
-        walls.leave();
-        let begun = self.execute_many("BEGIN IMMEDIATE").await;
-        if let Some(call) = policy_was_up {
-            // The rest of the call stays inside the walls (its deadline has
-            // passed), whether or not the new transaction could begin.
-            walls.enter(call.policy(), Instant::now());
-        }
-        // Without a transaction this connection is of no use to the event:
-        // the host's to retry, never the guest's to go on with.
-        begun.map_err(|_| DbError::TransactionLost)
-    }
-
-    /// True if SQLite rolled back the whole transaction under a guest's
-    /// statement (see [`Tx::take_lost`]), without clearing it.
-    pub fn is_lost(&self) -> bool {
-        self.lost
-    }
-
     fn caches_guest_statements(&self) -> bool {
         self.backend() == Backend::Postgres
     }
@@ -300,76 +240,6 @@ impl Tx {
                 self.release(STATEMENT_SAVEPOINT).await?;
             } else {
                 self.rollback_to(STATEMENT_SAVEPOINT).await?;
-            }
-        }
-        Ok(())
-    }
-
-    async fn run(&mut self, sql: &str, params: &[SqlValue], persistent: bool) -> Result<u64, DbError> {
-        let done = match &mut self.inner {
-            Inner::Sqlite(tx) => {
-                let query = bind_sqlite(sqlx::query(sql), params).persistent(persistent);
-                query.execute(&mut **tx).await?.rows_affected()
-            }
-            Inner::Postgres(tx) => {
-                let query = bind_postgres(sqlx::query(sql), params).persistent(persistent);
-                query.execute(&mut **tx).await?.rows_affected()
-            }
-        };
-        Ok(done)
-    }
-
-    async fn fetch(
-        &mut self,
-        sql: &str,
-        params: &[SqlValue],
-        bound: Bound,
-        persistent: bool,
-    ) -> Result<Vec<Vec<SqlValue>>, DbError> {
-        let mut rows = Vec::new();
-        let mut bytes = 0;
-        // Rows are decoded one at a time as they stream in, and counted
-        // before they are kept, so an oversized result stops at its bound
-        // instead of being buffered whole.
-        let mut keep = |row: Vec<SqlValue>| -> Result<(), DbError> {
-            if rows.len() == bound.rows {
-                return Err(DbError::TooManyRows { limit: bound.rows });
-            }
-            bytes += row.iter().map(SqlValue::size).sum::<usize>();
-            if bytes > bound.bytes {
-                return Err(DbError::ResultTooLarge { limit: bound.bytes });
-            }
-            rows.push(row);
-            Ok(())
-        };
-        match &mut self.inner {
-            Inner::Sqlite(tx) => {
-                let query = bind_sqlite(sqlx::query(sql), params).persistent(persistent);
-                let mut stream = query.fetch(&mut **tx);
-                while let Some(row) = stream.try_next().await? {
-                    keep(decode_sqlite(&row)?)?;
-                }
-            }
-            Inner::Postgres(tx) => {
-                let query = bind_postgres(sqlx::query(sql), params).persistent(persistent);
-                let mut stream = query.fetch(&mut **tx);
-                while let Some(row) = stream.try_next().await? {
-                    keep(decode_postgres(&row)?)?;
-                }
-            }
-        }
-        Ok(rows)
-    }
-
-    /// Runs several of the host's own statements in one round trip (the
-    /// simple query protocol; no parameters). The text is the host's, never a guest's.
-    async fn execute_many(&mut self, sql: &str) -> Result<(), DbError> {
-        match &mut self.inner {
-            Inner::Sqlite(tx) => {
-                sqlx::Executor::execute(&mut **tx, sql).await?;
-            }
-            Inner::Postgres(tx) => {
-                sqlx::Executor::execute(&mut **tx, sql).await?;
             }
         }
         Ok(())
@@ -405,52 +275,17 @@ impl Tx {
         Ok(())
     }
 
-    /// The SQLite connection's walls (one trip to sqlx's worker, once per transaction).
-    async fn connection_walls(&mut self) -> Result<&'static ConnectionWalls, DbError> {
-        if let Some(walls) = self.sqlite_walls.0 {
-            return Ok(walls);
-        }
-        let Inner::Sqlite(tx) = &mut self.inner else {
-            unreachable!("only SQLite connections have authorizer walls");
-        };
-        let mut handle = tx.lock_handle().await?;
-        let walls = authorizer::walls_of(handle.as_raw_handle().as_ptr()).ok_or_else(|| {
-            DbError::Sqlx(sqlx::Error::Protocol(
-                "this SQLite connection has no walls installed (it was not opened by Database::connect)"
-                    .into(),
-            ))
-        })?;
-        self.sqlite_walls.0 = Some(walls);
-        Ok(walls)
-    }
-
     /// Puts a handler's walls up for its SQL until [`Tx::leave_walls`]: on
     /// PostgreSQL its role, search path and statement timeout, all `LOCAL`;
     /// on SQLite its allowlist and a deadline `statement_timeout` from now.
     pub async fn enter_walls(&mut self, walls: &Walls) -> Result<(), DbError> {
-        self.leave_lingering().await?;
-        match self.backend() {
-            Backend::Postgres => self.execute_many(&walls.pg_enter()).await,
-            Backend::Sqlite => {
-                let connection = self.connection_walls().await?;
-                connection.enter(walls.policy(), Instant::now() + walls.statement_timeout());
-                Ok(())
-            }
-        }
+        self.walls.enter_walls(&mut self.inner, walls).await
     }
 
     /// Takes the walls of [`Tx::enter_walls`] down; always called after the
     /// handler's SQL, whatever happened.
     pub async fn leave_walls(&mut self) -> Result<(), DbError> {
-        match self.backend() {
-            Backend::Postgres => self.execute_many(PG_LEAVE).await,
-            Backend::Sqlite => {
-                if let Some(connection) = self.sqlite_walls.0 {
-                    connection.leave();
-                }
-                Ok(())
-            }
-        }
+        self.walls.leave_walls(&mut self.inner).await
     }
 
     /// Starts a guest call: `SAVEPOINT savepoint`, then the handler's walls
@@ -460,111 +295,22 @@ impl Tx {
     /// call of the same handler (see [`Tx::exit_guest`]) the walls are still
     /// up, and only the savepoint (and on SQLite the deadline) is renewed.
     pub async fn enter_guest(&mut self, savepoint: &'static str, walls: &Walls) -> Result<(), DbError> {
-        if let Some(open) = self.lingering.take() {
-            if open.savepoint == savepoint && open.walls.handler() == walls.handler() {
-                self.renew_savepoint(savepoint, walls).await?;
-                self.in_guest = Some(walls.clone());
-                return Ok(());
-            }
-            self.lingering = Some(open);
-            self.leave_lingering().await?;
-        }
-        match self.backend() {
-            Backend::Postgres => {
-                let sql = format!("SAVEPOINT {savepoint}; {}", walls.pg_enter());
-                self.execute_many(&sql).await?;
-            }
-            Backend::Sqlite => {
-                self.savepoint(savepoint).await?;
-                self.enter_walls(walls).await?;
-            }
-        }
-        self.in_guest = Some(walls.clone());
-        Ok(())
+        self.walls.enter_guest(&mut self.inner, savepoint, walls).await
     }
 
     /// Ends a guest call begun with [`Tx::enter_guest`]: keeps its work
     /// (`succeeded`) or undoes it, and leaves the walls. Every guest call ends
-    /// here, whatever happened.
-    ///
-    /// A failure is undone at once and the walls come down (on SQLite the
-    /// authorizer first: it would refuse the host's own savepoint statement). A success
-    /// only *lingers*: the walls stay up and the savepoint open until the
-    /// next statement of the host's own (which leaves them first, see
-    /// [`Tx::leave_lingering`]) or the next call of the same handler (which
-    /// just releases the savepoint and takes a new one). In a batch of
-    /// events that saves a round trip per event, and no host statement ever
-    /// runs inside the walls.
+    /// here, whatever happened. A failure is undone at once; a success
+    /// *lingers* inside its walls until the next host statement or the next
+    /// call of the same handler (see `walls::state`).
     pub async fn exit_guest(&mut self, savepoint: &'static str, succeeded: bool) -> Result<(), DbError> {
-        let Some(walls) = self.in_guest.take() else {
-            return Ok(());
-        };
-        if self.lost {
-            // The savepoint went with the transaction SQLite rolled back.
-            return self.leave_walls().await;
-        }
-        if succeeded {
-            self.lingering = Some(Lingering { savepoint, walls });
-            return Ok(());
-        }
-        match self.backend() {
-            // The walls are left explicitly, not by the rollback: after a
-            // renewed savepoint they were put up before it, and a rollback to
-            // it would leave them standing.
-            Backend::Postgres => {
-                self.execute_many(&format!("ROLLBACK TO SAVEPOINT {savepoint}; {PG_LEAVE}"))
-                    .await
-            }
-            Backend::Sqlite => {
-                self.leave_walls().await?;
-                self.rollback_to(savepoint).await
-            }
-        }
-    }
-
-    /// Between two successful calls of one handler: keep the first one's work
-    /// and open a savepoint for the next, inside the same walls.
-    async fn renew_savepoint(&mut self, savepoint: &'static str, walls: &Walls) -> Result<(), DbError> {
-        let sql = format!("RELEASE SAVEPOINT {savepoint}; SAVEPOINT {savepoint}");
-        match self.backend() {
-            Backend::Postgres => self.execute_many(&sql).await,
-            Backend::Sqlite => {
-                // The authorizer would refuse the savepoint statements.
-                self.leave_walls().await?;
-                self.execute_many(&sql).await?;
-                self.enter_walls(walls).await
-            }
-        }
-    }
-
-    /// Leaves the walls of a successful guest call that is still lingering,
-    /// keeping its work. Every host statement calls this first.
-    async fn leave_lingering(&mut self) -> Result<(), DbError> {
-        let Some(open) = self.lingering.take() else {
-            return Ok(());
-        };
-        let savepoint = open.savepoint;
-        match self.backend() {
-            Backend::Postgres => {
-                self.execute_many(&format!("{PG_LEAVE}; RELEASE SAVEPOINT {savepoint}"))
-                    .await
-            }
-            Backend::Sqlite => {
-                self.leave_walls().await?;
-                self.execute_many(&format!("RELEASE SAVEPOINT {savepoint}")).await
-            }
-        }
+        self.walls.exit_guest(&mut self.inner, savepoint, succeeded).await
     }
 
     pub async fn commit(mut self) -> Result<(), DbError> {
-        // A call still lingering in its walls: its savepoint is released and
-        // the walls come down (SQLite's authorizer would refuse the COMMIT).
-        self.leave_lingering().await?;
-        // Down now, not when `self` drops after the connection went back to
-        // the pool (where another transaction may have put up its own).
-        if let Some(walls) = self.sqlite_walls.0.take() {
-            walls.leave();
-        }
+        // The walls come down before COMMIT, and on SQLite before the
+        // connection goes back to the pool.
+        self.walls.before_commit(&mut self.inner).await?;
         match self.inner {
             Inner::Sqlite(tx) => tx.commit().await?,
             Inner::Postgres(tx) => tx.commit().await?,
@@ -573,14 +319,106 @@ impl Tx {
     }
 
     pub async fn rollback(mut self) -> Result<(), DbError> {
-        if let Some(walls) = self.sqlite_walls.0.take() {
-            walls.leave();
-        }
+        // As in `commit`: SQLite's authorizer would refuse the ROLLBACK.
+        self.walls.before_rollback();
         match self.inner {
             Inner::Sqlite(tx) => tx.rollback().await?,
             Inner::Postgres(tx) => tx.rollback().await?,
         }
         Ok(())
+    }
+}
+
+impl Inner {
+    async fn run(&mut self, sql: &str, params: &[SqlValue], persistent: bool) -> Result<u64, DbError> {
+        let done = match self {
+            Inner::Sqlite(tx) => {
+                let query = bind_sqlite(sqlx::query(sql), params).persistent(persistent);
+                query.execute(&mut **tx).await?.rows_affected()
+            }
+            Inner::Postgres(tx) => {
+                let query = bind_postgres(sqlx::query(sql), params).persistent(persistent);
+                query.execute(&mut **tx).await?.rows_affected()
+            }
+        };
+        Ok(done)
+    }
+
+    async fn fetch(
+        &mut self,
+        sql: &str,
+        params: &[SqlValue],
+        bound: Bound,
+        persistent: bool,
+    ) -> Result<Vec<Vec<SqlValue>>, DbError> {
+        let mut rows = Vec::new();
+        let mut bytes = 0;
+        // Rows are decoded one at a time as they stream in, and counted
+        // before they are kept, so an oversized result stops at its bound
+        // instead of being buffered whole.
+        let mut keep = |row: Vec<SqlValue>| -> Result<(), DbError> {
+            if rows.len() == bound.rows {
+                return Err(DbError::TooManyRows { limit: bound.rows });
+            }
+            bytes += row.iter().map(SqlValue::size).sum::<usize>();
+            if bytes > bound.bytes {
+                return Err(DbError::ResultTooLarge { limit: bound.bytes });
+            }
+            rows.push(row);
+            Ok(())
+        };
+        match self {
+            Inner::Sqlite(tx) => {
+                let query = bind_sqlite(sqlx::query(sql), params).persistent(persistent);
+                let mut stream = query.fetch(&mut **tx);
+                while let Some(row) = stream.try_next().await? {
+                    keep(decode_sqlite(&row)?)?;
+                }
+            }
+            Inner::Postgres(tx) => {
+                let query = bind_postgres(sqlx::query(sql), params).persistent(persistent);
+                let mut stream = query.fetch(&mut **tx);
+                while let Some(row) = stream.try_next().await? {
+                    keep(decode_postgres(&row)?)?;
+                }
+            }
+        }
+        Ok(rows)
+    }
+}
+
+/// The walls send the host's own statements through the transaction's connection.
+impl Connection for Inner {
+    fn backend(&self) -> Backend {
+        match self {
+            Inner::Sqlite(_) => Backend::Sqlite,
+            Inner::Postgres(_) => Backend::Postgres,
+        }
+    }
+
+    async fn statement(&mut self, sql: &str) -> Result<(), DbError> {
+        self.run(sql, &[], true).await.map(drop)
+    }
+
+    /// The simple query protocol: several statements, one round trip, no
+    /// parameters. The text is the host's, never a guest's.
+    async fn statements(&mut self, sql: &str) -> Result<(), DbError> {
+        match self {
+            Inner::Sqlite(tx) => {
+                sqlx::Executor::execute(&mut **tx, sql).await?;
+            }
+            Inner::Postgres(tx) => {
+                sqlx::Executor::execute(&mut **tx, sql).await?;
+            }
+        }
+        Ok(())
+    }
+
+    fn sqlite(&mut self) -> Option<&mut SqliteConnection> {
+        match self {
+            Inner::Sqlite(tx) => Some(&mut **tx),
+            Inner::Postgres(_) => None,
+        }
     }
 }
 

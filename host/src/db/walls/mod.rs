@@ -11,11 +11,21 @@
 //! set_config, transaction control) and no code a handler could plant
 //! (functions, triggers, rules) is allowed to exist. Leaving the walls is the
 //! host's own statement, sent only after the guest's call has returned.
+//!
+//! [`Walls`] says what one handler's walls are; beside it are the two
+//! switches, [`PG_LEAVE`] and SQLite's [`switch`]. [`state`] puts the walls up
+//! and takes them down on a transaction, the only code that does.
+
+mod state;
+#[cfg(test)]
+mod tests;
+
+pub(super) use state::{Connection, WallState};
 
 use super::{Database, DbError, handler_role, handler_schema, migrate};
-use crate::sandbox::authorizer::{Policy, Scope};
+use crate::sandbox::authorizer::{self, ConnectionWalls, Policy, Scope};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The search path of the host's own statements: the host schema, then the
 /// catalog, then (explicitly last, so it never shadows a host table)
@@ -25,7 +35,9 @@ pub const HOST_SEARCH_PATH: &str = "inboxd,pg_catalog,pg_temp";
 /// Leaves a handler's walls on PostgreSQL, back to the host's settings.
 /// `SET LOCAL ... TO DEFAULT` restores the connection's own statement timeout.
 /// Qualified: it runs while the handler's schema is still first on the path.
-pub(super) const PG_LEAVE: &str = "SELECT pg_catalog.set_config('role', 'none', true), \
+/// Sent only by [`state`], alone or composed with the savepoint statement it
+/// must come before or after.
+const PG_LEAVE: &str = "SELECT pg_catalog.set_config('role', 'none', true), \
      pg_catalog.set_config('search_path', 'inboxd,pg_catalog,pg_temp', true); SET LOCAL statement_timeout TO DEFAULT";
 
 /// One handler's walls, built once per loaded version (or per migration statement).
@@ -62,13 +74,13 @@ impl Walls {
         self.statement_timeout
     }
 
-    pub(super) fn policy(&self) -> Arc<Policy> {
+    fn policy(&self) -> Arc<Policy> {
         self.policy.clone()
     }
 
     /// PostgreSQL: puts the walls up. The names are validated handler names
     /// (`config::is_identifier`), never guest input.
-    pub(super) fn pg_enter(&self) -> String {
+    fn pg_enter(&self) -> String {
         // statement_timeout 0 would mean "no limit": at least 1 ms.
         let ms = self.statement_timeout.as_millis().max(1);
         format!(
@@ -77,5 +89,60 @@ impl Walls {
             handler_schema(&self.handler),
             handler_role(&self.handler),
         )
+    }
+}
+
+/// The one place SQLite's authorizer walls are switched: `Some` puts a
+/// handler's policy up with a deadline for its statements, `None` takes them
+/// down (the host's own work, unrestricted). A store into the connection's
+/// struct, no trip to sqlx's worker; only between statements.
+fn switch(connection: &ConnectionWalls, to: Option<(Arc<Policy>, Instant)>) {
+    match to {
+        Some((policy, deadline)) => connection.enter(policy, deadline),
+        None => connection.leave(),
+    }
+}
+
+/// The SQLite connection's walls, found once per transaction (see
+/// `sandbox::authorizer`). Taken down when the transaction drops: it is
+/// declared before the sqlx transaction, so a transaction dropped with a
+/// handler's walls still up (an error path) takes them down before sqlx rolls
+/// it back on the same connection (the authorizer would refuse the ROLLBACK).
+#[derive(Default)]
+struct SqliteSwitch(Option<&'static ConnectionWalls>);
+
+impl SqliteSwitch {
+    /// The connection's walls (one trip to sqlx's worker, once per transaction).
+    async fn find<C: state::Connection>(
+        &mut self,
+        conn: &mut C,
+    ) -> Result<&'static ConnectionWalls, DbError> {
+        if let Some(walls) = self.0 {
+            return Ok(walls);
+        }
+        let Some(connection) = conn.sqlite() else {
+            unreachable!("only SQLite connections have authorizer walls");
+        };
+        let mut handle = connection.lock_handle().await?;
+        let walls = authorizer::walls_of(handle.as_raw_handle().as_ptr()).ok_or_else(|| {
+            DbError::Sqlx(sqlx::Error::Protocol(
+                "this SQLite connection has no walls installed (it was not opened by Database::connect)"
+                    .into(),
+            ))
+        })?;
+        self.0 = Some(walls);
+        Ok(walls)
+    }
+
+    fn down(&self) {
+        if let Some(connection) = self.0 {
+            switch(connection, None);
+        }
+    }
+}
+
+impl Drop for SqliteSwitch {
+    fn drop(&mut self) {
+        self.down();
     }
 }
