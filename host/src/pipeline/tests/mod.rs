@@ -8,9 +8,8 @@
 //! the outbox, and how often the handler ran. Everything runs synchronously:
 //! nothing here polls or sleeps (a retry's backoff is configured to 1 ms).
 
-#[allow(dead_code)] // until the tests that use it
+mod batches;
 mod harness;
-#[allow(dead_code)]
 mod scripted;
 
 use super::backoff;
