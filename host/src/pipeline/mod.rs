@@ -505,23 +505,4 @@ pub fn backoff(retry: &RetryConfig, attempt: u32) -> Duration {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_grows_and_is_capped() {
-        let retry = RetryConfig {
-            max_attempts: 10,
-            backoff_initial_ms: 100,
-            backoff_max_ms: 1_000,
-        };
-        for _ in 0..50 {
-            let first = backoff(&retry, 1).as_millis();
-            assert!((50..=100).contains(&first), "{first}");
-            let third = backoff(&retry, 3).as_millis();
-            assert!((200..=400).contains(&third), "{third}");
-            let late = backoff(&retry, 30).as_millis();
-            assert!((500..=1_000).contains(&late), "{late}");
-        }
-    }
-}
+mod tests;

@@ -1,0 +1,214 @@
+//! Batches whose events end in the ordinary ways: applied, duplicate,
+//! rejected, retried until they succeed, retried until they run out.
+
+use super::harness::{Harness, MAX_ATTEMPTS, Parked, first_calls, id, record, records};
+use super::scripted::Act;
+use crate::db::test_support::each_backend;
+use crate::handler::{GuestFailure, LimitExceeded};
+use crate::pipeline::{BatchCursor, BatchEnd, Outcome};
+
+/// `(id(n), attempt)` rows of the handler's table, sorted.
+fn effects(rows: &[(u32, i64)]) -> Vec<(String, i64)> {
+    let mut rows: Vec<_> = rows.iter().map(|(n, attempt)| (id(*n), *attempt)).collect();
+    rows.sort();
+    rows
+}
+
+#[tokio::test]
+async fn a_clean_batch_applies_each_event_once_with_its_messages_and_offset() {
+    for db in each_backend().await {
+        let h = Harness::new(db).await;
+        let ids = [1, 2, 3, 4, 5];
+        for n in ids {
+            h.handler.on(&id(n), vec![Act::Effect, Act::Publish("invoices")]);
+        }
+        let (end, cursor) = h.batch(&records(10, &ids)).await;
+        let on = h.backend();
+        assert_eq!(end, BatchEnd::Done, "{on:?}");
+        assert_eq!(
+            cursor,
+            BatchCursor {
+                done: 5,
+                expected: Some(15)
+            },
+            "{on:?}"
+        );
+        assert_eq!(h.effects().await, effects(&ids.map(|n| (n, 1))), "{on:?}");
+        for n in ids {
+            assert_eq!(h.status(&id(n)).await.as_deref(), Some("done"), "{on:?}");
+        }
+        assert_eq!(h.offset().await, Some(15), "{on:?}: last offset + 1");
+        let published: Vec<_> = ids.iter().map(|n| ("invoices".to_owned(), id(*n))).collect();
+        assert_eq!(h.outbox().await, published, "{on:?}: in event order");
+        assert_eq!(h.dead_letters().await, [], "{on:?}");
+        assert_eq!(h.handler.call_order(), first_calls(&ids), "{on:?}");
+    }
+}
+
+#[tokio::test]
+async fn duplicates_in_a_batch_and_across_batches_run_once() {
+    for db in each_backend().await {
+        let h = Harness::new(db).await;
+        let on = h.backend();
+        // Event 1 twice in one batch, then 2 again in the next, then 3 on its own.
+        let (end, _) = h.batch(&records(0, &[1, 2, 1, 3])).await;
+        assert_eq!(end, BatchEnd::Done, "{on:?}");
+        assert_eq!(h.offset().await, Some(4), "{on:?}: the copy moves the offset too");
+        let (end, _) = h.batch(&records(4, &[2, 4])).await;
+        assert_eq!(end, BatchEnd::Done, "{on:?}");
+        assert_eq!(h.single(&record(6, &id(3))).await, Outcome::Duplicate, "{on:?}");
+        assert_eq!(h.offset().await, Some(7), "{on:?}");
+        assert_eq!(
+            h.effects().await,
+            effects(&[(1, 1), (2, 1), (3, 1), (4, 1)]),
+            "{on:?}"
+        );
+        assert_eq!(h.handler.call_order(), first_calls(&[1, 2, 3, 4]), "{on:?}");
+        assert_eq!(h.dead_letters().await, [], "{on:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_rejected_event_is_parked_and_its_neighbours_apply_in_the_same_batch() {
+    for db in each_backend().await {
+        let h = Harness::new(db).await;
+        let on = h.backend();
+        for n in [1, 2, 3] {
+            h.handler.on(&id(n), vec![Act::Effect, Act::Publish("invoices")]);
+        }
+        let reject = GuestFailure::Reject("order 2 is malformed".into());
+        h.handler.on(
+            &id(2),
+            vec![Act::Effect, Act::Publish("invoices"), Act::Fail(reject)],
+        );
+        let (end, cursor) = h.batch(&records(0, &[1, 2, 3])).await;
+        assert_eq!(end, BatchEnd::Done, "{on:?}");
+        assert_eq!(
+            cursor,
+            BatchCursor {
+                done: 3,
+                expected: Some(3)
+            },
+            "{on:?}"
+        );
+        // Its own write and message went with it; its neighbours' did not.
+        assert_eq!(h.effects().await, effects(&[(1, 1), (3, 1)]), "{on:?}");
+        let published = vec![("invoices".to_owned(), id(1)), ("invoices".to_owned(), id(3))];
+        assert_eq!(h.outbox().await, published, "{on:?}");
+        let parked = h.dead_letters().await;
+        assert_eq!(parked.len(), 1, "{on:?}: {parked:?}");
+        let Parked {
+            event_id,
+            offset,
+            kind,
+            attempts,
+            reason,
+        } = &parked[0];
+        assert_eq!(
+            (event_id.as_deref(), *offset),
+            (Some(id(2).as_str()), 1),
+            "{on:?}"
+        );
+        assert_eq!((kind.as_str(), *attempts), ("rejected", 1), "{on:?}");
+        assert!(reason.contains("order 2 is malformed"), "{on:?}: {reason}");
+        assert_eq!(h.status(&id(2)).await.as_deref(), Some("dead"), "{on:?}");
+        assert_eq!(h.status(&id(3)).await.as_deref(), Some("done"), "{on:?}");
+        assert_eq!(h.offset().await, Some(3), "{on:?}");
+        assert_eq!(
+            h.handler.call_order(),
+            first_calls(&[1, 2, 3]),
+            "{on:?}: never retried"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_retry_commits_the_events_before_it_and_runs_the_rest_after_it_in_order() {
+    for db in each_backend().await {
+        let h = Harness::new(db).await;
+        let on = h.backend();
+        let retry = GuestFailure::Retry("the ledger is busy".into());
+        h.handler
+            .on_attempt(&id(2), 1, vec![Act::Effect, Act::Fail(retry)]);
+        // The second attempt sees what was committed before it: event 1 only.
+        h.handler
+            .on_attempt(&id(2), 2, vec![Act::CountEffects, Act::Effect]);
+        let (end, cursor) = h.batch(&records(0, &[1, 2, 3, 4])).await;
+        assert_eq!(end, BatchEnd::Done, "{on:?}");
+        assert_eq!(
+            cursor,
+            BatchCursor {
+                done: 4,
+                expected: Some(4)
+            },
+            "{on:?}"
+        );
+        let order = [(1, 1), (2, 1), (2, 2), (3, 1), (4, 1)].map(|(n, a)| (id(n), a));
+        assert_eq!(h.handler.call_order(), order, "{on:?}");
+        let second = h.handler.calls().into_iter().find(|c| c.attempt == 2).unwrap();
+        assert_eq!(
+            second.effects_seen,
+            Some(1),
+            "{on:?}: event 1 committed, 3 and 4 not run"
+        );
+        // Attempt 1's write was undone; nothing ran twice.
+        assert_eq!(
+            h.effects().await,
+            effects(&[(1, 1), (2, 2), (3, 1), (4, 1)]),
+            "{on:?}"
+        );
+        for n in [1, 2, 3, 4] {
+            assert_eq!(h.status(&id(n)).await.as_deref(), Some("done"), "{on:?}");
+        }
+        assert_eq!(h.offset().await, Some(4), "{on:?}");
+        assert_eq!(h.dead_letters().await, [], "{on:?}");
+    }
+}
+
+#[tokio::test]
+async fn an_event_that_keeps_failing_is_parked_when_its_retries_run_out() {
+    for db in each_backend().await {
+        let h = Harness::new(db).await;
+        let on = h.backend();
+        // Every kind of failure but a reject is retried, and counts.
+        let limit = LimitExceeded {
+            key: "limits.timeout_ms",
+            detail: "the call ran longer than 5000 ms".into(),
+        };
+        let failures = [
+            GuestFailure::Retry("the ledger is busy".into()),
+            GuestFailure::Trap("unreachable".into()),
+            GuestFailure::Limit(limit),
+        ];
+        for (attempt, failure) in (1..).zip(failures) {
+            h.handler
+                .on_attempt(&id(2), attempt, vec![Act::Effect, Act::Fail(failure)]);
+        }
+        let (end, _) = h.batch(&records(0, &[1, 2, 3])).await;
+        assert_eq!(end, BatchEnd::Done, "{on:?}");
+        let order = [(1, 1), (2, 1), (2, 2), (2, 3), (3, 1)].map(|(n, a)| (id(n), a));
+        assert_eq!(h.handler.call_order(), order, "{on:?}");
+        let parked = h.dead_letters().await;
+        assert_eq!(parked.len(), 1, "{on:?}: {parked:?}");
+        let Parked {
+            event_id,
+            kind,
+            attempts,
+            reason,
+            ..
+        } = &parked[0];
+        assert_eq!(event_id.as_deref(), Some(id(2).as_str()), "{on:?}");
+        assert_eq!(
+            (kind.as_str(), *attempts),
+            ("retries-exhausted", i64::from(MAX_ATTEMPTS)),
+            "{on:?}"
+        );
+        assert!(
+            reason.contains("limits.timeout_ms"),
+            "{on:?}: the last failure: {reason}"
+        );
+        assert_eq!(h.status(&id(2)).await.as_deref(), Some("dead"), "{on:?}");
+        assert_eq!(h.effects().await, effects(&[(1, 1), (3, 1)]), "{on:?}");
+        assert_eq!(h.offset().await, Some(3), "{on:?}");
+    }
+}

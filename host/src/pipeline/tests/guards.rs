@@ -1,0 +1,252 @@
+//! What the host does when a record or a handler is not what it should be:
+//! a broken invariant, a fence, a record without an event id or with an
+//! oversized payload, a guest statement that fails or that reaches for the
+//! host's tables.
+
+use super::harness::{Harness, MAX_PAYLOAD, Parked, TOPIC, first_calls, id, record, records};
+use super::scripted::Act;
+use crate::db::Backend;
+use crate::db::offsets::{self, Advance};
+use crate::db::test_support::each_backend;
+use crate::pipeline::{BatchEnd, Outcome};
+
+#[tokio::test]
+async fn a_broken_invariant_reruns_the_batch_one_by_one_and_parks_only_the_offender() {
+    for db in each_backend().await {
+        let h = Harness::new(db).await;
+        let on = h.backend();
+        for n in [1, 2, 3] {
+            h.handler.on(&id(n), vec![Act::Effect, Act::Publish("invoices")]);
+        }
+        h.handler.on(&id(2), vec![Act::Effect, Act::BreakInbox]);
+        let (end, _) = h.batch(&records(0, &[1, 2, 3])).await;
+        assert_eq!(end, BatchEnd::Done, "{on:?}");
+        // The batch ran once and was rolled back whole; then each event alone.
+        assert_eq!(h.handler.call_order(), first_calls(&[1, 2, 3, 1, 2, 3]), "{on:?}");
+        let parked = h.dead_letters().await;
+        assert_eq!(parked.len(), 1, "{on:?}: {parked:?}");
+        let Parked {
+            event_id,
+            kind,
+            attempts,
+            reason,
+            ..
+        } = &parked[0];
+        assert_eq!(event_id.as_deref(), Some(id(2).as_str()), "{on:?}");
+        assert_eq!((kind.as_str(), *attempts), ("sandbox-violation", 1), "{on:?}");
+        assert!(
+            reason.contains("inbox claim was changed or removed"),
+            "{on:?}: {reason}"
+        );
+        assert_eq!(h.status(&id(2)).await.as_deref(), Some("dead"), "{on:?}");
+        // The neighbours' writes and messages exist once, from their second run.
+        let applied = vec![(id(1), 1), (id(3), 1)];
+        assert_eq!(h.effects().await, applied, "{on:?}");
+        let published = vec![("invoices".to_owned(), id(1)), ("invoices".to_owned(), id(3))];
+        assert_eq!(h.outbox().await, published, "{on:?}");
+        assert_eq!(h.offset().await, Some(3), "{on:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_batch_fenced_by_another_consumer_commits_nothing() {
+    for db in each_backend().await {
+        let h = Harness::new(db).await;
+        let on = h.backend();
+        for n in [1, 2, 3] {
+            h.handler.on(&id(n), vec![Act::Effect, Act::Publish("invoices")]);
+        }
+        let (end, cursor) = h.batch(&records(0, &[1, 2, 3])).await;
+        assert_eq!((end, cursor.expected), (BatchEnd::Done, Some(3)), "{on:?}");
+        // Another consumer takes the partition over and commits up to 7.
+        let mut tx = h.db.begin().await.unwrap();
+        let moved = Advance {
+            handler: super::harness::HANDLER,
+            topic: TOPIC,
+            partition: 0,
+            expected: Some(3),
+            next_offset: 7,
+            records: 4,
+        };
+        assert!(offsets::advance(&mut tx, &moved).await.unwrap());
+        tx.commit().await.unwrap();
+        // This consumer still believes the partition is at 3.
+        let mut stale = crate::pipeline::BatchCursor::new(cursor.expected);
+        let end = h
+            .pipeline
+            .process_batch(&records(3, &[4, 5]), &mut stale, &h.shutdown)
+            .await
+            .unwrap();
+        assert_eq!(end, BatchEnd::Fenced, "{on:?}");
+        assert_eq!(
+            h.offset().await,
+            Some(7),
+            "{on:?}: the other consumer's position stands"
+        );
+        assert_eq!(
+            h.effects().await,
+            vec![(id(1), 1), (id(2), 1), (id(3), 1)],
+            "{on:?}"
+        );
+        assert_eq!(h.inbox_rows().await, 3, "{on:?}: no claim of events 4 and 5");
+        assert_eq!(h.status(&id(4)).await, None, "{on:?}");
+        assert_eq!(h.outbox().await.len(), 3, "{on:?}");
+        assert_eq!(h.dead_letters().await, [], "{on:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_record_without_an_event_id_is_parked_without_running_the_handler() {
+    for db in each_backend().await {
+        let h = Harness::new(db).await;
+        let on = h.backend();
+        let mut batch = records(0, &[1, 2, 3]);
+        batch[1].headers.clear();
+        batch[1].payload = b"not json".to_vec();
+        let (end, _) = h.batch(&batch).await;
+        assert_eq!(end, BatchEnd::Done, "{on:?}");
+        // And on its own: an id that is not a UUID.
+        let odd = record(3, "order-17");
+        assert_eq!(h.single(&odd).await, Outcome::DeadLettered, "{on:?}");
+        assert_eq!(h.handler.call_order(), first_calls(&[1, 3]), "{on:?}");
+        let parked = h.dead_letters().await;
+        let found: Vec<_> = parked
+            .iter()
+            .map(|p| (p.event_id.clone(), p.offset, p.kind.as_str(), p.attempts))
+            .collect();
+        assert_eq!(
+            found,
+            [(None, 1, "event-id", 0), (None, 3, "event-id", 0)],
+            "{on:?}"
+        );
+        assert!(
+            parked[0].reason.contains("missing event id"),
+            "{on:?}: {}",
+            parked[0].reason
+        );
+        assert!(
+            parked[1].reason.contains("is not a UUID"),
+            "{on:?}: {}",
+            parked[1].reason
+        );
+        assert_eq!(h.effects().await, vec![(id(1), 1), (id(3), 1)], "{on:?}");
+        assert_eq!(h.inbox_rows().await, 2, "{on:?}: nothing to claim without an id");
+        assert_eq!(h.offset().await, Some(4), "{on:?}");
+    }
+}
+
+#[tokio::test]
+async fn an_oversized_payload_is_parked_as_a_limit_without_running_the_handler() {
+    for db in each_backend().await {
+        let h = Harness::new(db).await;
+        let on = h.backend();
+        let mut batch = records(0, &[1, 2, 3]);
+        batch[1].payload = vec![b' '; MAX_PAYLOAD + 1];
+        let (end, _) = h.batch(&batch).await;
+        assert_eq!(end, BatchEnd::Done, "{on:?}");
+        assert_eq!(h.handler.call_order(), first_calls(&[1, 3]), "{on:?}");
+        let parked = h.dead_letters().await;
+        assert_eq!(parked.len(), 1, "{on:?}: {parked:?}");
+        let Parked {
+            event_id,
+            offset,
+            kind,
+            attempts,
+            reason,
+        } = &parked[0];
+        assert_eq!(
+            (event_id.as_deref(), *offset),
+            (Some(id(2).as_str()), 1),
+            "{on:?}"
+        );
+        assert_eq!((kind.as_str(), *attempts), ("limit", 0), "{on:?}");
+        assert!(reason.contains("limits.max_payload_bytes"), "{on:?}: {reason}");
+        assert_eq!(h.status(&id(2)).await.as_deref(), Some("dead"), "{on:?}");
+        assert_eq!(h.effects().await, vec![(id(1), 1), (id(3), 1)], "{on:?}");
+        assert_eq!(h.offset().await, Some(3), "{on:?}");
+    }
+}
+
+/// PostgreSQL aborts the transaction at a failed statement, so the first
+/// (savepoint-less) run is undone and the call runs again with a savepoint
+/// per statement; SQLite undoes just the statement and runs it once.
+#[tokio::test]
+async fn a_failed_guest_statement_is_seen_by_the_handler_and_the_event_applies_once() {
+    for db in each_backend().await {
+        let h = Harness::new(db).await;
+        let on = h.backend();
+        let null = Act::TrySql("INSERT INTO effects (event_id, attempt) VALUES (NULL, 0)");
+        h.handler
+            .on(&id(1), vec![null, Act::Effect, Act::Publish("invoices")]);
+        let (end, _) = h.batch(&records(0, &[1, 2])).await;
+        assert_eq!(end, BatchEnd::Done, "{on:?}");
+        let runs = match on {
+            Backend::Sqlite => 1,
+            Backend::Postgres => 2,
+        };
+        let calls = h.handler.calls();
+        assert_eq!(h.handler.calls_for(&id(1)), runs, "{on:?}: {calls:?}");
+        for call in calls.iter().filter(|c| c.event_id == id(1)) {
+            let first = call.errors.first().map(String::as_str).unwrap_or_default();
+            assert!(
+                first.to_lowercase().contains("not null") || first.contains("not-null"),
+                "{on:?}: the NOT NULL violation: {calls:?}"
+            );
+        }
+        assert_eq!(
+            calls.last().unwrap().errors,
+            Vec::<String>::new(),
+            "{on:?}: the last run's effect worked"
+        );
+        assert_eq!(h.effects().await, vec![(id(1), 1), (id(2), 1)], "{on:?}");
+        assert_eq!(h.outbox().await, vec![("invoices".to_owned(), id(1))], "{on:?}");
+        assert_eq!(h.dead_letters().await, [], "{on:?}");
+        assert_eq!(h.offset().await, Some(2), "{on:?}");
+    }
+}
+
+/// The second wall alone (no statement guard in front of it here): the
+/// database refuses a guest statement on the host's tables, and the host's
+/// rows stay as they were.
+#[tokio::test]
+async fn guest_statements_on_the_hosts_tables_are_refused_by_the_database() {
+    for db in each_backend().await {
+        let h = Harness::new(db).await;
+        let on = h.backend();
+        let (inbox, offsets, refused) = match on {
+            Backend::Sqlite => (
+                "DELETE FROM inbox",
+                "UPDATE offsets SET next_offset = 0",
+                "not authorized",
+            ),
+            Backend::Postgres => (
+                "DELETE FROM inboxd.inbox",
+                "UPDATE inboxd.offsets SET next_offset = 0",
+                "permission denied",
+            ),
+        };
+        h.handler.on(
+            &id(2),
+            vec![Act::TrySql(inbox), Act::TrySql(offsets), Act::Effect],
+        );
+        let (end, _) = h.batch(&records(0, &[1, 2, 3])).await;
+        assert_eq!(end, BatchEnd::Done, "{on:?}");
+        let calls = h.handler.calls();
+        let last = calls.iter().rfind(|c| c.event_id == id(2)).unwrap();
+        assert_eq!(last.errors.len(), 2, "{on:?}: {calls:?}");
+        assert!(
+            last.errors.iter().all(|e| e.contains(refused)),
+            "{on:?}: {calls:?}"
+        );
+        for n in [1, 2, 3] {
+            assert_eq!(h.status(&id(n)).await.as_deref(), Some("done"), "{on:?}");
+        }
+        assert_eq!(
+            h.effects().await,
+            vec![(id(1), 1), (id(2), 1), (id(3), 1)],
+            "{on:?}"
+        );
+        assert_eq!(h.offset().await, Some(3), "{on:?}");
+        assert_eq!(h.dead_letters().await, [], "{on:?}");
+    }
+}
