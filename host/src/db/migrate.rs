@@ -334,6 +334,36 @@ mod tests {
     use super::*;
     use crate::db::test_support::sqlite_db;
 
+    /// SQLite makes an index by itself for a PRIMARY KEY or UNIQUE column
+    /// while the table is being created (`sqlite_autoindex_keys_1`), and a
+    /// CREATE INDEX fills its index as a REINDEX: the walls must let both
+    /// through, and the key must hold afterwards.
+    #[tokio::test]
+    async fn a_handler_table_may_have_a_primary_key_and_unique_indexes() {
+        for sql in [
+            "CREATE TABLE keys (k TEXT PRIMARY KEY, v TEXT UNIQUE);",
+            "CREATE TABLE keys (k TEXT NOT NULL, v TEXT, PRIMARY KEY (k, v));",
+            "CREATE TABLE keys (k TEXT NOT NULL, v TEXT);\nCREATE UNIQUE INDEX keys_k ON keys (k);",
+            "CREATE TABLE keys (k TEXT PRIMARY KEY, v TEXT);\nCREATE INDEX keys_v ON keys (v);",
+        ] {
+            for db in crate::db::test_support::each_backend().await {
+                let dir = tempfile::tempdir().unwrap();
+                std::fs::write(dir.path().join("0001_init.sql"), sql).unwrap();
+                prepare_handler(&db, "keyed").await.unwrap();
+                let applied = apply_handler(&db, "keyed", dir.path()).await;
+                assert!(applied.is_ok(), "{:?} {sql}: {applied:?}", db.backend());
+                assert_eq!(own_tables(&db, "keyed").await.unwrap(), ["keys"]);
+                let table = db.handler_table("keyed", "keys");
+                let insert = format!("INSERT INTO {table} (k, v) VALUES ('a', 'b')");
+                let mut tx = db.begin().await.unwrap();
+                tx.execute(&insert, &[]).await.unwrap();
+                tx.commit().await.unwrap();
+                let mut tx = db.begin().await.unwrap();
+                assert!(tx.execute(&insert, &[]).await.is_err(), "the key holds: {sql}");
+            }
+        }
+    }
+
     #[tokio::test]
     async fn applies_once_in_order_and_refuses_edits() {
         let db = sqlite_db().await;

@@ -156,6 +156,13 @@ fn is_schema_table(table: Option<&str>) -> bool {
 
 /// The walls of one connection: whose policy applies now, and until when a
 /// statement may run.
+/// See [`ConnectionWalls::decide`].
+#[derive(Debug, Default)]
+struct Creating {
+    table: Option<String>,
+    index: Option<String>,
+}
+
 #[derive(Debug, Default)]
 pub struct ConnectionWalls {
     /// The connection's handle, for the length limit and the transaction check.
@@ -166,6 +173,10 @@ pub struct ConnectionWalls {
     policy: Mutex<Option<Arc<Policy>>>,
     /// The CTE names of the statement about to run (see [`Policy::decide`]).
     ctes: Mutex<Ctes>,
+    /// What a migration's statement is making right now, once its creation
+    /// was allowed (see [`ConnectionWalls::decide`]); cleared when the walls
+    /// go up or down, so it lives for that one statement.
+    creating: Mutex<Creating>,
     /// Nanoseconds since [`clock`]'s origin; 0: no deadline.
     deadline: AtomicU64,
     /// Set when the progress handler stopped a statement at the deadline.
@@ -177,6 +188,7 @@ impl ConnectionWalls {
     pub fn enter(&self, policy: Arc<Policy>, deadline: Instant) {
         self.set_max_length(GUEST_MAX_LENGTH);
         *self.policy.lock().unwrap_or_else(|p| p.into_inner()) = Some(policy);
+        *self.creating.lock().unwrap_or_else(|p| p.into_inner()) = Creating::default();
         self.interrupted.store(false, Ordering::Relaxed);
         self.deadline.store(nanos(deadline).max(1), Ordering::Relaxed);
     }
@@ -192,6 +204,7 @@ impl ConnectionWalls {
         self.set_max_length(self.host_max_length);
         self.deadline.store(0, Ordering::Relaxed);
         *self.policy.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *self.creating.lock().unwrap_or_else(|p| p.into_inner()) = Creating::default();
     }
 
     /// Only between statements, by the transaction that owns the connection:
@@ -219,13 +232,44 @@ impl ConnectionWalls {
     }
 
     fn decide(&self, action: c_int, arg1: Option<&str>, arg2: Option<&str>) -> c_int {
-        match &*self.policy.lock().unwrap_or_else(|p| p.into_inner()) {
-            None => ffi::SQLITE_OK,
-            Some(policy) => {
-                let ctes = self.ctes.lock().unwrap_or_else(|p| p.into_inner());
-                policy.decide(action, arg1, arg2, &ctes)
+        let Some(policy) = &*self.policy.lock().unwrap_or_else(|p| p.into_inner()) else {
+            return ffi::SQLITE_OK;
+        };
+        let mut creating = self.creating.lock().unwrap_or_else(|p| p.into_inner());
+        if policy.scope == Scope::Migration {
+            // While its CREATE TABLE runs, SQLite builds the new table's key
+            // indexes (`sqlite_autoindex_<table>_<n>`, a name only SQLite may
+            // use) and reads its (empty) columns to do so: the table is the
+            // handler's from the moment its creation was allowed. A CREATE
+            // INDEX fills the new index, which SQLite asks for as a REINDEX of
+            // it (a REINDEX statement itself is refused by the migration guard).
+            let is = |made: &Option<String>, name: Option<&str>| {
+                made.as_deref()
+                    .is_some_and(|m| name.is_some_and(|n| n.eq_ignore_ascii_case(m)))
+            };
+            match action {
+                ffi::SQLITE_CREATE_INDEX | ffi::SQLITE_READ
+                    if is(
+                        &creating.table,
+                        if action == ffi::SQLITE_READ { arg1 } else { arg2 },
+                    ) =>
+                {
+                    return ffi::SQLITE_OK;
+                }
+                ffi::SQLITE_REINDEX if is(&creating.index, arg1) => return ffi::SQLITE_OK,
+                _ => {}
             }
         }
+        let ctes = self.ctes.lock().unwrap_or_else(|p| p.into_inner());
+        let verdict = policy.decide(action, arg1, arg2, &ctes);
+        if verdict == ffi::SQLITE_OK {
+            match action {
+                ffi::SQLITE_CREATE_TABLE => creating.table = arg1.map(str::to_owned),
+                ffi::SQLITE_CREATE_INDEX => creating.index = arg1.map(str::to_owned),
+                _ => {}
+            }
+        }
+        verdict
     }
 
     fn past_deadline(&self) -> bool {

@@ -4,10 +4,10 @@
 
 use super::scripted::{EFFECTS, Scripted};
 use crate::config::{EventIdConfig, RetryConfig};
-use crate::db::dead_letters;
+use crate::db::dead_letters::{self, ReasonKind};
 use crate::db::test_support::TestDb;
 use crate::db::{Backend, SqlValue, Walls, migrate, offsets};
-use crate::pipeline::{BatchCursor, BatchEnd, Outcome, Pipeline, Slot, Version};
+use crate::pipeline::{BatchCursor, BatchEnd, Loaded, Outcome, Pipeline, Slot};
 use crate::record::Record;
 use crate::stats::Stats;
 use std::sync::Arc;
@@ -63,7 +63,7 @@ pub fn first_calls(ids: &[u32]) -> Vec<(String, u32)> {
 pub struct Parked {
     pub event_id: Option<String>,
     pub offset: i64,
-    pub kind: String,
+    pub kind: ReasonKind,
     pub attempts: i64,
     pub reason: String,
 }
@@ -83,7 +83,7 @@ impl Harness {
         assert_eq!(migrate::apply_handler(&db, HANDLER, dir.path()).await.unwrap(), 1);
         let walls = Walls::load(&db, HANDLER, Duration::from_secs(5)).await.unwrap();
         let handler = Arc::new(Scripted::new(HANDLER, walls, MAX_PAYLOAD));
-        let version = Version {
+        let version = Loaded {
             handler: handler.clone(),
             event_id: EventIdConfig::default(),
             retry: RetryConfig {

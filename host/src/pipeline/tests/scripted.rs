@@ -175,7 +175,7 @@ impl Handler for Scripted {
         &self.name
     }
 
-    fn version(&self) -> &str {
+    fn version_label(&self) -> &str {
         "scripted"
     }
 
