@@ -15,8 +15,6 @@ mod scripted;
 
 use super::backoff;
 use crate::config::RetryConfig;
-use crate::db::migrate;
-use crate::db::test_support::sqlite_db;
 
 /// Found building this tier: on SQLite a handler's migration cannot give a
 /// table a unique key, neither `k TEXT PRIMARY KEY` (its index is named
