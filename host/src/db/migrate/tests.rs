@@ -1,0 +1,297 @@
+//! Handler migrations: applied once and in order, edits and hostile statements refused, what a
+//! handler owns after each statement, keys and indexes on its tables.
+
+use super::*;
+use crate::db::test_support::sqlite_db;
+
+/// SQLite makes an index by itself for a PRIMARY KEY or UNIQUE column
+/// while the table is being created (`sqlite_autoindex_keys_1`), and a
+/// CREATE INDEX fills its index as a REINDEX: the walls must let both
+/// through, and the key must hold afterwards.
+#[tokio::test]
+async fn a_handler_table_may_have_a_primary_key_and_unique_indexes() {
+    for sql in [
+        "CREATE TABLE keys (k TEXT PRIMARY KEY, v TEXT UNIQUE);",
+        "CREATE TABLE keys (k TEXT NOT NULL, v TEXT, PRIMARY KEY (k, v));",
+        "CREATE TABLE keys (k TEXT NOT NULL, v TEXT);\nCREATE UNIQUE INDEX keys_k ON keys (k);",
+        "CREATE TABLE keys (k TEXT PRIMARY KEY, v TEXT);\nCREATE INDEX keys_v ON keys (v);",
+    ] {
+        for db in crate::db::test_support::each_backend().await {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("0001_init.sql"), sql).unwrap();
+            prepare_handler(&db, "keyed").await.unwrap();
+            let applied = apply_handler(&db, "keyed", dir.path()).await;
+            assert!(applied.is_ok(), "{:?} {sql}: {applied:?}", db.backend());
+            assert_eq!(own_tables(&db, "keyed").await.unwrap(), ["keys"]);
+            let table = db.handler_table("keyed", "keys");
+            let insert = format!("INSERT INTO {table} (k, v) VALUES ('a', 'b')");
+            let mut tx = db.begin().await.unwrap();
+            tx.execute(&insert, &[]).await.unwrap();
+            tx.commit().await.unwrap();
+            let mut tx = db.begin().await.unwrap();
+            assert!(tx.execute(&insert, &[]).await.is_err(), "the key holds: {sql}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn applies_once_in_order_and_refuses_edits() {
+    let db = sqlite_db().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("0002_more.sql"),
+        "ALTER TABLE t ADD COLUMN b TEXT;",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("0001_init.sql"),
+        "CREATE TABLE t (a TEXT); CREATE TABLE u (c TEXT);",
+    )
+    .unwrap();
+    assert_eq!(apply_handler(&db, "h", dir.path()).await.unwrap(), 2);
+    assert_eq!(apply_handler(&db, "h", dir.path()).await.unwrap(), 0);
+    let mut tables = own_tables(&db, "h").await.unwrap();
+    tables.sort();
+    assert_eq!(tables, ["t", "u"]);
+    db.query("SELECT a, b FROM t", &[]).await.unwrap();
+    std::fs::write(dir.path().join("0001_init.sql"), "CREATE TABLE t (a INTEGER);").unwrap();
+    let err = apply_handler(&db, "h", dir.path()).await.unwrap_err();
+    assert!(err.to_string().contains("changed after it was applied"), "{err}");
+}
+
+fn migration(file: &str, sql: &str) -> Migration {
+    Migration::new(file, sql.to_owned()).unwrap()
+}
+
+async fn apply(db: &Database, handler: &str, m: &Migration) -> Result<bool, DbError> {
+    let mut tx = db.begin_immediate().await?;
+    let applied = apply_one(&mut tx, handler, m).await?;
+    tx.commit().await?;
+    Ok(applied)
+}
+
+/// Regression: a migration planted a trigger on a host table (and the
+/// migration's other statements ran as one unguarded script).
+#[tokio::test]
+async fn code_a_migration_would_plant_is_refused_and_nothing_changes() {
+    let db = sqlite_db().await;
+    for (file, sql, because) in [
+        (
+            "0001_sneaky.sql",
+            "CREATE TABLE t (a TEXT); CREATE TRIGGER x AFTER INSERT ON handlers BEGIN DELETE FROM offsets; END;",
+            "",
+        ),
+        (
+            "0001_copy.sql",
+            "CREATE TABLE t (a TEXT); CREATE TABLE loot AS SELECT * FROM handler_deployments;",
+            "host's tables",
+        ),
+        (
+            "0001_drop.sql",
+            "CREATE TABLE t (a TEXT); DROP TABLE handler_deployments;",
+            "host's tables",
+        ),
+        (
+            "0001_seq.sql",
+            "CREATE TABLE t (a TEXT); INSERT INTO sqlite_sequence VALUES ('x', 1);",
+            "host's tables",
+        ),
+        (
+            "0001_attach.sql",
+            "CREATE TABLE t (a TEXT); ATTACH DATABASE '/tmp/x.db' AS x;",
+            "refused",
+        ),
+    ] {
+        let err = apply(&db, "h", &migration(file, sql))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(file) && err.contains("refused") && err.contains(because),
+            "{file}: {err}"
+        );
+        assert!(
+            db.query("SELECT * FROM t", &[]).await.is_err(),
+            "{file}: nothing of it stays"
+        );
+        assert!(own_tables(&db, "h").await.unwrap().is_empty());
+    }
+    assert_eq!(
+        crate::db::audit::planted_code(&db).await.unwrap(),
+        Vec::<String>::new()
+    );
+    db.query("SELECT * FROM handler_deployments", &[]).await.unwrap();
+}
+
+/// SQLite has one namespace: a handler reaches only what its own
+/// migrations created, and a name it dropped is no longer its.
+#[tokio::test]
+async fn handlers_own_only_what_they_created_and_keep_nothing_they_dropped() {
+    let db = sqlite_db().await;
+    apply(
+        &db,
+        "a",
+        &migration(
+            "0001_a.sql",
+            "CREATE TABLE shared_name (x TEXT); CREATE TABLE kept (x TEXT);",
+        ),
+    )
+    .await
+    .unwrap();
+    let err = apply(
+        &db,
+        "b",
+        &migration("0001_b.sql", "CREATE TABLE mine (x TEXT); DELETE FROM kept;"),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("not one of this handler's tables"),
+        "{err}"
+    );
+    apply(
+        &db,
+        "a",
+        &migration(
+            "0002_a.sql",
+            "DROP TABLE shared_name; ALTER TABLE kept RENAME TO renamed;",
+        ),
+    )
+    .await
+    .unwrap();
+    let mut a = own_tables(&db, "a").await.unwrap();
+    a.sort();
+    assert_eq!(a, ["renamed"]);
+    apply(
+        &db,
+        "b",
+        &migration("0001_b.sql", "CREATE TABLE shared_name (x TEXT);"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(own_tables(&db, "b").await.unwrap(), ["shared_name"]);
+    // The second wall on its own: handler a's walls refuse b's table.
+    let mut tx = db.begin().await.unwrap();
+    let walls = Walls::load(&db, "a", Duration::from_secs(5)).await.unwrap();
+    tx.enter_walls(&walls).await.unwrap();
+    let err = tx
+        .guest_execute("DELETE FROM shared_name", &[])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("not authorized"), "{err}");
+    tx.guest_execute("DELETE FROM renamed", &[]).await.unwrap();
+    tx.leave_walls().await.unwrap();
+    tx.commit().await.unwrap();
+}
+
+/// Regression: a foreign key left pointing at a dropped table would make a
+/// later owner of that name unable to delete its own rows.
+#[tokio::test]
+async fn a_foreign_key_may_point_only_at_own_tables() {
+    let db = sqlite_db().await;
+    let sql = "CREATE TABLE orders (id INTEGER PRIMARY KEY); \
+               CREATE TABLE child (o INTEGER REFERENCES orders (id)); DROP TABLE orders;";
+    let err = apply(&db, "x", &migration("0001_fk.sql", sql)).await.unwrap_err();
+    assert!(err.to_string().contains("foreign key to orders"), "{err}");
+    assert!(own_tables(&db, "x").await.unwrap().is_empty());
+}
+
+/// Regression: SQLite rolls back the whole transaction when a writing
+/// statement is interrupted, claims and savepoints included; the host
+/// notices, begins a new one, and says so.
+#[tokio::test]
+async fn an_interrupted_write_loses_the_transaction_visibly() {
+    let db = sqlite_db().await;
+    apply(&db, "h", &migration("0001.sql", "CREATE TABLE t (a INTEGER);"))
+        .await
+        .unwrap();
+    let mut tx = db.begin().await.unwrap();
+    tx.execute(
+        "INSERT INTO handler_tables (handler, table_name) VALUES ('other', 'x')",
+        &[],
+    )
+    .await
+    .unwrap();
+    let walls = Walls::new("h", Scope::Guest, &["t".to_owned()], Duration::from_millis(200));
+    tx.savepoint("inboxd_guest").await.unwrap();
+    tx.enter_walls(&walls).await.unwrap();
+    tx.set_ctes(["n".to_owned()].into());
+    let err = tx
+        .guest_execute(
+            "INSERT INTO t WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT i FROM n",
+            &[],
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, DbError::StatementTimeout), "{err}");
+    assert!(tx.take_lost(), "the host noticed the transaction was gone");
+    tx.leave_walls().await.unwrap();
+    // The new transaction works and the lost one's work is gone.
+    tx.execute(
+        "INSERT INTO handler_tables (handler, table_name) VALUES ('other', 'y')",
+        &[],
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        db.query_i64("SELECT COUNT(*) FROM handler_tables WHERE handler = 'other'", &[])
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(db.query_i64("SELECT COUNT(*) FROM t", &[]).await.unwrap(), 0);
+}
+
+/// A statement that never ends is stopped at the walls' deadline, and the
+/// connection is fine afterwards.
+#[tokio::test]
+async fn an_endless_statement_is_interrupted_at_the_deadline() {
+    let db = sqlite_db().await;
+    apply(&db, "h", &migration("0001.sql", "CREATE TABLE t (a INTEGER);"))
+        .await
+        .unwrap();
+    let mut tx = db.begin().await.unwrap();
+    let walls = Walls::new("h", Scope::Guest, &["t".to_owned()], Duration::from_millis(200));
+    tx.enter_walls(&walls).await.unwrap();
+    tx.set_ctes(["n".to_owned()].into());
+    let started = std::time::Instant::now();
+    let err = tx
+        .guest_query(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n",
+            &[],
+            10,
+            1 << 20,
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, DbError::StatementTimeout), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    tx.guest_execute("INSERT INTO t (a) VALUES (1)", &[])
+        .await
+        .unwrap();
+    tx.leave_walls().await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(db.query_i64("SELECT COUNT(*) FROM t", &[]).await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn failing_migration_names_the_file_and_leaves_nothing() {
+    let db = sqlite_db().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("0001_bad.sql"),
+        "CREATE TABLE ok (a TEXT); CREAT TABLE;",
+    )
+    .unwrap();
+    let err = apply_handler(&db, "h", dir.path()).await.unwrap_err();
+    assert!(err.to_string().contains("0001_bad"), "{err}");
+    assert!(
+        db.query("SELECT * FROM ok", &[]).await.is_err(),
+        "the failed migration rolled back"
+    );
+}

@@ -1,0 +1,236 @@
+//! The outbox table: writes in the handler's transaction, leases, publishing, parking,
+//! re-queueing and purging.
+
+use super::*;
+use crate::db::test_support::sqlite_db;
+
+fn message(key: &str) -> NewMessage {
+    NewMessage {
+        id: uuid::Uuid::now_v7().to_string(),
+        topic: "invoices".into(),
+        key: Some(key.as_bytes().to_vec()),
+        payload: b"{}".to_vec(),
+        headers: vec![("traceparent".into(), b"00-x".to_vec())],
+    }
+}
+
+#[test]
+fn buckets_are_stable_and_spread() {
+    assert_eq!(
+        bucket("billing", Some(b"order-1")),
+        bucket("billing", Some(b"order-1"))
+    );
+    let spread: std::collections::HashSet<i64> = (0..1000)
+        .map(|i| bucket("billing", Some(format!("k{i}").as_bytes())))
+        .collect();
+    assert!(spread.len() > 50, "{}", spread.len());
+}
+
+#[tokio::test]
+async fn messages_commit_with_the_transaction_and_relay_in_order() {
+    let db = sqlite_db().await;
+    let mut tx = db.begin().await.unwrap();
+    insert(&mut tx, "billing", &[message("a"), message("b")])
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(
+        backlog(&db, "billing").await.unwrap().0,
+        0,
+        "rolled back with the handler's writes"
+    );
+
+    let first = message("a");
+    let second = message("a");
+    let mut tx = db.begin().await.unwrap();
+    insert(&mut tx, "billing", &[first.clone(), second.clone()])
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(backlog(&db, "billing").await.unwrap().0, 2);
+
+    let held = lease(&db, "host-1", 10_000).await.unwrap();
+    assert_eq!(held.len() as u64, BUCKETS);
+    assert!(
+        lease(&db, "host-2", 10_000).await.unwrap().is_empty(),
+        "one relay per bucket at a time"
+    );
+    let rows = pending(&db, &held, 10).await.unwrap();
+    assert_eq!(
+        rows.iter().map(|p| p.message.id.clone()).collect::<Vec<_>>(),
+        [first.id, second.id]
+    );
+    assert_eq!(rows[0].message.headers, first.headers);
+    mark_published(&db, &[rows[0].seq]).await.unwrap();
+    assert_eq!(pending(&db, &held, 10).await.unwrap().len(), 1);
+    release(&db, "host-1").await.unwrap();
+    assert_eq!(
+        lease(&db, "host-2", 10_000).await.unwrap().len() as u64,
+        BUCKETS,
+        "released leases move on"
+    );
+    assert_eq!(purge_published(&db, now_ms() + 1, 100).await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn a_batch_of_messages_keeps_its_order_across_insert_chunks() {
+    let db = sqlite_db().await;
+    // 100 = 64 + 32 + 4: three statements.
+    let messages: Vec<NewMessage> = (0..100).map(|_| message("same-key")).collect();
+    let mut tx = db.begin().await.unwrap();
+    insert(&mut tx, "billing", &messages).await.unwrap();
+    tx.commit().await.unwrap();
+    let held = lease(&db, "host-1", 10_000).await.unwrap();
+    let rows = pending(&db, &held, 1_000).await.unwrap();
+    let ids: Vec<&str> = rows.iter().map(|p| p.message.id.as_str()).collect();
+    let sent: Vec<&str> = messages.iter().map(|m| m.id.as_str()).collect();
+    assert_eq!(ids, sent);
+}
+
+/// Two keys of one handler that land in different buckets.
+fn keys_in_two_buckets() -> (String, String) {
+    let first = "k0".to_owned();
+    let other = (1..)
+        .map(|i| format!("k{i}"))
+        .find(|k| bucket("billing", Some(k.as_bytes())) != bucket("billing", Some(first.as_bytes())))
+        .unwrap();
+    (first, other)
+}
+
+/// Regression: `ORDER BY bucket, seq LIMIT n` let one bucket's backlog
+/// fill every read, so the other buckets never moved.
+#[tokio::test]
+async fn a_long_backlog_in_one_bucket_does_not_starve_the_others() {
+    let db = sqlite_db().await;
+    let (busy, quiet) = keys_in_two_buckets();
+    let (low, high) = if bucket("billing", Some(busy.as_bytes())) < bucket("billing", Some(quiet.as_bytes()))
+    {
+        (busy, quiet)
+    } else {
+        (quiet, busy)
+    };
+    let backlog: Vec<NewMessage> = (0..50).map(|_| message(&low)).collect();
+    let late = message(&high);
+    let mut tx = db.begin().await.unwrap();
+    insert(&mut tx, "billing", &backlog).await.unwrap();
+    insert(&mut tx, "billing", std::slice::from_ref(&late))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let held = lease(&db, "host-1", 10_000).await.unwrap();
+    let rows = pending(&db, &held, 10).await.unwrap();
+    assert_eq!(rows.len(), 11, "10 of the long bucket, and the other one");
+    assert_eq!(rows[10].message.id, late.id);
+    assert_eq!(
+        rows[..10]
+            .iter()
+            .map(|p| p.message.id.as_str())
+            .collect::<Vec<_>>(),
+        backlog[..10].iter().map(|m| m.id.as_str()).collect::<Vec<_>>(),
+        "the oldest of the long bucket, in order"
+    );
+}
+
+#[tokio::test]
+async fn a_parked_message_steps_aside_until_requeued_or_discarded() {
+    let db = sqlite_db().await;
+    let (stuck, next) = (message("a"), message("a"));
+    let mut tx = db.begin().await.unwrap();
+    insert(&mut tx, "billing", &[stuck.clone(), next.clone()])
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let held = lease(&db, "host-1", 10_000).await.unwrap();
+    let rows = pending(&db, &held, 10).await.unwrap();
+    let (stuck_seq, next_seq) = (rows[0].seq, rows[1].seq);
+
+    assert!(park(&db, stuck_seq, "Broker: Invalid topic").await.unwrap());
+    assert!(!park(&db, stuck_seq, "again").await.unwrap(), "parked once");
+    let rows = pending(&db, &held, 10).await.unwrap();
+    assert_eq!(
+        rows.iter().map(|p| p.seq).collect::<Vec<_>>(),
+        [next_seq],
+        "the bucket's next message goes on"
+    );
+    assert_eq!(
+        backlog(&db, "billing").await.unwrap().0,
+        1,
+        "parked is not backlog"
+    );
+    assert_eq!(
+        parked_counts(&db).await.unwrap(),
+        [("billing".to_owned(), 1)].into()
+    );
+    let listed = parked(
+        &db,
+        &ParkedFilter {
+            handler: Some("billing"),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        (
+            listed[0].id.as_str(),
+            listed[0].reason.as_deref(),
+            listed[0].attempts
+        ),
+        (stuck.id.as_str(), Some("Broker: Invalid topic"), 1)
+    );
+    assert_eq!(listed[0].payload, stuck.payload);
+    assert!(
+        parked(
+            &db,
+            &ParkedFilter {
+                handler: Some("other"),
+                ..Default::default()
+            }
+        )
+        .await
+        .unwrap()
+        .is_empty()
+    );
+
+    assert_eq!(
+        requeue(&db, "other", None).await.unwrap(),
+        Vec::<i64>::new(),
+        "scoped by handler"
+    );
+    assert_eq!(
+        requeue(&db, "billing", Some(&[stuck_seq])).await.unwrap(),
+        [stuck_seq]
+    );
+    let rows = pending(&db, &held, 10).await.unwrap();
+    assert_eq!(
+        rows.iter().map(|p| p.seq).collect::<Vec<_>>(),
+        [stuck_seq, next_seq],
+        "re-queued in its old place"
+    );
+
+    park(&db, stuck_seq, "still invalid").await.unwrap();
+    assert!(!discard(&db, "other", stuck_seq).await.unwrap());
+    assert!(discard(&db, "billing", stuck_seq).await.unwrap());
+    assert!(!discard(&db, "billing", stuck_seq).await.unwrap(), "once");
+    assert!(
+        !discard(&db, "billing", next_seq).await.unwrap(),
+        "only a parked one"
+    );
+    assert!(
+        requeue(&db, "billing", None).await.unwrap().is_empty(),
+        "discarded stays discarded"
+    );
+    assert!(parked_counts(&db).await.unwrap().is_empty());
+    let all = ParkedFilter {
+        include_discarded: true,
+        ..Default::default()
+    };
+    assert!(parked(&db, &all).await.unwrap()[0].discarded_at.is_some());
+    mark_published(&db, &[next_seq]).await.unwrap();
+    assert_eq!(
+        purge_published(&db, now_ms() + 1, 100).await.unwrap(),
+        2,
+        "discarded ones are purged too"
+    );
+}

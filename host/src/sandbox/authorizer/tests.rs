@@ -1,0 +1,169 @@
+//! The SQLite authorizer's decisions, action by action, in both scopes, and the connection's walls.
+
+use super::*;
+
+fn policy(scope: Scope) -> Policy {
+    Policy::new(scope, &["invoices".to_owned(), "Customers".to_owned()])
+}
+
+#[test]
+fn only_own_tables_are_read_and_written_in_every_scope() {
+    for scope in [Scope::Guest, Scope::Migration] {
+        let p = policy(scope);
+        for action in [
+            ffi::SQLITE_READ,
+            ffi::SQLITE_UPDATE,
+            ffi::SQLITE_INSERT,
+            ffi::SQLITE_DELETE,
+        ] {
+            assert_eq!(p.decide(action, Some("INVOICES"), None, &[]), ffi::SQLITE_OK);
+            assert_eq!(p.decide(action, Some("customers"), None, &[]), ffi::SQLITE_OK);
+            // Host tables, another handler's, one added tomorrow: none is listed, all are denied.
+            for other in [
+                "inbox",
+                "handler_deployments",
+                "sqlite_sequence",
+                "emails",
+                "new_host_table",
+            ] {
+                assert_eq!(
+                    p.decide(action, Some(other), None, &[]),
+                    ffi::SQLITE_DENY,
+                    "{other}"
+                );
+            }
+            assert_eq!(p.decide(action, None, None, &[]), ffi::SQLITE_DENY);
+        }
+        for (action, arg1, arg2) in [
+            (ffi::SQLITE_CREATE_TRIGGER, Some("t"), Some("invoices")),
+            (ffi::SQLITE_CREATE_TEMP_TABLE, Some("t"), None),
+            (ffi::SQLITE_ATTACH, Some("/tmp/x"), None),
+            (ffi::SQLITE_PRAGMA, Some("writable_schema"), None),
+            (ffi::SQLITE_TRANSACTION, Some("BEGIN"), None),
+            (ffi::SQLITE_SAVEPOINT, Some("RELEASE"), Some("s")),
+            (ffi::SQLITE_FUNCTION, None, Some("load_extension")),
+            (ffi::SQLITE_FUNCTION, None, Some("readfile")),
+            (ffi::SQLITE_CREATE_VTABLE, Some("t"), Some("fts5")),
+        ] {
+            assert_eq!(
+                p.decide(action, arg1, arg2, &[]),
+                ffi::SQLITE_DENY,
+                "{action} {arg1:?}"
+            );
+        }
+        assert_eq!(
+            p.decide(ffi::SQLITE_FUNCTION, None, Some("LOWER"), &[]),
+            ffi::SQLITE_OK
+        );
+        assert_eq!(
+            p.decide(ffi::SQLITE_FUNCTION, None, Some("like"), &[]),
+            ffi::SQLITE_OK
+        );
+        // A CTE is read under its name, with no column; only the
+        // statement's own CTE names pass, and never a column read.
+        let ctes = ["n".to_owned()];
+        assert_eq!(
+            p.decide(ffi::SQLITE_READ, Some("n"), Some(""), &ctes),
+            ffi::SQLITE_OK
+        );
+        assert_eq!(
+            p.decide(ffi::SQLITE_READ, Some("n"), Some(""), &[]),
+            ffi::SQLITE_DENY
+        );
+        assert_eq!(
+            p.decide(ffi::SQLITE_READ, Some("n"), Some("secret"), &ctes),
+            ffi::SQLITE_DENY
+        );
+        assert_eq!(
+            p.decide(ffi::SQLITE_READ, Some("emails"), Some(""), &ctes),
+            ffi::SQLITE_DENY
+        );
+    }
+}
+
+#[test]
+fn schema_changes_only_in_migrations_and_only_on_own_tables() {
+    let guest = policy(Scope::Guest);
+    let migration = policy(Scope::Migration);
+    assert_eq!(
+        guest.decide(ffi::SQLITE_CREATE_TABLE, Some("t"), None, &[]),
+        ffi::SQLITE_DENY
+    );
+    // SQLite's own ALTER TABLE machinery, in migrations only.
+    assert_eq!(
+        guest.decide(ffi::SQLITE_FUNCTION, None, Some("printf"), &[]),
+        ffi::SQLITE_DENY
+    );
+    assert_eq!(
+        migration.decide(ffi::SQLITE_FUNCTION, None, Some("printf"), &[]),
+        ffi::SQLITE_OK
+    );
+    assert_eq!(
+        migration.decide(ffi::SQLITE_CREATE_TABLE, Some("t"), None, &[]),
+        ffi::SQLITE_OK
+    );
+    assert_eq!(
+        guest.decide(ffi::SQLITE_INSERT, Some("sqlite_master"), None, &[]),
+        ffi::SQLITE_DENY
+    );
+    assert_eq!(
+        migration.decide(ffi::SQLITE_INSERT, Some("sqlite_master"), None, &[]),
+        ffi::SQLITE_OK
+    );
+    // Names the host keeps for its own tables, now and later.
+    for reserved in ["inbox_2", "handlers", "outbox_parked", "offsets", "sqlite_stat1"] {
+        assert_eq!(
+            migration.decide(ffi::SQLITE_CREATE_TABLE, Some(reserved), None, &[]),
+            ffi::SQLITE_DENY,
+            "{reserved}"
+        );
+    }
+    assert_eq!(
+        migration.decide(ffi::SQLITE_DROP_TABLE, Some("handler_deployments"), None, &[]),
+        ffi::SQLITE_DENY
+    );
+    assert_eq!(
+        migration.decide(ffi::SQLITE_DROP_TABLE, Some("invoices"), None, &[]),
+        ffi::SQLITE_OK
+    );
+    assert_eq!(
+        migration.decide(ffi::SQLITE_ALTER_TABLE, Some("main"), Some("inbox"), &[]),
+        ffi::SQLITE_DENY
+    );
+    assert_eq!(
+        migration.decide(ffi::SQLITE_ALTER_TABLE, Some("main"), Some("invoices"), &[]),
+        ffi::SQLITE_OK
+    );
+    assert_eq!(
+        migration.decide(ffi::SQLITE_CREATE_INDEX, Some("i"), Some("emails"), &[]),
+        ffi::SQLITE_DENY
+    );
+    assert_eq!(
+        migration.decide(ffi::SQLITE_CREATE_INDEX, Some("i"), Some("invoices"), &[]),
+        ffi::SQLITE_OK
+    );
+}
+
+#[test]
+fn no_policy_is_the_hosts_own_work_and_the_deadline_interrupts() {
+    let walls = ConnectionWalls::default();
+    assert_eq!(
+        walls.decide(ffi::SQLITE_DELETE, Some("inbox"), None),
+        ffi::SQLITE_OK
+    );
+    assert!(!walls.past_deadline(), "no deadline without walls");
+    walls.enter(Arc::new(policy(Scope::Guest)), Instant::now());
+    assert_eq!(
+        walls.decide(ffi::SQLITE_DELETE, Some("inbox"), None),
+        ffi::SQLITE_DENY
+    );
+    assert!(walls.past_deadline());
+    assert!(walls.take_interrupted());
+    assert!(!walls.take_interrupted(), "reported once");
+    walls.leave();
+    assert!(!walls.past_deadline());
+    assert_eq!(
+        walls.decide(ffi::SQLITE_DELETE, Some("inbox"), None),
+        ffi::SQLITE_OK
+    );
+}
