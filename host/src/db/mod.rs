@@ -339,10 +339,10 @@ pub(crate) mod test_support {
         TestDb { db, _dir: Some(dir) }
     }
 
-    /// A fresh migrated database on the PostgreSQL server `scripts/test`
-    /// starts (`INBOXD_TEST_POSTGRES`); `None` when it is not set, as under a
-    /// plain `cargo test`.
-    pub async fn postgres_db() -> Option<TestDb> {
+    /// The URL of a fresh, empty database on the PostgreSQL server
+    /// `scripts/test` starts (`INBOXD_TEST_POSTGRES`); `None` when it is not
+    /// set, as under a plain `cargo test`.
+    pub async fn postgres_url() -> Option<String> {
         use sqlx::Connection;
         let admin_url = std::env::var("INBOXD_TEST_POSTGRES").ok()?;
         let name = format!("inboxd_unit_{}", uuid::Uuid::new_v4().simple());
@@ -351,7 +351,12 @@ pub(crate) mod test_support {
             .await
             .unwrap();
         let base = admin_url.rsplit_once('/').expect("a database path").0;
-        let db = Database::connect(&format!("{base}/{name}"), 4).await.unwrap();
+        Some(format!("{base}/{name}"))
+    }
+
+    /// A fresh migrated database on that server (see [`postgres_url`]).
+    pub async fn postgres_db() -> Option<TestDb> {
+        let db = Database::connect(&postgres_url().await?, 4).await.unwrap();
         db.migrate_host().await.unwrap();
         Some(TestDb { db, _dir: None })
     }

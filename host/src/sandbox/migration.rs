@@ -292,6 +292,17 @@ fn check_owned(statement: &Statement, owned: &Owned, backend: Backend) -> Result
 
 /// A name the migration may give a new table, view or index: in the
 /// handler's schema, not kept by the host, not a table function's.
+/// The table or view a piece creates, by its name in the handler's schema.
+/// (Whether that name is free in SQLite's one namespace is checked against
+/// the database when the piece runs: see `db::migrate`.)
+pub fn creates(piece: &Piece, owned: &Owned) -> Option<String> {
+    match &piece.statement {
+        Statement::CreateTable(table) => owned.own_name(&table.name),
+        Statement::CreateView(view) => owned.own_name(&view.name),
+        _ => None,
+    }
+}
+
 fn new_name(owned: &Owned, name: &ObjectName) -> Result<String, Refusal> {
     let Some(table) = owned.own_name(name) else {
         return Err(forbidden(format!(

@@ -220,12 +220,23 @@ pub async fn apply_one(tx: &mut Tx, handler: &str, migration: &Migration) -> Res
     let schema = own_schema(tx.backend(), handler);
     let mut own = own_tables_in(tx, handler).await?;
     for piece in &pieces {
-        migration::check(piece, &Owned::new(&schema, &own)).map_err(|refusal| {
-            DbError::HandlerMigration(format!(
-                "migration {file} of handler {handler} is refused: {refusal}"
-            ))
-        })?;
+        let owned = Owned::new(&schema, &own);
+        let refused = |why: String| {
+            DbError::HandlerMigration(format!("migration {file} of handler {handler} is refused: {why}"))
+        };
+        migration::check(piece, &owned).map_err(|refusal| refused(refusal.to_string()))?;
         let before = sqlite_tables(tx).await?;
+        // SQLite has one namespace: a name another handler holds is not free,
+        // even with IF NOT EXISTS (which would do nothing, yet have SQLite
+        // treat the name as the table being created: see sandbox::authorizer).
+        if let Some(name) = migration::creates(piece, &owned)
+            && before.iter().any(|t| t.eq_ignore_ascii_case(&name))
+            && !own.iter().any(|t| t.eq_ignore_ascii_case(&name))
+        {
+            return Err(refused(format!(
+                "cannot create {name}: another handler's table or view has that name"
+            )));
+        }
         let walls = Walls::new(handler, Scope::Migration, &own, MIGRATION_STATEMENT_TIMEOUT);
         tx.enter_walls(&walls).await?;
         // A failed statement is returned as is: on PostgreSQL the transaction

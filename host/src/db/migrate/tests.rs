@@ -138,6 +138,18 @@ async fn handlers_own_only_what_they_created_and_keep_nothing_they_dropped() {
     )
     .await
     .unwrap();
+    // Another handler's name is not free, not even with IF NOT EXISTS.
+    for sql in [
+        "CREATE TABLE IF NOT EXISTS kept (x TEXT CHECK (x <> ''));",
+        "CREATE VIEW IF NOT EXISTS kept AS SELECT 1;",
+    ] {
+        let err = apply(&db, "b", &migration("0001_b.sql", sql)).await.unwrap_err();
+        assert!(
+            err.to_string().contains("another handler's table"),
+            "{sql}: {err}"
+        );
+        assert!(own_tables(&db, "b").await.unwrap().is_empty(), "{sql}");
+    }
     let err = apply(
         &db,
         "b",

@@ -353,15 +353,8 @@ async fn one_connection_backends() -> Vec<OneConnection> {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("test.sqlite").display());
     let mut all = vec![OneConnection::new(&url, Some(dir)).await];
-    if let Ok(admin_url) = std::env::var("INBOXD_TEST_POSTGRES") {
-        use sqlx::Connection;
-        let name = format!("inboxd_unit_{}", uuid::Uuid::new_v4().simple());
-        let mut admin = sqlx::PgConnection::connect(&admin_url).await.unwrap();
-        sqlx::Executor::execute(&mut admin, format!("CREATE DATABASE {name}").as_str())
-            .await
-            .unwrap();
-        let base = admin_url.rsplit_once('/').expect("a database path").0;
-        all.push(OneConnection::new(&format!("{base}/{name}"), None).await);
+    if let Some(url) = crate::db::test_support::postgres_url().await {
+        all.push(OneConnection::new(&url, None).await);
     }
     all
 }

@@ -1,7 +1,7 @@
 //! Batches whose events end in the ordinary ways: applied, duplicate,
 //! rejected, retried until they succeed, retried until they run out.
 
-use super::harness::{Harness, MAX_ATTEMPTS, Parked, first_calls, id, record, records};
+use super::harness::{Harness, MAX_ATTEMPTS, first_calls, id, record, records};
 use super::scripted::Act;
 use crate::db::test_support::each_backend;
 use crate::handler::{GuestFailure, LimitExceeded};
@@ -95,21 +95,9 @@ async fn a_rejected_event_is_parked_and_its_neighbours_apply_in_the_same_batch()
         assert_eq!(h.effects().await, effects(&[(1, 1), (3, 1)]), "{on:?}");
         let published = vec![("invoices".to_owned(), id(1)), ("invoices".to_owned(), id(3))];
         assert_eq!(h.outbox().await, published, "{on:?}");
-        let parked = h.dead_letters().await;
-        assert_eq!(parked.len(), 1, "{on:?}: {parked:?}");
-        let Parked {
-            event_id,
-            offset,
-            kind,
-            attempts,
-            reason,
-        } = &parked[0];
-        assert_eq!(
-            (event_id.as_deref(), *offset),
-            (Some(id(2).as_str()), 1),
-            "{on:?}"
-        );
-        assert_eq!((kind.as_str(), *attempts), ("rejected", 1), "{on:?}");
+        let parked = h.only_dead_letter(on).await;
+        assert_eq!(parked.said(), (Some(id(2).as_str()), 1, "rejected", 1), "{on:?}");
+        let reason = &parked.reason;
         assert!(reason.contains("order 2 is malformed"), "{on:?}: {reason}");
         assert_eq!(h.status(&id(2)).await.as_deref(), Some("dead"), "{on:?}");
         assert_eq!(h.status(&id(3)).await.as_deref(), Some("done"), "{on:?}");
@@ -188,21 +176,18 @@ async fn an_event_that_keeps_failing_is_parked_when_its_retries_run_out() {
         assert_eq!(end, BatchEnd::Done, "{on:?}");
         let order = [(1, 1), (2, 1), (2, 2), (2, 3), (3, 1)].map(|(n, a)| (id(n), a));
         assert_eq!(h.handler.call_order(), order, "{on:?}");
-        let parked = h.dead_letters().await;
-        assert_eq!(parked.len(), 1, "{on:?}: {parked:?}");
-        let Parked {
-            event_id,
-            kind,
-            attempts,
-            reason,
-            ..
-        } = &parked[0];
-        assert_eq!(event_id.as_deref(), Some(id(2).as_str()), "{on:?}");
+        let parked = h.only_dead_letter(on).await;
         assert_eq!(
-            (kind.as_str(), *attempts),
-            ("retries-exhausted", i64::from(MAX_ATTEMPTS)),
+            parked.said(),
+            (
+                Some(id(2).as_str()),
+                1,
+                "retries-exhausted",
+                i64::from(MAX_ATTEMPTS)
+            ),
             "{on:?}"
         );
+        let reason = &parked.reason;
         assert!(
             reason.contains("limits.timeout_ms"),
             "{on:?}: the last failure: {reason}"

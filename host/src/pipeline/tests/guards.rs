@@ -3,7 +3,7 @@
 //! oversized payload, a guest statement that fails or that reaches for the
 //! host's tables.
 
-use super::harness::{Harness, MAX_PAYLOAD, Parked, TOPIC, first_calls, id, record, records};
+use super::harness::{Harness, MAX_PAYLOAD, TOPIC, first_calls, id, record, records};
 use super::scripted::Act;
 use crate::db::Backend;
 use crate::db::offsets::{self, Advance};
@@ -23,17 +23,13 @@ async fn a_broken_invariant_reruns_the_batch_one_by_one_and_parks_only_the_offen
         assert_eq!(end, BatchEnd::Done, "{on:?}");
         // The batch ran once and was rolled back whole; then each event alone.
         assert_eq!(h.handler.call_order(), first_calls(&[1, 2, 3, 1, 2, 3]), "{on:?}");
-        let parked = h.dead_letters().await;
-        assert_eq!(parked.len(), 1, "{on:?}: {parked:?}");
-        let Parked {
-            event_id,
-            kind,
-            attempts,
-            reason,
-            ..
-        } = &parked[0];
-        assert_eq!(event_id.as_deref(), Some(id(2).as_str()), "{on:?}");
-        assert_eq!((kind.as_str(), *attempts), ("sandbox-violation", 1), "{on:?}");
+        let parked = h.only_dead_letter(on).await;
+        assert_eq!(
+            parked.said(),
+            (Some(id(2).as_str()), 1, "sandbox-violation", 1),
+            "{on:?}"
+        );
+        let reason = &parked.reason;
         assert!(
             reason.contains("inbox claim was changed or removed"),
             "{on:?}: {reason}"
@@ -145,21 +141,9 @@ async fn an_oversized_payload_is_parked_as_a_limit_without_running_the_handler()
         let (end, _) = h.batch(&batch).await;
         assert_eq!(end, BatchEnd::Done, "{on:?}");
         assert_eq!(h.handler.call_order(), first_calls(&[1, 3]), "{on:?}");
-        let parked = h.dead_letters().await;
-        assert_eq!(parked.len(), 1, "{on:?}: {parked:?}");
-        let Parked {
-            event_id,
-            offset,
-            kind,
-            attempts,
-            reason,
-        } = &parked[0];
-        assert_eq!(
-            (event_id.as_deref(), *offset),
-            (Some(id(2).as_str()), 1),
-            "{on:?}"
-        );
-        assert_eq!((kind.as_str(), *attempts), ("limit", 0), "{on:?}");
+        let parked = h.only_dead_letter(on).await;
+        assert_eq!(parked.said(), (Some(id(2).as_str()), 1, "limit", 0), "{on:?}");
+        let reason = &parked.reason;
         assert!(reason.contains("limits.max_payload_bytes"), "{on:?}: {reason}");
         assert_eq!(h.status(&id(2)).await.as_deref(), Some("dead"), "{on:?}");
         assert_eq!(h.effects().await, vec![(id(1), 1), (id(3), 1)], "{on:?}");

@@ -68,6 +68,18 @@ pub struct Parked {
     pub reason: String,
 }
 
+impl Parked {
+    /// Event id, offset, kind and attempts: what most tests check at once.
+    pub fn said(&self) -> (Option<&str>, i64, &str, i64) {
+        (
+            self.event_id.as_deref(),
+            self.offset,
+            self.kind.as_str(),
+            self.attempts,
+        )
+    }
+}
+
 pub struct Harness {
     pub db: TestDb,
     pub handler: Arc<Scripted>,
@@ -159,6 +171,13 @@ impl Harness {
     /// The partition's stored next offset.
     pub async fn offset(&self) -> Option<i64> {
         offsets::load(&self.db, HANDLER, TOPIC, PARTITION).await.unwrap()
+    }
+
+    /// The one dead letter there must be.
+    pub async fn only_dead_letter(&self, on: Backend) -> Parked {
+        let mut parked = self.dead_letters().await;
+        assert_eq!(parked.len(), 1, "{on:?}: {parked:?}");
+        parked.remove(0)
     }
 
     pub async fn dead_letters(&self) -> Vec<Parked> {

@@ -248,11 +248,10 @@ impl ConnectionWalls {
                     .is_some_and(|m| name.is_some_and(|n| n.eq_ignore_ascii_case(m)))
             };
             match action {
-                ffi::SQLITE_CREATE_INDEX | ffi::SQLITE_READ
-                    if is(
-                        &creating.table,
-                        if action == ffi::SQLITE_READ { arg1 } else { arg2 },
-                    ) =>
+                ffi::SQLITE_READ if is(&creating.table, arg1) => return ffi::SQLITE_OK,
+                ffi::SQLITE_CREATE_INDEX
+                    if is(&creating.table, arg2)
+                        && arg1.is_some_and(|i| !is_reserved(i) || i.starts_with("sqlite_autoindex_")) =>
                 {
                     return ffi::SQLITE_OK;
                 }
