@@ -151,6 +151,19 @@ ensure_postgres() {
     fi
 }
 
+# Chromium and its WebDriver (chromedriver) for the console's browser test,
+# from Debian's packages; sets INBOXD_TEST_CHROMIUM and INBOXD_TEST_CHROMEDRIVER.
+ensure_chromium() {
+    if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+        log "installing Chromium and chromedriver from Debian's packages"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+    fi
+    INBOXD_TEST_CHROMIUM="$(command -v chromium)"
+    INBOXD_TEST_CHROMEDRIVER="$(command -v chromedriver)"
+    export INBOXD_TEST_CHROMIUM INBOXD_TEST_CHROMEDRIVER
+}
+
 # Starts a throwaway PostgreSQL cluster (initdb into a temporary folder,
 # 127.0.0.1, a free port, trust auth); sets PG_DATA, PG_PORT and PG_URL.
 start_postgres() {

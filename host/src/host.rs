@@ -118,15 +118,10 @@ impl Host {
             shutdown.clone(),
         ));
         // One relay per host; its leases keep other hosts' relays off the same buckets.
-        let owner = format!(
-            "inboxd-{}-{}",
-            std::process::id(),
-            &uuid::Uuid::new_v4().simple().to_string()[..8]
-        );
         let relay = tokio::spawn(run_relay(
             self.db.clone(),
             self.kafka.clone(),
-            owner,
+            self.registry.host_id().to_owned(),
             shutdown.clone(),
         ));
         let admin = self

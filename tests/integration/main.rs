@@ -6,6 +6,7 @@
 
 mod admin;
 mod bad_input;
+mod browser;
 mod chain;
 mod chaos;
 mod crash;

@@ -3,7 +3,7 @@
 
 use super::auth::Caller;
 use super::{ApiError, AppState};
-use crate::db::dead_letters::{self, Filter, Row};
+use crate::db::dead_letters::{self, Filter, ReasonKind, Row};
 use crate::replay::replay as replay_letter;
 use axum::Json;
 use axum::extract::{Path, Query, State};
@@ -12,6 +12,9 @@ use serde_json::{Value, json};
 #[derive(serde::Deserialize)]
 pub struct ListQuery {
     handler: Option<String>,
+    /// Only this reason kind (`event-id`, `rejected`, `retries-exhausted`,
+    /// `limit`, `sandbox-violation`).
+    kind: Option<String>,
     /// Also replayed and discarded ones.
     #[serde(default)]
     all: bool,
@@ -25,6 +28,15 @@ pub async fn list(
     if let Some(handler) = &query.handler {
         caller.check(handler)?;
     }
+    let kind = match query.kind.as_deref().filter(|k| !k.is_empty()) {
+        None => None,
+        Some(text) => Some(ReasonKind::parse(text).ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "unknown reason kind {text:?}: it is one of {}",
+                ReasonKind::ALL.map(ReasonKind::as_str).join(", ")
+            ))
+        })?),
+    };
     let filter = Filter {
         handler: query.handler.as_deref(),
         include_resolved: query.all,
@@ -33,7 +45,7 @@ pub async fn list(
     let rows = dead_letters::find(state.registry.db(), &filter).await?;
     Ok(Json(
         rows.into_iter()
-            .filter(|r| caller.may_manage(&r.handler))
+            .filter(|r| caller.may_manage(&r.handler) && kind.is_none_or(|k| r.kind == k))
             .collect(),
     ))
 }

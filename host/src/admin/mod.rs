@@ -8,12 +8,17 @@
 //! `config::ceilings`). `/metrics`, `/healthz` and
 //! `/readyz` are open, as scrapers and probes expect. Errors are JSON:
 //! `{"error": "..."}` with a status that says whose fault it was.
+//!
+//! `/` is the operator console ([`console`]): static files compiled into the
+//! binary that call the same `/v1` API with the token the operator types in.
 
 mod auth;
+mod console;
 mod dead_letters;
 mod handlers;
 mod ops;
 mod outbox;
+mod overview;
 
 use crate::config::AdminConfig;
 use crate::registry::Registry;
@@ -97,6 +102,9 @@ impl Listener {
 
 fn router(state: AppState, max_component_bytes: usize) -> Router {
     Router::new()
+        .route("/", get(console::page))
+        .route("/console/{asset}", get(console::asset))
+        .route("/v1/overview", get(overview::overview))
         .route("/v1/handlers", get(handlers::list))
         .route(
             "/v1/handlers/{name}",

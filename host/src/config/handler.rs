@@ -128,7 +128,7 @@ impl Default for EventIdConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitsConfig {
     #[serde(default = "default_timeout_ms")]
@@ -171,7 +171,7 @@ impl Default for LimitsConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct BatchConfig {
     /// Records of one partition that share a transaction, at most. 1 is the
@@ -192,7 +192,7 @@ impl Default for BatchConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct InstancesConfig {
     /// Run consecutive events on one instance instead of a fresh one each.
@@ -217,7 +217,7 @@ impl Default for InstancesConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RetryConfig {
     /// Deliveries of one event before a retryable failure is dead-lettered.

@@ -23,7 +23,7 @@ pub enum ReasonKind {
 }
 
 impl ReasonKind {
-    const ALL: [ReasonKind; 5] = [
+    pub const ALL: [ReasonKind; 5] = [
         ReasonKind::EventId,
         ReasonKind::Rejected,
         ReasonKind::RetriesExhausted,
@@ -294,17 +294,18 @@ pub async fn parked_counts(db: &Database) -> Result<BTreeMap<String, i64>, DbErr
 pub fn bytes_text(bytes: &[u8]) -> String {
     match std::str::from_utf8(bytes) {
         Ok(text) => text.to_owned(),
-        Err(_) => format!(
-            "<{} bytes, not UTF-8> {}",
-            bytes.len(),
-            bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
-        ),
+        Err(_) => format!("<{} bytes, not UTF-8> {}", bytes.len(), hex(bytes)),
     }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Row {
     /// The dead letter in full, with key, payload and headers as text where
-    /// they are UTF-8 ([`bytes_text`]): what `dlq show --json` and the API show.
+    /// they are UTF-8 ([`bytes_text`]) and the payload in hex as well: what
+    /// `dlq show --json`, the API and the console show.
     pub fn detail_json(&self) -> serde_json::Value {
         let headers: Vec<serde_json::Value> = self
             .headers
@@ -314,6 +315,7 @@ impl Row {
         let mut value = serde_json::to_value(self).unwrap_or_default();
         value["key"] = self.key.as_deref().map(bytes_text).into();
         value["payload"] = bytes_text(&self.payload).into();
+        value["payload_hex"] = hex(&self.payload).into();
         value["headers"] = headers.into();
         value
     }

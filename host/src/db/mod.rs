@@ -287,7 +287,8 @@ impl Database {
             .unwrap_or(0))
     }
 
-    /// A `SELECT handler, COUNT(*) ... GROUP BY handler` of the host's, as a map.
+    /// A `SELECT handler, COUNT(*) ... GROUP BY handler` of the host's (or
+    /// another integer per handler), as a map.
     pub async fn counts_by_handler(&self, sql: &str) -> Result<BTreeMap<String, i64>, DbError> {
         let rows = self.query(sql, &[]).await?;
         Ok(rows

@@ -7,6 +7,7 @@
 
 use crate::config::KafkaConfig;
 use crate::metrics::PartitionLabels;
+use crate::stats::Stats;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use rdkafka::ClientContext;
@@ -29,6 +30,9 @@ pub struct InboxContext {
     revoked: FreshPartitions,
     /// `inboxd_consumer_lag`, fed by librdkafka's statistics.
     lag: Family<PartitionLabels, Gauge>,
+    /// The same lag for the operator console, which shows only this
+    /// consumer's current partitions.
+    stats: Arc<Stats>,
 }
 
 impl InboxContext {
@@ -68,6 +72,7 @@ impl ClientContext for InboxContext {
                     partition,
                 };
                 self.lag.get_or_create(&labels).set(p.consumer_lag);
+                self.stats.partition_lag(&topic, partition, p.consumer_lag);
             }
         }
     }
@@ -108,6 +113,7 @@ impl ConsumerContext for InboxContext {
                 for e in tpl.elements() {
                     fresh.remove(&(e.topic().to_owned(), e.partition()));
                     revoked.insert((e.topic().to_owned(), e.partition()));
+                    self.stats.forget_partition(e.topic(), e.partition());
                 }
                 tracing::info!(handler = %self.handler, partitions = ?list, "partitions revoked");
             }
@@ -130,6 +136,7 @@ pub fn create_consumer(
     group_id: &str,
     topics: &[String],
     lag: Family<PartitionLabels, Gauge>,
+    stats: Arc<Stats>,
 ) -> KafkaResult<InboxConsumer> {
     let mut config = ClientConfig::new();
     for (key, value) in &kafka.properties {
@@ -164,6 +171,7 @@ pub fn create_consumer(
         fresh: FreshPartitions::default(),
         revoked: FreshPartitions::default(),
         lag,
+        stats,
     };
     let consumer: InboxConsumer = config.create_with_context(context)?;
     let topics: Vec<&str> = topics.iter().map(String::as_str).collect();

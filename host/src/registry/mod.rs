@@ -15,6 +15,7 @@
 //! started again. Pausing stops the pump; its partitions go to other hosts
 //! of the group that are not paused, or wait.
 
+pub mod hosts;
 pub mod load;
 pub mod store;
 pub mod upload;
@@ -26,6 +27,7 @@ use crate::kafka::{InboxConsumer, create_consumer, run_pump};
 use crate::metrics::Metrics;
 use crate::pipeline::{Pipeline, Slot};
 use crate::stats::Stats;
+use crate::stats::history::STEP;
 use crate::wasm::WasmEngine;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -94,12 +96,44 @@ pub struct Running {
     pub version: String,
     pub consuming: bool,
     pub paused: bool,
+    /// What the running version consumes and the limits it runs under.
+    pub settings: Settings,
+}
+
+/// The settings of a running version that an operator looks at: what it
+/// consumes and publishes, its batching, retries and limits.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Settings {
+    pub topics: Vec<String>,
+    pub group_id: String,
+    pub outbox_topics: BTreeMap<String, String>,
+    pub batch: crate::config::BatchConfig,
+    pub retry: crate::config::RetryConfig,
+    pub limits: crate::config::LimitsConfig,
+    pub instances: crate::config::InstancesConfig,
+}
+
+impl Settings {
+    pub fn of(config: &HandlerConfig) -> Self {
+        Self {
+            topics: config.topics.clone(),
+            group_id: config.group_id(),
+            outbox_topics: config.outbox_topics.clone(),
+            batch: config.batch.clone(),
+            retry: config.retry.clone(),
+            limits: config.limits.clone(),
+            instances: config.instances.clone(),
+        }
+    }
 }
 
 #[derive(Clone)]
 pub struct Registry(Arc<Inner>);
 
 struct Inner {
+    /// This process among the hosts sharing the database: `handler_hosts`
+    /// and the relay's bucket leases name it.
+    host_id: String,
     db: Database,
     engine: WasmEngine,
     config: Config,
@@ -119,6 +153,7 @@ struct Inner {
 impl Registry {
     pub fn new(db: Database, engine: WasmEngine, config: Config, metrics: Metrics) -> Self {
         Self(Arc::new(Inner {
+            host_id: host_id(),
             db,
             engine,
             config,
@@ -134,6 +169,10 @@ impl Registry {
 
     pub fn db(&self) -> &Database {
         &self.0.db
+    }
+
+    pub fn host_id(&self) -> &str {
+        &self.0.host_id
     }
 
     pub fn engine(&self) -> &WasmEngine {
@@ -169,15 +208,18 @@ impl Registry {
         handler: &HandlerConfig,
         code: Arc<dyn Handler>,
     ) -> Result<(), RegistryError> {
-        let consumer = self.consumer(handler).map_err(|source| RegistryError::Kafka {
-            handler: handler.name.clone(),
-            source,
-        })?;
+        let stats = Arc::new(Stats::new(self.0.metrics.handler(&handler.name)));
+        let consumer = self
+            .consumer(handler, stats.clone())
+            .map_err(|source| RegistryError::Kafka {
+                handler: handler.name.clone(),
+                source,
+            })?;
         let entry = Entry {
             source: Source::Config,
             version: None,
             slot: Slot::new(load::loaded(handler, code)),
-            stats: Arc::new(Stats::new(self.0.metrics.handler(&handler.name))),
+            stats,
             config: handler.clone(),
             consumer: Some(consumer),
             pump: None,
@@ -208,6 +250,7 @@ impl Registry {
                     version: e.slot.current().handler.version_label().to_owned(),
                     consuming: e.pump.is_some(),
                     paused: e.paused,
+                    settings: Settings::of(&e.config),
                 };
                 (name.clone(), running)
             })
@@ -225,6 +268,8 @@ impl Registry {
     /// A pump that ends by itself (a panic) stops the host, as before.
     pub async fn run(&self, shutdown: CancellationToken) {
         self.0.running.store(true, std::sync::atomic::Ordering::Relaxed);
+        let beats = tokio::spawn(hosts::run(self.clone(), shutdown.clone()));
+        let sampler = tokio::spawn(self.clone().sample(shutdown.clone()));
         if let Err(error) = self.reconcile().await {
             tracing::warn!("reading handler deployments failed (retrying every {POLL_INTERVAL:?}): {error}");
         }
@@ -250,6 +295,27 @@ impl Registry {
         let mut entries = self.0.entries.lock().await;
         for entry in entries.values_mut() {
             stop(entry).await;
+        }
+        drop(entries);
+        let _ = sampler.await;
+        let _ = beats.await;
+    }
+
+    /// Samples every handler's counters each [`STEP`] for the console's
+    /// rates and chart. A tick that came late (a busy runtime) is taken when
+    /// it can be: the history records real times, so rates stay right.
+    async fn sample(self, shutdown: CancellationToken) {
+        let mut ticks = tokio::time::interval(STEP);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = ticks.tick() => {}
+            }
+            let now = crate::db::now_ms();
+            for stats in self.stats().await.values() {
+                stats.sample(now);
+            }
         }
     }
 
@@ -419,20 +485,25 @@ impl Registry {
         }
     }
 
-    fn consumer(&self, handler: &HandlerConfig) -> rdkafka::error::KafkaResult<InboxConsumer> {
+    fn consumer(
+        &self,
+        handler: &HandlerConfig,
+        stats: Arc<Stats>,
+    ) -> rdkafka::error::KafkaResult<InboxConsumer> {
         create_consumer(
             &self.0.config.kafka,
             &handler.name,
             &handler.group_id(),
             &handler.topics,
             self.0.metrics.consumer_lag.clone(),
+            stats,
         )
     }
 
     fn start_pump(&self, entry: &mut Entry) {
         let consumer = match entry.consumer.take() {
             Some(consumer) => consumer,
-            None => match self.consumer(&entry.config) {
+            None => match self.consumer(&entry.config, entry.stats.clone()) {
                 Ok(consumer) => consumer,
                 Err(error) => {
                     tracing::error!(
@@ -463,6 +534,17 @@ async fn stop(entry: &mut Entry) {
             tracing::error!(handler = entry.config.name, "a handler's pump panicked: {error}");
         }
     }
+}
+
+/// `<hostname>-<pid>-<random>`: readable in the console, unique across restarts.
+fn host_id() -> String {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|n| n.trim().to_owned())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "inboxd".to_owned());
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    format!("{name}-{}-{}", std::process::id(), &random[..8])
 }
 
 /// A new version with other topics, group or batching needs a new consumer.

@@ -8,6 +8,7 @@
 
 mod auth;
 mod ceilings;
+mod console;
 mod group;
 mod lifecycle;
 mod uploads;

@@ -364,6 +364,16 @@ pub async fn backlog_counts(db: &Database) -> Result<BTreeMap<String, i64>, DbEr
     .await
 }
 
+/// When the oldest message waiting for the relay was written, per handler:
+/// how far behind the relay is.
+pub async fn oldest_pending(db: &Database) -> Result<BTreeMap<String, i64>, DbError> {
+    db.counts_by_handler(
+        "SELECT handler, MIN(created_at) FROM outbox
+         WHERE published_at IS NULL AND parked_at IS NULL GROUP BY handler",
+    )
+    .await
+}
+
 /// Puts parked messages back in line (`seqs`, or every parked one of
 /// `handler`): the relay sends them next in their buckets, before the
 /// messages published after them. Discarded ones stay discarded. Returns the

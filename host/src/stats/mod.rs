@@ -2,10 +2,15 @@
 //! from the producer to the committed effect, for the demo summary, the
 //! benchmark and `/metrics`. Counters are the handler's Prometheus series
 //! (atomics); the latency histogram takes a lock once per committed
-//! transaction, not per statement.
+//! transaction, not per statement. The operator console's live view
+//! ([`Live`]) comes from the same counters, sampled into a [`history`].
+
+pub mod history;
 
 use crate::metrics::{FailureKind, HandlerMetrics};
 use hdrhistogram::Histogram;
+use history::{Counts, History, Latencies, Percentiles, Rates, Series};
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -19,6 +24,12 @@ pub struct Stats {
     /// Milliseconds from the record's Kafka timestamp to its commit, per applied event.
     latency_ms: Mutex<Histogram<u64>>,
     in_flight: Mutex<InFlight>,
+    history: Mutex<History>,
+    batch_took: Mutex<Latencies>,
+    guest_took: Mutex<Latencies>,
+    /// Records behind the high watermark per (topic, partition), from
+    /// librdkafka's statistics; a revoked partition is forgotten.
+    lag: Mutex<BTreeMap<(String, i32), i64>>,
 }
 
 /// Batches in flight over time, since the last reset: their time-weighted
@@ -76,8 +87,18 @@ impl Stats {
                 Histogram::new_with_bounds(1, MAX_LATENCY_MS, 2).expect("valid histogram bounds"),
             ),
             in_flight: Mutex::new(InFlight::new()),
+            history: Mutex::default(),
+            batch_took: Mutex::default(),
+            guest_took: Mutex::default(),
+            lag: Mutex::default(),
         }
     }
+}
+
+/// Locks a mutex whose holder may have panicked: these are counters, and a
+/// half-updated one is still worth showing.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
@@ -107,7 +128,7 @@ impl Stats {
     pub(crate) fn applied(&self, timestamps: impl IntoIterator<Item = Option<i64>>) {
         let now = crate::db::now_ms();
         let mut count = 0;
-        let mut latency = self.latency_ms.lock().unwrap_or_else(|p| p.into_inner());
+        let mut latency = lock(&self.latency_ms);
         for timestamp in timestamps {
             count += 1;
             if let Some(produced) = timestamp {
@@ -131,31 +152,77 @@ impl Stats {
     }
     pub(crate) fn batch_took(&self, took: Duration) {
         self.metrics.batch_seconds.observe(took.as_secs_f64());
+        lock(&self.batch_took).record(took);
     }
     pub(crate) fn guest_took(&self, took: Duration) {
         self.metrics.guest_seconds.observe(took.as_secs_f64());
+        lock(&self.guest_took).record(took);
+    }
+    /// A partition's consumer lag, as librdkafka's statistics last said.
+    pub fn partition_lag(&self, topic: &str, partition: i32, lag: i64) {
+        lock(&self.lag).insert((topic.to_owned(), partition), lag);
+    }
+    /// The partition went to another consumer: its lag is no longer ours to show.
+    pub fn forget_partition(&self, topic: &str, partition: i32) {
+        lock(&self.lag).remove(&(topic.to_owned(), partition));
     }
     pub(crate) fn batches_in_flight(&self, count: usize) {
         self.metrics.batches_in_flight.set(count as i64);
-        self.in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .set(count);
+        lock(&self.in_flight).set(count);
     }
 
     /// Forgets the latencies and batches in flight seen so far (a benchmark
     /// between its phases).
     pub fn reset_latency(&self) {
-        self.latency_ms.lock().unwrap_or_else(|p| p.into_inner()).reset();
-        let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        lock(&self.latency_ms).reset();
+        let mut in_flight = lock(&self.in_flight);
         let now = in_flight.now;
         *in_flight = InFlight::new();
         in_flight.set(now);
     }
 
+    fn counts(&self) -> Counts {
+        Counts {
+            consumed: self.metrics.consumed.get(),
+            applied: self.metrics.applied.get(),
+            duplicates: self.metrics.duplicates.get(),
+            failures: self.metrics.failures.iter().map(|c| c.get()).sum(),
+            dead_lettered: self.metrics.dead_lettered.get(),
+        }
+    }
+
+    /// Closes one [`history::STEP`]: records the counters and starts the next
+    /// latency window. The registry's sampler calls it on every handler.
+    pub fn sample(&self, now_ms: i64) {
+        lock(&self.history).push(now_ms, self.counts());
+        lock(&self.batch_took).step();
+        lock(&self.guest_took).step();
+    }
+
+    /// What the operator console shows of this handler on this host now.
+    pub fn live(&self, now_ms: i64) -> Live {
+        let totals = self.counts();
+        let history = lock(&self.history);
+        Live {
+            totals,
+            per_second: history.rates(now_ms, totals),
+            series: history.series(),
+            batch: lock(&self.batch_took).percentiles(),
+            guest: lock(&self.guest_took).percentiles(),
+            lag: lock(&self.lag)
+                .iter()
+                .map(|((topic, partition), lag)| PartitionLag {
+                    topic: topic.clone(),
+                    partition: *partition,
+                    lag: *lag,
+                })
+                .collect(),
+        }
+    }
+
     pub fn snapshot(&self) -> Snapshot {
-        let latency = self.latency_ms.lock().unwrap_or_else(|p| p.into_inner());
-        let in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        let latency = lock(&self.latency_ms);
+        let in_flight = lock(&self.in_flight);
         Snapshot {
             applied: self.metrics.applied.get(),
             duplicates: self.metrics.duplicates.get(),
@@ -169,6 +236,27 @@ impl Stats {
             batches_in_flight_peak: in_flight.peak as u64,
         }
     }
+}
+
+/// One handler on one host, live: counters since the host started, rates
+/// and durations over the last minute, the 15-minute chart and consumer lag.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Live {
+    pub totals: Counts,
+    pub per_second: Rates,
+    pub series: Series,
+    /// One micro-batch, from its start to its commit.
+    pub batch: Percentiles,
+    /// One guest call.
+    pub guest: Percentiles,
+    pub lag: Vec<PartitionLag>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PartitionLag {
+    pub topic: String,
+    pub partition: i32,
+    pub lag: i64,
 }
 
 #[cfg(test)]
@@ -188,5 +276,30 @@ mod tests {
         assert_eq!(snap.applied, 101);
         assert!((10..=12).contains(&snap.latency_p50_ms), "{snap:?}");
         assert!(snap.latency_max_ms >= 900, "{snap:?}");
+    }
+
+    #[test]
+    fn the_live_view_reads_the_counters_the_pipeline_bumps() {
+        let stats = Stats::default();
+        stats.sample(0);
+        stats.applied([None, None, None]);
+        stats.duplicates(2);
+        stats.guest_failure(FailureKind::Reject);
+        stats.guest_took(Duration::from_millis(3));
+        stats.partition_lag("orders", 1, 40);
+        stats.partition_lag("orders", 0, 7);
+        stats.sample(2_000);
+        let live = stats.live(2_000);
+        assert_eq!(live.totals.applied, 3);
+        assert_eq!(live.per_second.applied, 1.5);
+        assert_eq!(live.series.applied, [1.5]);
+        assert_eq!(live.series.duplicates, [1.0]);
+        assert_eq!(live.series.failures, [0.5]);
+        assert_eq!(live.guest.count, 1);
+        assert_eq!(live.batch.count, 0);
+        let lag: Vec<(i32, i64)> = live.lag.iter().map(|l| (l.partition, l.lag)).collect();
+        assert_eq!(lag, [(0, 7), (1, 40)]);
+        stats.forget_partition("orders", 1);
+        assert_eq!(stats.live(2_000).lag.len(), 1);
     }
 }

@@ -1,0 +1,147 @@
+// Dead letters: a list filtered by handler and reason kind, a detail view
+// (payload as text, JSON or hex; headers; reason; history), and replay or
+// discard of one or of the selected ones, each confirmed, with the result shown.
+
+import { api } from './api.js';
+import { fmt, h, show } from './dom.js';
+import { act } from './ui.js';
+
+// The reason kinds the host writes (db::dead_letters::ReasonKind).
+const KINDS = ['event-id', 'rejected', 'retries-exhausted', 'limit', 'sandbox-violation'];
+
+function outcome(result) {
+  const detail = result.detail ? `: ${result.detail}` : '';
+  return `Dead letter ${result.id}: ${result.outcome.replaceAll('-', ' ')}${detail}`;
+}
+
+async function replay(ids) {
+  const results = [];
+  for (const id of ids) results.push(await api('POST', `/v1/dead-letters/${id}/replay`));
+  return results;
+}
+
+async function discard(ids) {
+  const results = [];
+  for (const id of ids) results.push(await api('POST', `/v1/dead-letters/${id}/discard`));
+  return results;
+}
+
+function query(params) {
+  const search = new URLSearchParams();
+  for (const [key, value] of Object.entries(params)) if (value) search.set(key, value);
+  return search.toString();
+}
+
+export async function deadLetterList(main, params, rerender) {
+  const [rows, handlers] = await Promise.all([
+    api('GET', `/v1/dead-letters?${query({ handler: params.get('handler'), kind: params.get('kind'), all: params.get('all') })}`),
+    api('GET', '/v1/handlers'),
+  ]);
+  const chosen = new Set();
+  const selectedButtons = [];
+  const refreshButtons = () => selectedButtons.forEach((b) => { b.disabled = chosen.size === 0; });
+  const filters = h('form', {
+    class: 'filters', 'aria-label': 'Filter dead letters',
+    onsubmit: (event) => {
+      event.preventDefault();
+      const form = new FormData(event.target);
+      location.hash = `#/dead-letters?${query({ handler: form.get('handler'), kind: form.get('kind'), all: form.get('all') ? 'true' : '' })}`;
+    },
+  },
+  h('label', {}, 'Handler', h('select', { name: 'handler' }, h('option', { value: '' }, 'All I may see'),
+    handlers.map((x) => h('option', { value: x.name, selected: params.get('handler') === x.name }, x.name)))),
+  h('label', {}, 'Reason kind', h('select', { name: 'kind' }, h('option', { value: '' }, 'Any'),
+    KINDS.map((k) => h('option', { value: k, selected: params.get('kind') === k }, k)))),
+  h('label', { class: 'inline' }, h('input', { type: 'checkbox', name: 'all', checked: params.get('all') === 'true' }), 'Include replayed and discarded'),
+  h('button', { type: 'submit' }, 'Apply'));
+
+  const selectionAction = (label, cls, verb, run) => {
+    const button = h('button', {
+      class: cls, disabled: true,
+      onclick: () => act(`${verb} ${chosen.size} dead letter(s): ${[...chosen].join(', ')}?`, label,
+        () => run([...chosen]), (results) => results.map(outcome).join('\n')).then((r) => r && rerender()),
+    }, label);
+    selectedButtons.push(button);
+    return button;
+  };
+
+  const table = rows.length
+    ? h('div', { class: 'scroll' }, h('table', {},
+      h('thead', {}, h('tr', {},
+        h('th', {}, h('span', { class: 'skip' }, 'Select')),
+        ['Id', 'Handler', 'Event id', 'Topic / partition / offset', 'Kind', 'Reason', 'Attempts', 'Last failed', 'Resolution']
+          .map((t) => h('th', {}, t)))),
+      h('tbody', {}, rows.map((row) => h('tr', { 'data-dead-letter': row.id },
+        h('td', {}, row.resolution ? null : h('input', {
+          type: 'checkbox', 'aria-label': `Select dead letter ${row.id}`,
+          onchange: (event) => { if (event.target.checked) chosen.add(row.id); else chosen.delete(row.id); refreshButtons(); },
+        })),
+        h('td', {}, h('a', { href: `#/dead-letters/${row.id}` }, String(row.id))),
+        h('td', {}, row.handler),
+        h('td', { class: 'mono' }, row.event_id ?? 'none'),
+        h('td', {}, `${row.topic} / ${row.partition} / ${row.offset}`),
+        h('td', {}, row.kind),
+        h('td', {}, row.reason.length > 140 ? `${row.reason.slice(0, 140)}…` : row.reason),
+        h('td', { class: 'num' }, String(row.attempts)),
+        h('td', {}, fmt.time(row.last_failed_at)),
+        h('td', {}, row.resolution ?? 'parked'))))))
+    : h('p', { 'data-field': 'no-dead-letters' }, 'No dead letters match.');
+
+  show(main,
+    h('h1', {}, 'Dead letters'),
+    filters,
+    h('div', { class: 'actions' },
+      selectionAction('Replay selected', 'primary', 'Replay', replay),
+      selectionAction('Discard selected', 'danger', 'Discard', discard)),
+    table);
+}
+
+function payloadView(letter) {
+  const out = h('pre', { 'data-field': 'payload' }, letter.payload);
+  const render = (mode) => {
+    if (mode === 'hex') out.textContent = letter.payload_hex.replace(/(.{2})/g, '$1 ').trim();
+    else if (mode === 'json') {
+      try {
+        out.textContent = JSON.stringify(JSON.parse(letter.payload), null, 2);
+      } catch (error) {
+        out.textContent = `Not JSON (${error.message}). Text:\n${letter.payload}`;
+      }
+    } else out.textContent = letter.payload;
+  };
+  const modes = [['text', 'Text'], ['json', 'JSON'], ['hex', 'Hex']];
+  return [
+    h('fieldset', {}, h('legend', {}, 'Show the payload as'),
+      modes.map(([value, label]) => h('label', { class: 'inline' },
+        h('input', { type: 'radio', name: 'payload-mode', value, checked: value === 'text', onchange: () => render(value) }), ` ${label} `))),
+    out,
+  ];
+}
+
+export async function deadLetterDetail(main, id, rerender) {
+  const letter = await api('GET', `/v1/dead-letters/${encodeURIComponent(id)}`);
+  const parked = !letter.resolution;
+  show(main,
+    h('p', {}, h('a', { href: `#/dead-letters?handler=${encodeURIComponent(letter.handler)}` }, `← Dead letters of ${letter.handler}`)),
+    h('h1', {}, `Dead letter ${letter.id}`),
+    h('dl', { class: 'facts' },
+      [['Handler', letter.handler], ['Event id', letter.event_id ?? 'none (cannot be replayed)'],
+        ['Record', `${letter.topic} / partition ${letter.partition} / offset ${letter.offset}`],
+        ['Key', letter.key ?? 'none'], ['Reason kind', letter.kind], ['Reason', letter.reason],
+        ['Attempts', String(letter.attempts)], ['Handler version', letter.handler_version ?? '–'],
+        ['First failed', fmt.time(letter.first_failed_at)], ['Last failed', fmt.time(letter.last_failed_at)],
+        ['Resolution', letter.resolution ? `${letter.resolution} at ${fmt.time(letter.resolved_at)}` : 'parked']]
+        .map(([term, value]) => [h('dt', {}, term), h('dd', { 'data-field': term.toLowerCase().replaceAll(' ', '-') }, value)])),
+    parked ? h('div', { class: 'actions' },
+      h('button', { class: 'primary', onclick: () => act(`Replay dead letter ${letter.id} through ${letter.handler}?`, 'Replay',
+        () => replay([letter.id]), (r) => r.map(outcome).join('\n')).then((r) => r && rerender()) }, 'Replay'),
+      h('button', { class: 'danger', onclick: () => act(`Discard dead letter ${letter.id}? It will not be applied.`, 'Discard',
+        () => discard([letter.id]), (r) => r.map((x) => `Dead letter ${x.id}: ${x.discarded ? 'discarded' : 'already resolved'}`).join('\n'))
+        .then((r) => r && rerender()) }, 'Discard')) : null,
+    h('h2', {}, 'Payload'),
+    payloadView(letter),
+    h('h2', {}, 'Headers'),
+    letter.headers.length
+      ? h('table', {}, h('thead', {}, h('tr', {}, h('th', {}, 'Name'), h('th', {}, 'Value'))),
+        h('tbody', {}, letter.headers.map((x) => h('tr', {}, h('td', { class: 'mono' }, x.name), h('td', { class: 'mono' }, x.value)))))
+      : h('p', { class: 'muted' }, 'No headers.'));
+}

@@ -1,0 +1,192 @@
+//! `handler_hosts`: which host runs which handler, for the operator console.
+//!
+//! Every host rewrites its own rows every [`BEAT`] and deletes them when it
+//! stops. A row older than [`GONE_AFTER_MS`] is a host that died without
+//! saying so: readers skip it and the next beat of any host deletes it.
+
+use super::{Registry, Running};
+use crate::db::{Database, DbError, now_ms};
+use std::collections::BTreeMap;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// How often a host says what it runs. One small write: on SQLite it queues
+/// behind the writer like any transaction, so it must stay rare.
+pub const BEAT: Duration = Duration::from_secs(5);
+
+/// Twelve missed beats: long enough that a host stalled by a slow database is
+/// not shown as gone, short enough that a crashed one drops off within a minute.
+pub const GONE_AFTER_MS: i64 = 60_000;
+
+/// One host running one handler, as that host last said.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct HostRow {
+    pub host: String,
+    pub version: String,
+    pub consuming: bool,
+    pub seen_at: i64,
+}
+
+/// Replaces this host's rows with what it runs now, and deletes dead hosts' rows.
+pub async fn beat(db: &Database, host: &str, running: &BTreeMap<String, Running>) -> Result<(), DbError> {
+    let now = now_ms();
+    let mut tx = db.begin_write().await?;
+    tx.execute(
+        "DELETE FROM handler_hosts WHERE host = $1 OR seen_at < $2",
+        &[host.into(), (now - GONE_AFTER_MS).into()],
+    )
+    .await?;
+    for handler in running.values() {
+        tx.execute(
+            "INSERT INTO handler_hosts (host, handler, version, consuming, seen_at) VALUES ($1, $2, $3, $4, $5)",
+            &[
+                host.into(),
+                handler.name.as_str().into(),
+                handler.version.as_str().into(),
+                i64::from(handler.consuming).into(),
+                now.into(),
+            ],
+        )
+        .await?;
+    }
+    tx.commit().await
+}
+
+/// Deletes this host's rows: it stopped.
+pub async fn leave(db: &Database, host: &str) -> Result<(), DbError> {
+    let mut tx = db.begin_write().await?;
+    tx.execute("DELETE FROM handler_hosts WHERE host = $1", &[host.into()])
+        .await?;
+    tx.commit().await
+}
+
+/// The live hosts of every handler, by handler name.
+pub async fn by_handler(db: &Database) -> Result<BTreeMap<String, Vec<HostRow>>, DbError> {
+    let rows = db
+        .query(
+            "SELECT handler, host, version, consuming, seen_at FROM handler_hosts
+             WHERE seen_at >= $1 ORDER BY handler, host",
+            &[(now_ms() - GONE_AFTER_MS).into()],
+        )
+        .await?;
+    let mut hosts: BTreeMap<String, Vec<HostRow>> = BTreeMap::new();
+    for row in rows {
+        let mut v = row.into_iter();
+        let mut text = || v.next().and_then(|x| x.as_str().map(str::to_owned));
+        let (Some(handler), Some(host), Some(version)) = (text(), text(), text()) else {
+            continue;
+        };
+        let mut ints = v.filter_map(|x| x.as_i64());
+        let (Some(consuming), Some(seen_at)) = (ints.next(), ints.next()) else {
+            continue;
+        };
+        hosts.entry(handler).or_default().push(HostRow {
+            host,
+            version,
+            consuming: consuming != 0,
+            seen_at,
+        });
+    }
+    Ok(hosts)
+}
+
+/// Beats until `shutdown`, then leaves. A failed beat is retried at the next
+/// one; the console shows the host as gone only after [`GONE_AFTER_MS`].
+pub async fn run(registry: Registry, shutdown: CancellationToken) {
+    let db = registry.db().clone();
+    let host = registry.host_id().to_owned();
+    let mut failing = false;
+    loop {
+        let running = registry.running().await;
+        match beat(&db, &host, &running).await {
+            Ok(()) => failing = false,
+            Err(error) if !failing => {
+                failing = true;
+                tracing::warn!("cannot record this host in handler_hosts (retrying every {BEAT:?}): {error}");
+            }
+            Err(_) => {}
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = tokio::time::sleep(BEAT) => {}
+        }
+    }
+    if let Err(error) = leave(&db, &host).await {
+        tracing::debug!("cannot remove this host from handler_hosts: {error}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::test_support::each_backend;
+    use crate::registry::Source;
+
+    fn running(name: &str, consuming: bool) -> Running {
+        Running {
+            name: name.into(),
+            source: Source::Config,
+            version: format!("{name}@1"),
+            consuming,
+            paused: !consuming,
+            settings: crate::registry::Settings::of(
+                &crate::config::HandlerConfig::from_settings(name, r#"{"topics": ["orders"]}"#).unwrap(),
+            ),
+        }
+    }
+
+    #[tokio::test]
+    async fn each_host_replaces_its_rows_and_leaves_when_it_stops() {
+        for test in each_backend().await {
+            let db: &Database = &test;
+            let backend = db.backend();
+            let first = BTreeMap::from([
+                ("billing".to_owned(), running("billing", true)),
+                ("emails".to_owned(), running("emails", false)),
+            ]);
+            beat(db, "host-a", &first).await.unwrap();
+            beat(
+                db,
+                "host-b",
+                &BTreeMap::from([("billing".to_owned(), running("billing", true))]),
+            )
+            .await
+            .unwrap();
+            // host-a stops running emails: its next beat says so.
+            beat(
+                db,
+                "host-a",
+                &BTreeMap::from([("billing".to_owned(), running("billing", true))]),
+            )
+            .await
+            .unwrap();
+            let hosts = by_handler(db).await.unwrap();
+            let names = |h: &str| -> Vec<String> { hosts[h].iter().map(|r| r.host.clone()).collect() };
+            assert_eq!(names("billing"), ["host-a", "host-b"], "{backend:?}");
+            assert!(!hosts.contains_key("emails"), "{backend:?}");
+            assert!(hosts["billing"][0].consuming);
+
+            // A host that died long ago is neither shown nor kept.
+            db.query(
+                "UPDATE handler_hosts SET seen_at = $1 WHERE host = 'host-b'",
+                &[(now_ms() - GONE_AFTER_MS - 1).into()],
+            )
+            .await
+            .unwrap();
+            assert_eq!(by_handler(db).await.unwrap()["billing"].len(), 1, "{backend:?}");
+            leave(db, "host-a").await.unwrap();
+            assert!(by_handler(db).await.unwrap().is_empty(), "{backend:?}");
+            let left = db
+                .query_i64("SELECT COUNT(*) FROM handler_hosts", &[])
+                .await
+                .unwrap();
+            assert_eq!(left, 1, "host-b's stale row waits for the next beat: {backend:?}");
+            beat(db, "host-a", &BTreeMap::new()).await.unwrap();
+            let left = db
+                .query_i64("SELECT COUNT(*) FROM handler_hosts", &[])
+                .await
+                .unwrap();
+            assert_eq!(left, 0, "{backend:?}");
+        }
+    }
+}
