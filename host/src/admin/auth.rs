@@ -82,6 +82,14 @@ impl Caller {
         }
     }
 
+    /// The handlers this caller may manage; `None`: every handler (an admin token).
+    pub fn handlers(&self) -> Option<&[String]> {
+        match &self.scope {
+            TokenScope::Admin => None,
+            TokenScope::Handlers(names) => Some(names),
+        }
+    }
+
     /// 403 unless this caller may manage `handler`.
     pub fn check(&self, handler: &str) -> Result<(), ApiError> {
         if self.may_manage(handler) {

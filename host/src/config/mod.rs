@@ -322,6 +322,19 @@ impl Config {
                 ));
             }
         }
+        if let Some(reset) = self.kafka.properties.get("auto.offset.reset")
+            && !matches!(reset.as_str(), "earliest" | "smallest" | "beginning")
+        {
+            // Where a partition the database has never seen starts: anywhere but
+            // its beginning skips records that were never applied.
+            return Err(invalid(
+                "kafka.properties.\"auto.offset.reset\"",
+                format!(
+                    "{reset:?} would skip the records already in a partition this host has never \
+                     consumed, which an inbox must not do; only \"earliest\" (the default) is allowed"
+                ),
+            ));
+        }
         if self.inbox.retention < Duration::from_secs(60) {
             return Err(invalid("inbox.retention", "must be at least 1m"));
         }

@@ -131,6 +131,24 @@ fn reserved_kafka_property_is_refused() {
 }
 
 #[test]
+fn an_offset_reset_that_skips_records_is_refused() {
+    let with_reset = |value: &str| {
+        with_component("").replace(
+            "brokers = \"127.0.0.1:9092\"",
+            &format!("brokers = \"127.0.0.1:9092\"\nproperties = {{ \"auto.offset.reset\" = \"{value}\" }}"),
+        )
+    };
+    for skipping in ["latest", "largest", "end", "error"] {
+        let err = load(&with_reset(skipping)).unwrap_err();
+        assert!(
+            err.contains("kafka.properties.\"auto.offset.reset\"") && err.contains("skip"),
+            "{skipping}: {err}"
+        );
+    }
+    assert!(load(&with_reset("earliest")).is_ok());
+}
+
+#[test]
 fn env_overrides_database_and_brokers() {
     let mut config = load(&with_component("")).unwrap();
     config.apply_env(|k| match k {

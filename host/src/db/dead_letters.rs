@@ -158,12 +158,24 @@ pub struct Row {
 #[derive(Debug, Default)]
 pub struct Filter<'a> {
     pub handler: Option<&'a str>,
+    /// Only these handlers' (a team token's scope); `None`: every handler.
+    pub handlers: Option<&'a [String]>,
     pub ids: Option<&'a [i64]>,
+    pub kind: Option<ReasonKind>,
     /// Also those already replayed or discarded.
     pub include_resolved: bool,
+    /// At most this many, oldest first.
+    pub limit: Option<u32>,
+    /// Leave out key, payload and headers (a list that shows none of them).
+    pub without_record: bool,
 }
 
 const COLUMNS: &str = r#"id, handler, event_id, topic, partition, "offset", key, payload, headers, reason_kind,
+    reason, attempts, handler_version, first_failed_at, last_failed_at, resolution, resolved_at"#;
+
+/// [`COLUMNS`] without the record's key, payload and headers: for lists,
+/// which show none of them and would otherwise read every payload.
+const SUMMARY_COLUMNS: &str = r#"id, handler, event_id, topic, partition, "offset", NULL, NULL, NULL, reason_kind,
     reason, attempts, handler_version, first_failed_at, last_failed_at, resolution, resolved_at"#;
 
 /// Reads headers back from [`headers_json`].
@@ -229,11 +241,34 @@ fn decode(row: Vec<SqlValue>) -> Option<Row> {
 }
 
 pub async fn find(db: &Database, filter: &Filter<'_>) -> Result<Vec<Row>, DbError> {
-    let mut sql = format!("SELECT {COLUMNS} FROM dead_letters WHERE 1 = 1");
+    let columns = if filter.without_record {
+        SUMMARY_COLUMNS
+    } else {
+        COLUMNS
+    };
+    let mut sql = format!("SELECT {columns} FROM dead_letters WHERE 1 = 1");
     let mut params: Vec<SqlValue> = Vec::new();
     if let Some(handler) = filter.handler {
         params.push(handler.into());
         sql.push_str(&format!(" AND handler = ${}", params.len()));
+    }
+    if let Some(handlers) = filter.handlers {
+        let mut marks = Vec::with_capacity(handlers.len());
+        for handler in handlers {
+            params.push(handler.as_str().into());
+            marks.push(format!("${}", params.len()));
+        }
+        // No handler at all matches nothing (`IN ()` is not SQL).
+        let list = if marks.is_empty() {
+            "NULL".to_owned()
+        } else {
+            marks.join(", ")
+        };
+        sql.push_str(&format!(" AND handler IN ({list})"));
+    }
+    if let Some(kind) = filter.kind {
+        params.push(kind.as_str().into());
+        sql.push_str(&format!(" AND reason_kind = ${}", params.len()));
     }
     if let Some(ids) = filter.ids {
         // Ids are integers, so listing them inline is safe and works on both backends.
@@ -251,6 +286,9 @@ pub async fn find(db: &Database, filter: &Filter<'_>) -> Result<Vec<Row>, DbErro
         sql.push_str(" AND resolution IS NULL");
     }
     sql.push_str(" ORDER BY id");
+    if let Some(limit) = filter.limit {
+        sql.push_str(&format!(" LIMIT {limit}"));
+    }
     Ok(db
         .query(&sql, &params)
         .await?
@@ -359,7 +397,7 @@ pub async fn list(db: &Database, handler: &str) -> Result<Vec<Summary>, DbError>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::test_support::sqlite_db;
+    use crate::db::test_support::{each_backend, sqlite_db};
 
     #[tokio::test]
     async fn insert_and_list_keep_the_reason() {
@@ -399,5 +437,62 @@ mod tests {
             headers_json(&headers),
             r#"[{"name":"trace","value":"abc"},{"hex":"ff00","name":"bin"}]"#
         );
+    }
+
+    #[tokio::test]
+    async fn a_list_filters_by_scope_and_kind_in_the_query_and_leaves_the_record_out() {
+        for db in each_backend().await {
+            let mut tx = db.begin().await.unwrap();
+            for (offset, (handler, kind)) in [
+                ("billing", ReasonKind::Rejected),
+                ("billing", ReasonKind::Limit),
+                ("emails", ReasonKind::Rejected),
+                ("billing", ReasonKind::Rejected),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let letter = DeadLetter {
+                    handler,
+                    event_id: Some("e"),
+                    topic: "orders",
+                    partition: 0,
+                    offset: offset as i64,
+                    key: Some(b"k"),
+                    payload: b"{}",
+                    headers: &[],
+                    kind,
+                    reason: "no",
+                    attempts: 1,
+                    handler_version: None,
+                    first_failed_at: now_ms(),
+                };
+                insert(&mut tx, &letter).await.unwrap();
+            }
+            tx.commit().await.unwrap();
+            let offsets = |rows: Vec<Row>| rows.iter().map(|r| r.offset).collect::<Vec<_>>();
+            let billing = ["billing".to_owned()];
+            let scoped = Filter {
+                handlers: Some(&billing),
+                kind: Some(ReasonKind::Rejected),
+                without_record: true,
+                ..Filter::default()
+            };
+            let rows = find(&db, &scoped).await.unwrap();
+            assert!(rows.iter().all(|r| r.payload.is_empty() && r.key.is_none()));
+            assert_eq!(offsets(rows), [0, 3], "{:?}", db.backend());
+            let limited = Filter {
+                limit: Some(2),
+                ..Filter::default()
+            };
+            assert_eq!(offsets(find(&db, &limited).await.unwrap()), [0, 1]);
+            let nobody = Filter {
+                handlers: Some(&[]),
+                ..Filter::default()
+            };
+            assert!(find(&db, &nobody).await.unwrap().is_empty());
+            let whole = find(&db, &Filter::default()).await.unwrap();
+            assert_eq!(whole[0].payload, b"{}");
+        }
     }
 }

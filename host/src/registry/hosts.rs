@@ -1,11 +1,13 @@
 //! `handler_hosts`: which host runs which handler, for the operator console.
 //!
-//! Every host rewrites its own rows every [`BEAT`] and deletes them when it
+//! Every host refreshes its own rows every [`BEAT`] and deletes them when it
 //! stops. A row older than [`GONE_AFTER_MS`] is a host that died without
-//! saying so: readers skip it and the next beat of any host deletes it.
+//! saying so: readers skip it. Rows are deleted only after [`FORGET_AFTER_MS`],
+//! so a host whose clock runs behind another's by more than a minute is not
+//! deleted by that other host's beats.
 
 use super::{Registry, Running};
-use crate::db::{Database, DbError, now_ms};
+use crate::db::{Database, DbError, SqlValue, now_ms};
 use std::collections::BTreeMap;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -18,6 +20,13 @@ pub const BEAT: Duration = Duration::from_secs(5);
 /// not shown as gone, short enough that a crashed one drops off within a minute.
 pub const GONE_AFTER_MS: i64 = 60_000;
 
+/// When any host deletes a silent host's rows.
+pub const FORGET_AFTER_MS: i64 = 3_600_000;
+
+/// A beat or the last goodbye that takes longer is given up: a host whose
+/// database is away must still stop promptly.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// One host running one handler, as that host last said.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct HostRow {
@@ -27,18 +36,21 @@ pub struct HostRow {
     pub seen_at: i64,
 }
 
-/// Replaces this host's rows with what it runs now, and deletes dead hosts' rows.
+/// Records what this host runs now (its rows updated in place), drops the
+/// handlers it no longer runs, and forgets hosts silent for [`FORGET_AFTER_MS`].
 pub async fn beat(db: &Database, host: &str, running: &BTreeMap<String, Running>) -> Result<(), DbError> {
     let now = now_ms();
     let mut tx = db.begin_write().await?;
     tx.execute(
-        "DELETE FROM handler_hosts WHERE host = $1 OR seen_at < $2",
-        &[host.into(), (now - GONE_AFTER_MS).into()],
+        "DELETE FROM handler_hosts WHERE host <> $1 AND seen_at < $2",
+        &[host.into(), (now - FORGET_AFTER_MS).into()],
     )
     .await?;
     for handler in running.values() {
         tx.execute(
-            "INSERT INTO handler_hosts (host, handler, version, consuming, seen_at) VALUES ($1, $2, $3, $4, $5)",
+            "INSERT INTO handler_hosts (host, handler, version, consuming, seen_at) VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (host, handler) DO UPDATE
+             SET version = excluded.version, consuming = excluded.consuming, seen_at = excluded.seen_at",
             &[
                 host.into(),
                 handler.name.as_str().into(),
@@ -49,6 +61,23 @@ pub async fn beat(db: &Database, host: &str, running: &BTreeMap<String, Running>
         )
         .await?;
     }
+    // This host's rows for handlers it no longer runs.
+    let mut params: Vec<SqlValue> = vec![host.into()];
+    let mut marks = Vec::new();
+    for name in running.keys() {
+        params.push(name.as_str().into());
+        marks.push(format!("${}", params.len()));
+    }
+    let kept = if marks.is_empty() {
+        "NULL".to_owned()
+    } else {
+        marks.join(", ")
+    };
+    tx.execute(
+        &format!("DELETE FROM handler_hosts WHERE host = $1 AND handler NOT IN ({kept})"),
+        &params,
+    )
+    .await?;
     tx.commit().await
 }
 
@@ -98,21 +127,28 @@ pub async fn run(registry: Registry, shutdown: CancellationToken) {
     let mut failing = false;
     loop {
         let running = registry.running().await;
-        match beat(&db, &host, &running).await {
-            Ok(()) => failing = false,
-            Err(error) if !failing => {
+        let error = match tokio::time::timeout(WRITE_TIMEOUT, beat(&db, &host, &running)).await {
+            Ok(Ok(())) => None,
+            Ok(Err(error)) => Some(error.to_string()),
+            Err(_) => Some(format!("no answer within {WRITE_TIMEOUT:?}")),
+        };
+        match error {
+            None => failing = false,
+            Some(error) if !failing => {
                 failing = true;
                 tracing::warn!("cannot record this host in handler_hosts (retrying every {BEAT:?}): {error}");
             }
-            Err(_) => {}
+            Some(_) => {}
         }
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = tokio::time::sleep(BEAT) => {}
         }
     }
-    if let Err(error) = leave(&db, &host).await {
-        tracing::debug!("cannot remove this host from handler_hosts: {error}");
+    match tokio::time::timeout(WRITE_TIMEOUT, leave(&db, &host)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::debug!("cannot remove this host from handler_hosts: {error}"),
+        Err(_) => tracing::debug!("removing this host from handler_hosts timed out; its rows age out"),
     }
 }
 
@@ -166,27 +202,28 @@ mod tests {
             assert!(!hosts.contains_key("emails"), "{backend:?}");
             assert!(hosts["billing"][0].consuming);
 
-            // A host that died long ago is neither shown nor kept.
-            db.query(
-                "UPDATE handler_hosts SET seen_at = $1 WHERE host = 'host-b'",
-                &[(now_ms() - GONE_AFTER_MS - 1).into()],
-            )
-            .await
-            .unwrap();
+            // A host silent for a minute is not shown; after an hour it is deleted.
+            let age = |ms: i64| async move {
+                db.query(
+                    "UPDATE handler_hosts SET seen_at = $1 WHERE host = 'host-b'",
+                    &[(now_ms() - ms).into()],
+                )
+                .await
+            };
+            age(GONE_AFTER_MS + 1).await.unwrap();
             assert_eq!(by_handler(db).await.unwrap()["billing"].len(), 1, "{backend:?}");
             leave(db, "host-a").await.unwrap();
             assert!(by_handler(db).await.unwrap().is_empty(), "{backend:?}");
-            let left = db
-                .query_i64("SELECT COUNT(*) FROM handler_hosts", &[])
-                .await
-                .unwrap();
-            assert_eq!(left, 1, "host-b's stale row waits for the next beat: {backend:?}");
             beat(db, "host-a", &BTreeMap::new()).await.unwrap();
-            let left = db
-                .query_i64("SELECT COUNT(*) FROM handler_hosts", &[])
-                .await
-                .unwrap();
-            assert_eq!(left, 0, "{backend:?}");
+            let rows = || db.query_i64("SELECT COUNT(*) FROM handler_hosts", &[]);
+            assert_eq!(
+                rows().await.unwrap(),
+                1,
+                "host-b is kept for an hour: {backend:?}"
+            );
+            age(FORGET_AFTER_MS + 1).await.unwrap();
+            beat(db, "host-a", &BTreeMap::new()).await.unwrap();
+            assert_eq!(rows().await.unwrap(), 0, "{backend:?}");
         }
     }
 }

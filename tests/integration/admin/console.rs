@@ -74,13 +74,34 @@ async fn a_team_watches_its_handler_and_replays_a_dead_letter_from_the_console()
         .await;
     assert_eq!(status, 201, "{body}");
 
+    // The page is served with a policy that allows nothing but this host.
+    let page = admin
+        .http
+        .get(format!("{}/", admin.url))
+        .send()
+        .await
+        .expect("GET /");
+    let policy = page.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        policy.contains("default-src 'none'") && policy.contains("script-src 'self'"),
+        "{policy}"
+    );
+
     // Two orders the handler rejects (a negative amount) and one too large for version 1.
     let mut records = vec![
         order(&new_id(), "refund-1", -500, ""),
         order(&new_id(), "refund-2", -700, ""),
     ];
     let big_id = new_id();
-    records.push(order(&big_id, "big-order", 9900, &"gift wrap ".repeat(60)));
+    // Its note carries markup: the page must show it as text, never run it.
+    let note = format!(
+        "<img src=x onerror=\"window.pwned = 1\"> {}",
+        "gift wrap ".repeat(60)
+    );
+    records.push(order(&big_id, "big-order", 9900, &note));
     let mut ends = produce(&topic, &records).await;
 
     let browser = Browser::start().await;
@@ -133,10 +154,31 @@ async fn a_team_watches_its_handler_and_replays_a_dead_letter_from_the_console()
             t == "Running"
         })
         .await;
+    let host = browser
+        .wait_text("[data-field=host]", "the answering host", |t| !t.is_empty())
+        .await;
     browser
-        .wait_text(&format!("{card} [data-field=hosts]"), "this host", |t| {
-            !t.contains("none")
+        .wait_text(&format!("{card} [data-field=hosts]"), "this host", |t| t == host)
+        .await;
+    // Rates over the last minute and latencies are numbers, not placeholders.
+    browser
+        .wait_text(&format!("{card} [data-field=applied-rate]"), "a rate", |t| {
+            t.ends_with("/s") && t.trim_end_matches("/s").parse::<f64>().is_ok_and(|r| r > 0.0)
         })
+        .await;
+    for latency in ["batch-latency", "guest-latency"] {
+        browser
+            .wait_text(&format!("{card} [data-field={latency}]"), latency, |t| {
+                t.matches(" ms").count() == 2
+            })
+            .await;
+    }
+    browser
+        .wait_text(
+            &format!("{card} [data-field=outbox-backlog]"),
+            "the outbox",
+            |t| t == "0",
+        )
         .await;
     admin
         .env
@@ -165,7 +207,9 @@ async fn a_team_watches_its_handler_and_replays_a_dead_letter_from_the_console()
     let png = browser.client.screenshot().await.expect("screenshot");
     assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot");
     if let Ok(path) = std::env::var("INBOXD_SCREENSHOT") {
-        std::fs::write(&path, &png).unwrap_or_else(|e| panic!("write {path}: {e}"));
+        // Relative to the repository, wherever cargo runs the test from.
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path);
+        std::fs::write(&path, &png).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
     }
 
     // On a phone's width the page reflows instead of scrolling sideways.
@@ -212,11 +256,29 @@ async fn a_team_watches_its_handler_and_replays_a_dead_letter_from_the_console()
         Some("limit")
     );
 
-    // Its detail: reason, and the payload as hex.
+    // Its detail: the payload as text (the markup inert), then as hex.
     browser.click("tr[data-dead-letter] td:nth-child(2) a").await;
     browser
         .wait_text("[data-field=event-id]", "the big order's id", |t| t == big_id)
         .await;
+    browser
+        .wait_text("[data-field=payload]", "the payload as text", |t| {
+            t.contains("<img src=x onerror=")
+        })
+        .await;
+    let pwned = browser
+        .client
+        .execute(
+            "return window.pwned === undefined && document.querySelectorAll('main img').length === 0;",
+            vec![],
+        )
+        .await
+        .expect("check for injected markup");
+    assert_eq!(
+        pwned,
+        serde_json::Value::Bool(true),
+        "the payload's markup ran or rendered"
+    );
     browser.click("input[name=payload-mode][value=hex]").await;
     browser
         .wait_text("[data-field=payload]", "the payload in hex", |t| {
@@ -278,8 +340,9 @@ async fn a_team_watches_its_handler_and_replays_a_dead_letter_from_the_console()
     }
     browser.click("main .actions button.primary").await;
     confirm(&browser).await;
+    // A replay that fails again is an error, not a success: it is in the banner.
     let said = browser
-        .wait_text("#notice", "both outcomes", |t| t.matches("failed").count() >= 2)
+        .wait_text("#error", "both outcomes", |t| t.matches(": failed").count() == 2)
         .await;
     assert!(said.contains("amount_cents must not be negative"), "{said}");
     assert_eq!(
@@ -320,19 +383,12 @@ async fn a_team_watches_its_handler_and_replays_a_dead_letter_from_the_console()
             t.contains("403") && t.contains("may not manage handler")
         })
         .await;
-    browser.route("#/").await;
-    browser.wait_for("[data-field=no-handlers]").await;
-    assert_eq!(
-        browser.text("#error").await.as_deref(),
-        Some(""),
-        "the overview cleared the banner"
-    );
+    // Another team's dead letter is "not found", as if it did not exist.
     browser.route(&format!("#/dead-letters/{letter}")).await;
-    browser
-        .wait_text("#error", "the 403", |t| {
-            t.contains("403") && t.contains("billing")
-        })
+    let said = browser
+        .wait_text("#error", "the 404", |t| t.contains("404"))
         .await;
+    assert!(!said.contains("billing"), "{said}");
     assert_eq!(browser.count("[data-field=payload]").await, 0, "no payload shown");
     browser.close().await;
 }

@@ -213,10 +213,16 @@ async fn hot_swap_and_rollback(backend: Backend) {
     let (status, hidden) = admin.get("/v1/dead-letters", Some(NOTIFY_TOKEN)).await;
     assert_eq!((status, hidden), (200, json!([])));
     let id = letters[0]["id"].as_i64().expect("id");
-    let (status, _) = admin
+    // Another team's dead letter is not found, as if it did not exist.
+    let (status, body) = admin
         .get(&format!("/v1/dead-letters/{id}"), Some(NOTIFY_TOKEN))
         .await;
-    assert_eq!(status, 403);
+    assert_eq!(status, 404, "{body}");
+    assert!(!body.to_string().contains("billing"), "{body}");
+    let (status, _) = admin
+        .post(&format!("/v1/dead-letters/{id}/discard"), NOTIFY_TOKEN)
+        .await;
+    assert_eq!(status, 404);
     let (status, shown) = admin
         .get(&format!("/v1/dead-letters/{id}"), Some(BILLING_TOKEN))
         .await;

@@ -3,6 +3,9 @@
 
 const KEY = 'inboxd.token';
 
+/** A call the host has not answered by then is reported, not waited on forever. */
+const TIMEOUT_MS = 15000;
+
 export const session = {
   token: () => sessionStorage.getItem(KEY),
   set: (token) => sessionStorage.setItem(KEY, token),
@@ -27,7 +30,7 @@ export class ApiError extends Error {
 
 export async function api(method, path, body) {
   const headers = { Authorization: `Bearer ${session.token() ?? ''}` };
-  const init = { method, headers };
+  const init = { method, headers, signal: AbortSignal.timeout(TIMEOUT_MS) };
   if (body !== undefined) {
     headers['Content-Type'] = 'application/json';
     init.body = JSON.stringify(body);
@@ -36,6 +39,9 @@ export async function api(method, path, body) {
   try {
     response = await fetch(path, init);
   } catch (error) {
+    if (error.name === 'TimeoutError') {
+      throw new ApiError(0, `The host did not answer ${method} ${path} within ${TIMEOUT_MS / 1000} s.`);
+    }
     throw new ApiError(0, `The host did not answer (${error.message}).`);
   }
   const text = await response.text();

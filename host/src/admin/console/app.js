@@ -66,29 +66,59 @@ function markNavigation(path) {
   }
 }
 
-/** Re-renders the overview in place, keeping focus and open details. */
-async function refresh(mine) {
-  if (mine !== generation) return;
-  const focused = document.activeElement && document.activeElement.getAttribute('href');
+/** A selector that finds the focused element again after a re-render, if it can. */
+function focusKey(element) {
+  if (!element || !main.contains(element)) return null;
+  const href = element.getAttribute('href');
+  if (href) return `a[href="${CSS.escape(href)}"]`;
+  const card = element.closest('[data-handler]');
+  if (element.tagName === 'SUMMARY' && card) return `[data-handler="${CSS.escape(card.dataset.handler)}"] summary`;
+  if (element.id) return `#${CSS.escape(element.id)}`;
+  return null;
+}
+
+/**
+ * Shows what `load` built, unless the operator has gone elsewhere meanwhile
+ * (an old answer never paints over a newer page). Keeps focus and open details.
+ */
+async function render(mine, load) {
+  const nodes = await load();
+  if (mine !== generation) return false;
+  const focused = focusKey(document.activeElement);
+  const focusWasHere = main.contains(document.activeElement);
   const open = [...main.querySelectorAll('[data-handler] details[open]')].map((d) => d.closest('[data-handler]').dataset.handler);
-  try {
-    await overview(main);
-    for (const name of open) {
-      const details = main.querySelector(`[data-handler="${CSS.escape(name)}"] details`);
-      if (details) details.open = true;
-    }
-    if (focused) main.querySelector(`a[href="${CSS.escape(focused)}"]`)?.focus();
-    document.getElementById('error').hidden = true;
-  } catch (error) {
-    if (mine !== generation) return;
-    if (error instanceof ApiError && error.status === 401) {
-      session.clear();
-      login(error);
-      return;
-    }
-    showError(error);
+  show(main, nodes);
+  for (const name of open) {
+    const details = main.querySelector(`[data-handler="${CSS.escape(name)}"] details`);
+    if (details) details.open = true;
   }
-  if (mine === generation) timer = setTimeout(() => refresh(mine), REFRESH_MS);
+  const again = focused && main.querySelector(focused);
+  // Focus stays where it was, or at least on the page's content, never lost to <body>.
+  if (again) again.focus();
+  else if (focusWasHere) main.focus();
+  return true;
+}
+
+/** A failed load: a 401 signs out; anything else is shown. */
+function failed(mine, error, blank) {
+  if (mine !== generation) return;
+  if (error instanceof ApiError && error.status === 401) {
+    session.clear();
+    login(error);
+    return;
+  }
+  if (blank) show(main, h('h1', {}, 'This page could not be loaded'), h('p', {}, h('a', { href: '#/' }, 'Back to the overview')));
+  showError(error);
+}
+
+/** The overview, again every REFRESH_MS while it is the page shown; a failed refresh is retried. */
+async function refresh(mine) {
+  try {
+    if (await render(mine, async () => (await overview()).nodes)) document.getElementById('error').hidden = true;
+  } catch (error) {
+    failed(mine, error, false);
+  }
+  if (mine === generation && session.token()) timer = setTimeout(() => refresh(mine), REFRESH_MS);
 }
 
 async function route({ quiet = false } = {}) {
@@ -103,29 +133,23 @@ async function route({ quiet = false } = {}) {
   signedIn();
   if (!quiet) clearMessages();
   const rerender = () => route({ quiet: true });
+  if (path === '/') {
+    await refresh(mine);
+    return;
+  }
   let match;
   try {
-    if (path === '/') {
-      await overview(main);
-      if (mine === generation) timer = setTimeout(() => refresh(mine), REFRESH_MS);
-    } else if ((match = path.match(/^\/handlers\/([^/]+)$/))) {
-      await handlerPage(main, decodeURIComponent(match[1]), rerender);
+    if ((match = path.match(/^\/handlers\/([^/]+)$/))) {
+      await render(mine, () => handlerPage(decodeURIComponent(match[1]), rerender));
     } else if (path === '/dead-letters') {
-      await deadLetterList(main, new URLSearchParams(search ?? ''), rerender);
+      await render(mine, () => deadLetterList(new URLSearchParams(search ?? ''), rerender));
     } else if ((match = path.match(/^\/dead-letters\/(\d+)$/))) {
-      await deadLetterDetail(main, match[1], rerender);
+      await render(mine, () => deadLetterDetail(match[1], rerender));
     } else {
       show(main, h('h1', {}, 'Not found'), h('p', {}, h('a', { href: '#/' }, 'Back to the overview')));
     }
   } catch (error) {
-    if (mine !== generation) return;
-    if (error instanceof ApiError && error.status === 401) {
-      session.clear();
-      login(error);
-      return;
-    }
-    show(main, h('h1', {}, 'This page could not be loaded'), h('p', {}, h('a', { href: '#/' }, 'Back to the overview')));
-    showError(error);
+    failed(mine, error, true);
   }
 }
 

@@ -1,29 +1,41 @@
 // Dead letters: a list filtered by handler and reason kind, a detail view
 // (payload as text, JSON or hex; headers; reason; history), and replay or
-// discard of one or of the selected ones, each confirmed, with the result shown.
+// discard of one or of the selected ones, each confirmed. Every id gets its
+// own outcome: what worked in the notice, what did not in the error banner.
 
-import { api } from './api.js';
-import { fmt, h, show } from './dom.js';
-import { act } from './ui.js';
+import { ApiError, api } from './api.js';
+import { fmt, h } from './dom.js';
+import { clearMessages, confirmAction, notify, showError } from './ui.js';
 
 // The reason kinds the host writes (db::dead_letters::ReasonKind).
 const KINDS = ['event-id', 'rejected', 'retries-exhausted', 'limit', 'sandbox-violation'];
 
-function outcome(result) {
-  const detail = result.detail ? `: ${result.detail}` : '';
-  return `Dead letter ${result.id}: ${result.outcome.replaceAll('-', ' ')}${detail}`;
-}
+/** The API's answer for one id, in words, and whether it did what was asked. */
+const ACTIONS = {
+  replay: (r) => [`Dead letter ${r.id}: ${r.outcome.replaceAll('-', ' ')}${r.detail ? `: ${r.detail}` : ''}`,
+    r.outcome === 'replayed' || r.outcome === 'already-applied'],
+  discard: (r) => [`Dead letter ${r.id}: ${r.discarded ? 'discarded' : 'already replayed or discarded'}`, r.discarded],
+};
 
-async function replay(ids) {
-  const results = [];
-  for (const id of ids) results.push(await api('POST', `/v1/dead-letters/${id}/replay`));
-  return results;
-}
-
-async function discard(ids) {
-  const results = [];
-  for (const id of ids) results.push(await api('POST', `/v1/dead-letters/${id}/discard`));
-  return results;
+/** Replays or discards `ids` one by one after a confirmation, then shows every outcome. */
+async function actOn(action, ids, rerender) {
+  const verb = action === 'replay' ? 'Replay' : 'Discard';
+  const consequence = action === 'replay' ? 'Each runs through the handler version active on this host.' : 'They will not be applied.';
+  if (!(await confirmAction(`${verb} dead letter(s) ${ids.join(', ')}? ${consequence}`, verb))) return;
+  clearMessages();
+  const done = [];
+  const failed = [];
+  for (const id of ids) {
+    try {
+      const [line, ok] = ACTIONS[action](await api('POST', `/v1/dead-letters/${id}/${action}`));
+      (ok ? done : failed).push(line);
+    } catch (error) {
+      failed.push(`Dead letter ${id}: ${error instanceof ApiError ? error.describe() : error.message}`);
+    }
+  }
+  await rerender();
+  if (done.length) notify(done.join('\n'));
+  if (failed.length) showError(failed.join('\n'));
 }
 
 function query(params) {
@@ -32,14 +44,14 @@ function query(params) {
   return search.toString();
 }
 
-export async function deadLetterList(main, params, rerender) {
+export async function deadLetterList(params, rerender) {
   const [rows, handlers] = await Promise.all([
     api('GET', `/v1/dead-letters?${query({ handler: params.get('handler'), kind: params.get('kind'), all: params.get('all') })}`),
     api('GET', '/v1/handlers'),
   ]);
   const chosen = new Set();
-  const selectedButtons = [];
-  const refreshButtons = () => selectedButtons.forEach((b) => { b.disabled = chosen.size === 0; });
+  const selectionButtons = [];
+  const refreshButtons = () => selectionButtons.forEach((b) => { b.disabled = chosen.size === 0; });
   const filters = h('form', {
     class: 'filters', 'aria-label': 'Filter dead letters',
     onsubmit: (event) => {
@@ -55,13 +67,9 @@ export async function deadLetterList(main, params, rerender) {
   h('label', { class: 'inline' }, h('input', { type: 'checkbox', name: 'all', checked: params.get('all') === 'true' }), 'Include replayed and discarded'),
   h('button', { type: 'submit' }, 'Apply'));
 
-  const selectionAction = (label, cls, verb, run) => {
-    const button = h('button', {
-      class: cls, disabled: true,
-      onclick: () => act(`${verb} ${chosen.size} dead letter(s): ${[...chosen].join(', ')}?`, label,
-        () => run([...chosen]), (results) => results.map(outcome).join('\n')).then((r) => r && rerender()),
-    }, label);
-    selectedButtons.push(button);
+  const selectionAction = (label, cls, action) => {
+    const button = h('button', { class: cls, disabled: true, onclick: () => actOn(action, [...chosen], rerender) }, label);
+    selectionButtons.push(button);
     return button;
   };
 
@@ -87,13 +95,15 @@ export async function deadLetterList(main, params, rerender) {
         h('td', {}, row.resolution ?? 'parked'))))))
     : h('p', { 'data-field': 'no-dead-letters' }, 'No dead letters match.');
 
-  show(main,
+  return [
     h('h1', {}, 'Dead letters'),
     filters,
     h('div', { class: 'actions' },
-      selectionAction('Replay selected', 'primary', 'Replay', replay),
-      selectionAction('Discard selected', 'danger', 'Discard', discard)),
-    table);
+      selectionAction('Replay selected', 'primary', 'replay'),
+      selectionAction('Discard selected', 'danger', 'discard')),
+    table,
+    rows.length >= 1000 ? h('p', { class: 'muted' }, 'The first 1000 are shown: narrow the filter to see the rest.') : null,
+  ];
 }
 
 function payloadView(letter) {
@@ -117,10 +127,10 @@ function payloadView(letter) {
   ];
 }
 
-export async function deadLetterDetail(main, id, rerender) {
+export async function deadLetterDetail(id, rerender) {
   const letter = await api('GET', `/v1/dead-letters/${encodeURIComponent(id)}`);
   const parked = !letter.resolution;
-  show(main,
+  return [
     h('p', {}, h('a', { href: `#/dead-letters?handler=${encodeURIComponent(letter.handler)}` }, `← Dead letters of ${letter.handler}`)),
     h('h1', {}, `Dead letter ${letter.id}`),
     h('dl', { class: 'facts' },
@@ -132,16 +142,14 @@ export async function deadLetterDetail(main, id, rerender) {
         ['Resolution', letter.resolution ? `${letter.resolution} at ${fmt.time(letter.resolved_at)}` : 'parked']]
         .map(([term, value]) => [h('dt', {}, term), h('dd', { 'data-field': term.toLowerCase().replaceAll(' ', '-') }, value)])),
     parked ? h('div', { class: 'actions' },
-      h('button', { class: 'primary', onclick: () => act(`Replay dead letter ${letter.id} through ${letter.handler}?`, 'Replay',
-        () => replay([letter.id]), (r) => r.map(outcome).join('\n')).then((r) => r && rerender()) }, 'Replay'),
-      h('button', { class: 'danger', onclick: () => act(`Discard dead letter ${letter.id}? It will not be applied.`, 'Discard',
-        () => discard([letter.id]), (r) => r.map((x) => `Dead letter ${x.id}: ${x.discarded ? 'discarded' : 'already resolved'}`).join('\n'))
-        .then((r) => r && rerender()) }, 'Discard')) : null,
+      h('button', { class: 'primary', onclick: () => actOn('replay', [letter.id], rerender) }, 'Replay'),
+      h('button', { class: 'danger', onclick: () => actOn('discard', [letter.id], rerender) }, 'Discard')) : null,
     h('h2', {}, 'Payload'),
     payloadView(letter),
     h('h2', {}, 'Headers'),
     letter.headers.length
       ? h('table', {}, h('thead', {}, h('tr', {}, h('th', {}, 'Name'), h('th', {}, 'Value'))),
         h('tbody', {}, letter.headers.map((x) => h('tr', {}, h('td', { class: 'mono' }, x.name), h('td', { class: 'mono' }, x.value)))))
-      : h('p', { class: 'muted' }, 'No headers.'));
+      : h('p', { class: 'muted' }, 'No headers.'),
+  ];
 }

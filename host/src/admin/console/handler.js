@@ -2,7 +2,7 @@
 // lifecycle actions (activate, roll back, pause, resume), each confirmed.
 
 import { api } from './api.js';
-import { fmt, h, show } from './dom.js';
+import { fmt, h } from './dom.js';
 import { act } from './ui.js';
 
 function facts(pairs) {
@@ -27,7 +27,7 @@ function settings(running) {
   ];
 }
 
-export async function handlerPage(main, name, rerender) {
+export async function handlerPage(name, rerender) {
   const view = await api('GET', `/v1/handlers/${encodeURIComponent(name)}`);
   const path = `/v1/handlers/${encodeURIComponent(name)}`;
   const uploaded = view.source === 'api' && view.deployment;
@@ -69,7 +69,7 @@ export async function handlerPage(main, name, rerender) {
     : h('p', { class: 'muted' }, 'No uploaded versions (a configuration-file handler).');
 
   const running = view.running;
-  show(main,
+  return [
     h('p', {}, h('a', { href: '#/' }, '← Overview')),
     h('h1', {}, `Handler ${name}`),
     facts([
@@ -82,5 +82,6 @@ export async function handlerPage(main, name, rerender) {
     versions,
     h('h2', {}, 'Settings of the running version'),
     settings(running),
-    h('p', {}, h('a', { href: `#/dead-letters?handler=${encodeURIComponent(name)}` }, `Dead letters of ${name}`)));
+    h('p', {}, h('a', { href: `#/dead-letters?handler=${encodeURIComponent(name)}` }, `Dead letters of ${name}`)),
+  ];
 }

@@ -3,7 +3,7 @@
 
 import { api } from './api.js';
 import { chart } from './chart.js';
-import { fmt, h, show, stat } from './dom.js';
+import { fmt, h, stat } from './dom.js';
 
 export const REFRESH_MS = 2000;
 
@@ -64,14 +64,16 @@ function card(handler, nowMs) {
     lag(handler));
 }
 
-export async function overview(main) {
+/** The overview's nodes, and the data they show. */
+export async function overview() {
   const data = await api('GET', '/v1/overview');
   const cards = data.handlers.map((handler) => card(handler, data.at_ms));
-  show(main,
+  const nodes = [
     h('h1', {}, 'Handlers'),
     h('p', { class: 'muted' },
-      `Rates are over the last minute and, like durations, the chart and lag, come from host ${data.host}. `,
-      `Updated ${fmt.time(data.at_ms)}.`),
-    cards.length ? h('div', { class: 'cards' }, cards) : h('p', { 'data-field': 'no-handlers' }, 'This token manages no handler that this host knows of.'));
-  return data;
+      'Rates are over the last minute and, like durations, the chart and lag, come from host ',
+      h('span', { 'data-field': 'host' }, data.host), `. Updated ${fmt.time(data.at_ms)}.`),
+    cards.length ? h('div', { class: 'cards' }, cards) : h('p', { 'data-field': 'no-handlers' }, 'This token manages no handler that this host knows of.'),
+  ];
+  return { data, nodes };
 }

@@ -3,9 +3,11 @@
 
 import { ApiError } from './api.js';
 
+/** Shows an error (an ApiError, an Error, or the words to show) in the banner. */
 export function showError(error) {
   const banner = document.getElementById('error');
-  banner.textContent = error instanceof ApiError ? error.describe() : `Error: ${error.message ?? error}`;
+  if (typeof error === 'string') banner.textContent = error;
+  else banner.textContent = error instanceof ApiError ? error.describe() : `Error: ${error.message}`;
   banner.hidden = false;
 }
 
