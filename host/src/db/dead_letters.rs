@@ -4,7 +4,7 @@
 //! inspected and replayed. The caller writes it in the same transaction as the
 //! inbox row with status `dead` and the offset, so "parked" is atomic.
 
-use super::{Database, DbError, SqlValue, Tx, now_ms};
+use super::{Database, DbError, SqlValue, Tx, in_list, now_ms};
 use std::collections::BTreeMap;
 
 /// Why an event was parked. The kind is stable text for scripts; the message is for people.
@@ -253,18 +253,8 @@ pub async fn find(db: &Database, filter: &Filter<'_>) -> Result<Vec<Row>, DbErro
         sql.push_str(&format!(" AND handler = ${}", params.len()));
     }
     if let Some(handlers) = filter.handlers {
-        let mut marks = Vec::with_capacity(handlers.len());
-        for handler in handlers {
-            params.push(handler.as_str().into());
-            marks.push(format!("${}", params.len()));
-        }
-        // No handler at all matches nothing (`IN ()` is not SQL).
-        let list = if marks.is_empty() {
-            "NULL".to_owned()
-        } else {
-            marks.join(", ")
-        };
-        sql.push_str(&format!(" AND handler IN ({list})"));
+        let scope = in_list("handler", &mut params, handlers.iter().map(String::as_str));
+        sql.push_str(&format!(" AND {scope}"));
     }
     if let Some(kind) = filter.kind {
         params.push(kind.as_str().into());

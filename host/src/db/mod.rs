@@ -305,6 +305,25 @@ impl Database {
     }
 }
 
+/// `column IN ($n, ...)` over `values`, pushed onto `params` and numbered
+/// after what is there. An empty list is `1 = 0`: `IN ()` is not SQL, and
+/// `IN (NULL)` would make `NOT (...)` match nothing as well.
+pub fn in_list<'a>(
+    column: &str,
+    params: &mut Vec<SqlValue>,
+    values: impl IntoIterator<Item = &'a str>,
+) -> String {
+    let mut marks = Vec::new();
+    for value in values {
+        params.push(value.into());
+        marks.push(format!("${}", params.len()));
+    }
+    if marks.is_empty() {
+        return "1 = 0".to_owned();
+    }
+    format!("{column} IN ({})", marks.join(", "))
+}
+
 /// Wall-clock time in Unix milliseconds, the unit of every time column.
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()

@@ -7,7 +7,7 @@
 //! deleted by that other host's beats.
 
 use super::{Registry, Running};
-use crate::db::{Database, DbError, SqlValue, now_ms};
+use crate::db::{Database, DbError, SqlValue, in_list, now_ms};
 use std::collections::BTreeMap;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -63,18 +63,9 @@ pub async fn beat(db: &Database, host: &str, running: &BTreeMap<String, Running>
     }
     // This host's rows for handlers it no longer runs.
     let mut params: Vec<SqlValue> = vec![host.into()];
-    let mut marks = Vec::new();
-    for name in running.keys() {
-        params.push(name.as_str().into());
-        marks.push(format!("${}", params.len()));
-    }
-    let kept = if marks.is_empty() {
-        "NULL".to_owned()
-    } else {
-        marks.join(", ")
-    };
+    let kept = in_list("handler", &mut params, running.keys().map(String::as_str));
     tx.execute(
-        &format!("DELETE FROM handler_hosts WHERE host = $1 AND handler NOT IN ({kept})"),
+        &format!("DELETE FROM handler_hosts WHERE host = $1 AND NOT ({kept})"),
         &params,
     )
     .await?;
@@ -201,6 +192,12 @@ mod tests {
             assert_eq!(names("billing"), ["host-a", "host-b"], "{backend:?}");
             assert!(!hosts.contains_key("emails"), "{backend:?}");
             assert!(hosts["billing"][0].consuming);
+
+            // A host that runs nothing any more keeps no row.
+            let billing_only = BTreeMap::from([("billing".to_owned(), running("billing", true))]);
+            beat(db, "host-c", &billing_only).await.unwrap();
+            beat(db, "host-c", &BTreeMap::new()).await.unwrap();
+            assert_eq!(by_handler(db).await.unwrap()["billing"].len(), 2, "{backend:?}");
 
             // A host silent for a minute is not shown; after an hour it is deleted.
             let age = |ms: i64| async move {

@@ -221,14 +221,15 @@ impl Stats {
     }
 
     pub fn snapshot(&self) -> Snapshot {
+        let counts = self.counts();
         let latency = lock(&self.latency_ms);
         let in_flight = lock(&self.in_flight);
         Snapshot {
-            applied: self.metrics.applied.get(),
-            duplicates: self.metrics.duplicates.get(),
-            dead_lettered: self.metrics.dead_lettered.get(),
-            guest_failures: self.metrics.failures.iter().map(|c| c.get()).sum(),
-            consumed: self.metrics.consumed.get(),
+            applied: counts.applied,
+            duplicates: counts.duplicates,
+            dead_lettered: counts.dead_lettered,
+            guest_failures: counts.failures,
+            consumed: counts.consumed,
             latency_p50_ms: latency.value_at_quantile(0.50),
             latency_p99_ms: latency.value_at_quantile(0.99),
             latency_max_ms: latency.max(),
