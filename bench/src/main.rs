@@ -44,8 +44,15 @@ enum Command {
     },
 }
 
+fn main() {
+    // SAFETY: no other thread exists yet; the runtime starts below. Here for
+    // the same reason as in `inboxd` (its hosts are this binary's children).
+    unsafe { inboxd::telemetry::library_backtraces_off_unless_asked() };
+    start();
+}
+
 #[tokio::main]
-async fn main() {
+async fn start() {
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::Serve { config, native }) => {

@@ -5,8 +5,14 @@
 use clap::Parser;
 use inboxd::cli::{Cli, CliError, Command, demo, dlq, outbox, purge, remote, run, status};
 
+fn main() {
+    // SAFETY: no other thread exists yet; the runtime starts below.
+    unsafe { inboxd::telemetry::library_backtraces_off_unless_asked() };
+    start();
+}
+
 #[tokio::main]
-async fn main() {
+async fn start() {
     let cli = Cli::parse();
     let default_log = match cli.command {
         Command::Demo(_) => "warn,inboxd=info",

@@ -80,6 +80,7 @@ pub async fn replay(
     let failure = match call {
         Call::Failed(failure) => Some(failure.to_string()),
         Call::TooLarge(reason) => Some(reason),
+        Call::Redo => unreachable!("a replay's transaction shares no savepoint"),
         Call::Applied(messages) => {
             outbox::insert(&mut tx, claim.handler, &messages).await?;
             invariants::claim_violation(&mut tx, &claim)

@@ -164,6 +164,8 @@ impl Database {
             let pool = SqlitePoolOptions::new()
                 .max_connections(max_connections)
                 .acquire_timeout(ACQUIRE_TIMEOUT)
+                // See the PostgreSQL pool below.
+                .test_before_acquire(false)
                 // Every connection gets the second wall (the allowlist
                 // authorizer) and the statement deadline once, when it opens;
                 // they stay inert until a handler's walls go up.
@@ -185,6 +187,12 @@ impl Database {
             let pool = PgPoolOptions::new()
                 .max_connections(max_connections)
                 .acquire_timeout(ACQUIRE_TIMEOUT)
+                // No ping on every acquire (a round trip per transaction, a
+                // worker-thread handoff on SQLite): a connection that died
+                // idle fails its first statement instead, the transaction
+                // rolls back as on any database error, sqlx closes it, and
+                // the pipeline retries with another.
+                .test_before_acquire(false)
                 .connect_with(options)
                 .await?;
             Pool::Postgres(pool)

@@ -298,6 +298,18 @@ impl Tx {
         self.walls.enter_guest(&mut self.inner, savepoint, walls).await
     }
 
+    /// Consecutive successful guest calls of one handler share one savepoint
+    /// (`true`) instead of one each: see `WallState::share_savepoint`. A
+    /// failed call then undoes all of them, and [`crate::pipeline`]'s
+    /// optimistic batch runs the batch again call by call.
+    pub fn share_guest_savepoint(&mut self, share: bool) {
+        self.walls.share_savepoint(share);
+    }
+
+    pub fn shares_guest_savepoint(&self) -> bool {
+        self.walls.shares_savepoint()
+    }
+
     /// Ends a guest call begun with [`Tx::enter_guest`]: keeps its work
     /// (`succeeded`) or undoes it, and leaves the walls. Every guest call ends
     /// here, whatever happened. A failure is undone at once; a success

@@ -2,10 +2,19 @@
 //!
 //! A commit is the expensive part of the inbox pattern (an fsync on
 //! PostgreSQL), so consecutive records of a partition share one: each is
-//! claimed and run in turn, each handler call inside its own savepoint so a
-//! failure undoes only that event, and the partition's offset is written once,
-//! past the last record, just before the single COMMIT. The host's invariant
-//! check also runs once per batch and covers every event it applied.
+//! claimed and run in turn, and the partition's offset is written once, past
+//! the last record, just before the single COMMIT. The host's invariant check
+//! also runs once per batch and covers every event it applied.
+//!
+//! A batch is optimistic first: its handler calls share one savepoint, so
+//! nothing is sent between two calls (a savepoint per call was a round trip
+//! per event on PostgreSQL and a thread handoff on SQLite). Handlers rarely
+//! fail, but when one does (or one of its statements does), undoing it
+//! undoes the calls before it as well; the transaction is rolled back and the
+//! batch runs again with a savepoint per call, where a failure undoes only
+//! its own event and its neighbours commit. That second run decides, and
+//! counts, every outcome, so a failing event costs at most one extra run of
+//! the calls before it in its batch.
 
 use super::guest::{Call, Called};
 use super::{Outcome, Park, Parked, Pipeline, PipelineError};
@@ -69,6 +78,9 @@ enum TxEnd {
     Lost {
         count: usize,
     },
+    /// A call failed in the optimistic run ([`Call::Redo`]): nothing
+    /// committed; run the records again with a savepoint per call.
+    Redo,
     Fenced,
 }
 
@@ -88,11 +100,23 @@ impl Pipeline {
         cursor: &mut BatchCursor,
         shutdown: &CancellationToken,
     ) -> Result<BatchEnd, PipelineError> {
+        // Once a call failed, the rest of this batch runs a savepoint per call.
+        let mut optimistic = true;
         while cursor.done < records.len() {
             let rest = &records[cursor.done..];
-            let end = self.batch_tx(rest, cursor.expected).await?;
+            let end = self
+                .batch_tx(rest, cursor.expected, optimistic && rest.len() > 1)
+                .await?;
             match end {
                 TxEnd::Fenced => return Ok(BatchEnd::Fenced),
+                TxEnd::Redo => {
+                    tracing::debug!(
+                        handler = self.handler.name(),
+                        records = rest.len(),
+                        "a call failed in an optimistic batch; running it again with a savepoint per call"
+                    );
+                    optimistic = false;
+                }
                 TxEnd::Committed { count, retry } => {
                     cursor.committed(&rest[..count]);
                     if let Some(failure) = retry {
@@ -148,9 +172,16 @@ impl Pipeline {
     }
 
     /// One transaction over `records`, stopping early only at a record whose
-    /// handler failure is to be retried.
-    async fn batch_tx(&self, records: &[Record], expected: Option<i64>) -> Result<TxEnd, PipelineError> {
+    /// handler failure is to be retried. `optimistic`: the calls share one
+    /// savepoint, and any failed call ends it with [`TxEnd::Redo`].
+    async fn batch_tx(
+        &self,
+        records: &[Record],
+        expected: Option<i64>,
+        optimistic: bool,
+    ) -> Result<TxEnd, PipelineError> {
         let mut tx = self.db.begin_write().await?;
+        tx.share_guest_savepoint(optimistic);
         // Every event id first, then all new ones claimed in one go (a
         // statement per event would be a round trip per event).
         let ids: Vec<Result<String, String>> = records
@@ -215,6 +246,10 @@ impl Pipeline {
                     continue;
                 }
                 Call::Failed(failure) => failure,
+                Call::Redo => {
+                    tx.rollback().await?;
+                    return Ok(TxEnd::Redo);
+                }
             };
             if let Some(kind) = self.final_kind(&failure, 1) {
                 let park = Park {

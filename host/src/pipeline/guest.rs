@@ -29,6 +29,12 @@ pub enum Call {
     Failed(GuestFailure),
     /// Its payload is past `limits.max_payload_bytes`: it was not run.
     TooLarge(String),
+    /// It failed, or one of its statements did, inside a savepoint shared
+    /// with earlier calls ([`Tx::share_guest_savepoint`]): undoing it undid
+    /// them too. Nothing is counted; the caller rolls the transaction back
+    /// and runs its events again one savepoint each, where this call's
+    /// outcome is decided (and counted).
+    Redo,
 }
 
 /// The transaction, handed back, and what happened in it.
@@ -71,7 +77,21 @@ pub async fn call(
     let mut took = started.elapsed();
     let mut tx = invocation.tx.take().ok_or(PipelineError::LostTransaction)?;
     let out_of_time = matches!(invocation.result, Err(GuestFailure::Limit(_)));
-    if tx.take_statement_failed() && invocation.host_error.is_none() && !out_of_time {
+    let statement_failed = tx.take_statement_failed();
+    let shared = tx.shares_guest_savepoint();
+    if shared && invocation.host_error.is_none() && (statement_failed || invocation.result.is_err()) {
+        // Rolling back to the savepoint undid the earlier calls that share
+        // it as well: the caller starts over, one savepoint per call.
+        tx.exit_guest(GUEST_SAVEPOINT, false).await?;
+        let lost = tx.take_lost();
+        return Ok(Called {
+            tx,
+            call: Call::Redo,
+            lost,
+            took,
+        });
+    }
+    if statement_failed && invocation.host_error.is_none() && !out_of_time {
         // A statement failed without its own savepoint, which aborts the
         // transaction on PostgreSQL: undo the call and run it again with
         // one, as if it had been that way from the start. (Not after a

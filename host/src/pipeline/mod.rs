@@ -235,6 +235,7 @@ impl Pipeline {
                     return Ok(Outcome::Applied);
                 }
                 Step::Ran(Call::Failed(failure)) => failure,
+                Step::Ran(Call::Redo) => unreachable!("a lone event's transaction shares no savepoint"),
             };
             let first = *first_failed_at.get_or_insert_with(now_ms);
             if let Some(kind) = self.final_kind(&failure, attempt) {
@@ -286,7 +287,8 @@ impl Pipeline {
                 self.stats.guest_took(called.took);
                 self.stats.guest_failure(failure.kind());
             }
-            Call::TooLarge(_) => {}
+            // Counted when the batch runs it again.
+            Call::TooLarge(_) | Call::Redo => {}
         }
         Ok(called)
     }

@@ -11,7 +11,8 @@
 //! Outside --enter_guest--> InCall
 //! InCall --exit_guest(ok)--> Lingering            (no statement: walls up, savepoint open)
 //! InCall --exit_guest(failed)--> Outside          (rolled back to the savepoint, walls down)
-//! Lingering --enter_guest(same handler and savepoint)--> InCall   (savepoint renewed)
+//! Lingering --enter_guest(same handler and savepoint)--> InCall   (savepoint renewed,
+//!     or kept as it is when the savepoint is shared: see `share_savepoint`)
 //! Lingering --host statement, enter_walls, another call, commit--> Outside   (work kept)
 //! any --SQLite rolled the transaction back--> lost: a new one begun, Lingering
 //!     forgotten, InCall stays walled (its deadline has passed) until exit_guest
@@ -58,6 +59,9 @@ pub(in crate::db) struct WallState {
     /// SQLite rolled the whole transaction back under a guest's statement
     /// (see [`WallState::take_lost`]); a new, empty one was begun in its place.
     lost: bool,
+    /// Consecutive successful calls of one handler share one savepoint (see
+    /// [`WallState::share_savepoint`]).
+    share: bool,
 }
 
 impl WallState {
@@ -66,7 +70,22 @@ impl WallState {
             sqlite: SqliteSwitch::default(),
             call: Phase::Outside,
             lost: false,
+            share: false,
         }
+    }
+
+    /// With `true`, a call that follows a successful call of the same
+    /// handler keeps that call's savepoint instead of renewing it (on SQLite
+    /// only the deadline is renewed): no statement at all between the two.
+    /// A failure then undoes every call since the savepoint was taken, so
+    /// whoever turns this on must treat any failed call as undoing all of
+    /// them (the pipeline's optimistic batch runs the batch again without it).
+    pub fn share_savepoint(&mut self, share: bool) {
+        self.share = share;
+    }
+
+    pub fn shares_savepoint(&self) -> bool {
+        self.share
     }
 
     /// The handler whose call is running, if one is.
@@ -130,7 +149,14 @@ impl WallState {
                 savepoint: open,
                 walls: up,
             } if open == savepoint && up.handler() == walls.handler() => {
-                self.renew_savepoint(conn, savepoint, walls).await?;
+                if self.share {
+                    if conn.backend() == Backend::Sqlite {
+                        // The deadline is the new call's own.
+                        self.put_up(conn, walls).await?;
+                    }
+                } else {
+                    self.renew_savepoint(conn, savepoint, walls).await?;
+                }
                 self.call = Phase::InCall(walls.clone());
                 return Ok(());
             }

@@ -186,6 +186,34 @@ async fn the_same_handlers_next_call_renews_the_savepoint_and_a_failure_undoes_o
     }
 }
 
+/// The optimistic batch's mode: nothing is sent between two calls, so a
+/// failure undoes every call since the shared savepoint, never the claims
+/// before it, and the walls still come down for the host.
+#[tokio::test]
+async fn a_shared_savepoint_is_kept_between_calls_and_a_failure_undoes_them_all() {
+    for db in each_backend().await {
+        let h = handler(&db, "wt_share").await;
+        let mut tx = db.begin_write().await.unwrap();
+        tx.share_guest_savepoint(true);
+        for e in ["e1", "e2", "e3"] {
+            assert!(claim(&mut tx, "wt_share", e).await.unwrap());
+        }
+        for (a, succeeded) in [(1, true), (2, true), (3, false)] {
+            tx.enter_guest(CALL, &h).await.unwrap();
+            guest_insert(&mut tx, &h, a).await.unwrap();
+            tx.exit_guest(CALL, succeeded).await.unwrap();
+        }
+        assert!(claim(&mut tx, "wt_share", "e4").await.unwrap());
+        // Calls after a host statement get a savepoint of their own again.
+        tx.enter_guest(CALL, &h).await.unwrap();
+        guest_insert(&mut tx, &h, 4).await.unwrap();
+        tx.exit_guest(CALL, true).await.unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(rows(&db, &h).await, [4], "{:?}", db.backend());
+        assert_eq!(claims(&db).await, ["e1", "e2", "e3", "e4"]);
+    }
+}
+
 #[tokio::test]
 async fn another_handlers_call_after_a_lingering_one_runs_in_its_own_walls() {
     for db in each_backend().await {

@@ -1,7 +1,7 @@
 //! Batches whose events end in the ordinary ways: applied, duplicate,
 //! rejected, retried until they succeed, retried until they run out.
 
-use super::harness::{Harness, MAX_ATTEMPTS, first_calls, id, record, records};
+use super::harness::{Harness, MAX_ATTEMPTS, first_calls, id, optimistic_then, record, records};
 use super::scripted::Act;
 use crate::db::test_support::each_backend;
 use crate::handler::{GuestFailure, LimitExceeded};
@@ -102,10 +102,17 @@ async fn a_rejected_event_is_parked_and_its_neighbours_apply_in_the_same_batch()
         assert_eq!(h.status(&id(2)).await.as_deref(), Some("dead"), "{on:?}");
         assert_eq!(h.status(&id(3)).await.as_deref(), Some("done"), "{on:?}");
         assert_eq!(h.offset().await, Some(3), "{on:?}");
+        // Event 2's reject ended the optimistic run (its undo took event 1's
+        // work too); the run with a savepoint per call decided, never retrying it.
         assert_eq!(
             h.handler.call_order(),
-            first_calls(&[1, 2, 3]),
-            "{on:?}: never retried"
+            optimistic_then(&[1, 2, 3], 2, &[(1, 1), (2, 1), (3, 1)]),
+            "{on:?}"
+        );
+        assert_eq!(
+            h.guest_failures(),
+            1,
+            "{on:?}: counted once, by the run that decided"
         );
     }
 }
@@ -131,15 +138,16 @@ async fn a_retry_commits_the_events_before_it_and_runs_the_rest_after_it_in_orde
             },
             "{on:?}"
         );
-        let order = [(1, 1), (2, 1), (2, 2), (3, 1), (4, 1)].map(|(n, a)| (id(n), a));
+        let order = optimistic_then(&[1, 2, 3, 4], 2, &[(1, 1), (2, 1), (2, 2), (3, 1), (4, 1)]);
         assert_eq!(h.handler.call_order(), order, "{on:?}");
+        assert_eq!(h.guest_failures(), 1, "{on:?}");
         let second = h.handler.calls().into_iter().find(|c| c.attempt == 2).unwrap();
         assert_eq!(
             second.effects_seen,
             Some(1),
             "{on:?}: event 1 committed, 3 and 4 not run"
         );
-        // Attempt 1's write was undone; nothing ran twice.
+        // Attempt 1's write was undone, and the optimistic run's with it: no effect twice.
         assert_eq!(
             h.effects().await,
             effects(&[(1, 1), (2, 2), (3, 1), (4, 1)]),
@@ -174,8 +182,9 @@ async fn an_event_that_keeps_failing_is_parked_when_its_retries_run_out() {
         }
         let (end, _) = h.batch(&records(0, &[1, 2, 3])).await;
         assert_eq!(end, BatchEnd::Done, "{on:?}");
-        let order = [(1, 1), (2, 1), (2, 2), (2, 3), (3, 1)].map(|(n, a)| (id(n), a));
+        let order = optimistic_then(&[1, 2, 3], 2, &[(1, 1), (2, 1), (2, 2), (2, 3), (3, 1)]);
         assert_eq!(h.handler.call_order(), order, "{on:?}");
+        assert_eq!(h.guest_failures(), 3, "{on:?}: each attempt once");
         let parked = h.only_dead_letter(on).await;
         assert_eq!(
             parked.said(),

@@ -58,6 +58,19 @@ pub fn first_calls(ids: &[u32]) -> Vec<(String, u32)> {
     ids.iter().map(|n| (id(*n), 1)).collect()
 }
 
+/// The calls of a batch whose event `failed` fails on its first attempt:
+/// the optimistic run (one savepoint for all calls) up to and including it,
+/// then the run with a savepoint per call from the start, whose calls follow.
+pub fn optimistic_then(ids: &[u32], failed: u32, then: &[(u32, u32)]) -> Vec<(String, u32)> {
+    let upto = ids
+        .iter()
+        .position(|n| *n == failed)
+        .expect("the failing event is in the batch");
+    let mut calls = first_calls(&ids[..=upto]);
+    calls.extend(then.iter().map(|(n, attempt)| (id(*n), *attempt)));
+    calls
+}
+
 /// A dead letter as a test compares it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Parked {
@@ -115,6 +128,11 @@ impl Harness {
 
     pub fn backend(&self) -> Backend {
         self.db.backend()
+    }
+
+    /// Failed guest calls as the pipeline counted them (metrics, console).
+    pub fn guest_failures(&self) -> u64 {
+        self.pipeline.stats.snapshot().guest_failures
     }
 
     /// Runs `records` as one batch from the stored offset; returns how it
