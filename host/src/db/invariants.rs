@@ -4,7 +4,7 @@
 //! event parked as a sandbox violation instead of committing a broken promise.
 
 use super::inbox::Claim;
-use super::{DbError, SqlValue, Tx};
+use super::{Backend, DbError, SqlValue, Tx};
 
 /// Claims checked per statement, at most.
 const CHECK_CHUNK: usize = 128;
@@ -32,6 +32,19 @@ fn claims_sql(claims: usize) -> String {
 const OFFSET_SQL: &str =
     "SELECT next_offset FROM offsets WHERE handler = $1 AND topic = $2 AND partition = $3";
 
+/// PostgreSQL: the claims and the offset in one statement, whatever the
+/// batch's size. The ids come as one JSON array (a text parameter), so the
+/// statement text never changes and stays prepared. Each id is probed through
+/// a `LATERAL ... LIMIT 1` subquery, which the planner cannot turn into a
+/// join that scans the handler's rows (see [`claims_sql`]): one primary-key
+/// lookup per id. Measured against the scalar subqueries, 64 ids: about 1 ms
+/// instead of 3-17 ms (psql, this machine, 50,000 inbox rows).
+const CHECK_SQL_POSTGRES: &str = "SELECT \
+    (SELECT COUNT(*) FROM json_array_elements_text($2::json) AS e(id) \
+     CROSS JOIN LATERAL (SELECT 1 FROM inbox \
+         WHERE handler = $1 AND event_id = e.id AND status = 'done' LIMIT 1) AS found), \
+    (SELECT next_offset FROM offsets WHERE handler = $1 AND topic = $3 AND partition = $4)";
+
 /// The partition a batch advances, as the host last saw it.
 pub struct Position<'a> {
     pub handler: &'a str,
@@ -48,6 +61,9 @@ pub async fn violation(
     position: &Position<'_>,
     applied: &[String],
 ) -> Result<Option<String>, DbError> {
+    if tx.backend() == Backend::Postgres {
+        return violation_postgres(tx, position, applied).await;
+    }
     for chunk in applied.chunks(CHECK_CHUNK) {
         let padded = chunk.len().next_power_of_two();
         let mut params: Vec<SqlValue> = vec![position.handler.into()];
@@ -75,13 +91,39 @@ pub async fn violation(
         .and_then(|r| r.first())
         .cloned()
         .unwrap_or(SqlValue::Null);
-    let expected = position.expected.map_or(SqlValue::Null, SqlValue::Int64);
-    if offset != expected {
+    Ok(offset_moved(position, offset))
+}
+
+/// [`violation`] on PostgreSQL: one round trip ([`CHECK_SQL_POSTGRES`]).
+async fn violation_postgres(
+    tx: &mut Tx,
+    position: &Position<'_>,
+    applied: &[String],
+) -> Result<Option<String>, DbError> {
+    let ids = serde_json::to_string(applied).expect("a list of strings is JSON");
+    let params = [
+        position.handler.into(),
+        ids.into(),
+        position.topic.into(),
+        position.partition.into(),
+    ];
+    let row = tx.query(CHECK_SQL_POSTGRES, &params).await?.into_iter().next();
+    let mut row = row.unwrap_or_default().into_iter();
+    let intact = row.next().and_then(|v| v.as_i64()).unwrap_or(0);
+    if intact != applied.len() as i64 {
         return Ok(Some(format!(
-            "the partition's stored offset was changed (expected {expected:?}, found {offset:?})"
+            "an applied event's inbox claim was changed or removed ({intact} of {} intact)",
+            applied.len()
         )));
     }
-    Ok(None)
+    Ok(offset_moved(position, row.next().unwrap_or(SqlValue::Null)))
+}
+
+fn offset_moved(position: &Position<'_>, offset: SqlValue) -> Option<String> {
+    let expected = position.expected.map_or(SqlValue::Null, SqlValue::Int64);
+    (offset != expected).then(|| {
+        format!("the partition's stored offset was changed (expected {expected:?}, found {offset:?})")
+    })
 }
 
 /// As [`violation`], for a replay, which does not move the partition's offset
@@ -103,7 +145,7 @@ mod tests {
     use super::*;
     use crate::db::inbox;
     use crate::db::offsets::{self, Advance};
-    use crate::db::test_support::sqlite_db;
+    use crate::db::test_support::each_backend;
 
     fn claim() -> Claim<'static> {
         Claim {
@@ -127,62 +169,82 @@ mod tests {
 
     #[tokio::test]
     async fn intact_rows_pass_and_tampered_ones_are_named() {
-        let db = sqlite_db().await;
-        let mut tx = db.begin().await.unwrap();
-        let advance = Advance {
-            handler: "h",
-            topic: "t",
-            partition: 0,
-            expected: None,
-            next_offset: 9,
-            records: 9,
-        };
-        offsets::advance(&mut tx, &advance).await.unwrap();
-        inbox::claim(&mut tx, &claim()).await.unwrap();
-        let applied = vec!["e1".to_owned()];
-        assert_eq!(
-            violation(&mut tx, &position(Some(9)), &applied).await.unwrap(),
-            None
-        );
-        assert_eq!(claim_violation(&mut tx, &claim()).await.unwrap(), None);
+        for db in each_backend().await {
+            let on = db.backend();
+            let mut tx = db.begin().await.unwrap();
+            let advance = Advance {
+                handler: "h",
+                topic: "t",
+                partition: 0,
+                expected: None,
+                next_offset: 9,
+                records: 9,
+            };
+            offsets::advance(&mut tx, &advance).await.unwrap();
+            inbox::claim(&mut tx, &claim()).await.unwrap();
+            let applied = vec!["e1".to_owned()];
+            assert_eq!(
+                violation(&mut tx, &position(Some(9)), &applied).await.unwrap(),
+                None,
+                "{on:?}"
+            );
+            assert_eq!(claim_violation(&mut tx, &claim()).await.unwrap(), None);
 
-        tx.execute("UPDATE offsets SET next_offset = 0", &[])
-            .await
-            .unwrap();
-        let found = violation(&mut tx, &position(Some(9)), &applied)
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(found.contains("stored offset was changed"), "{found}");
+            tx.execute("UPDATE offsets SET next_offset = 0", &[])
+                .await
+                .unwrap();
+            let found = violation(&mut tx, &position(Some(9)), &applied)
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(found.contains("stored offset was changed"), "{on:?}: {found}");
 
-        tx.execute("DELETE FROM inbox", &[]).await.unwrap();
-        let found = violation(&mut tx, &position(Some(0)), &applied)
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(found.contains("claim was changed or removed"), "{found}");
-        assert!(found.contains("0 of 1 intact"), "{found}");
-        assert!(claim_violation(&mut tx, &claim()).await.unwrap().is_some());
+            tx.execute("UPDATE inbox SET status = 'dead'", &[]).await.unwrap();
+            let found = violation(&mut tx, &position(Some(0)), &applied)
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(found.contains("0 of 1 intact"), "{on:?}: {found}");
+            tx.execute("DELETE FROM inbox", &[]).await.unwrap();
+            let found = violation(&mut tx, &position(Some(0)), &applied)
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(found.contains("claim was changed or removed"), "{on:?}: {found}");
+            assert!(found.contains("0 of 1 intact"), "{on:?}: {found}");
+            assert!(claim_violation(&mut tx, &claim()).await.unwrap().is_some());
+        }
     }
 
     #[tokio::test]
     async fn one_missing_claim_among_many_is_counted_exactly() {
-        let db = sqlite_db().await;
-        let mut tx = db.begin().await.unwrap();
-        // 130 claims: two statements (128 + 2, padded to 2).
-        let ids: Vec<String> = (0..130).map(|i| format!("e{i}")).collect();
-        for id in &ids {
-            let claim = Claim {
-                event_id: id,
-                ..claim()
+        for db in each_backend().await {
+            let on = db.backend();
+            let mut tx = db.begin().await.unwrap();
+            // 130 claims: on SQLite two statements (128 + 2, padded to 2), on
+            // PostgreSQL one. Ids with JSON's special characters travel intact.
+            let ids: Vec<String> = (0..130).map(|i| format!("e{i}\"\\\u{e9}")).collect();
+            for id in &ids {
+                let claim = Claim {
+                    event_id: id,
+                    ..claim()
+                };
+                inbox::claim(&mut tx, &claim).await.unwrap();
+            }
+            assert_eq!(
+                violation(&mut tx, &position(None), &ids).await.unwrap(),
+                None,
+                "{on:?}"
+            );
+            tx.execute("DELETE FROM inbox WHERE event_id = $1", &[ids[5].as_str().into()])
+                .await
+                .unwrap();
+            let found = violation(&mut tx, &position(None), &ids).await.unwrap().unwrap();
+            let expected = match on {
+                crate::db::Backend::Sqlite => "127 of 128 intact",
+                crate::db::Backend::Postgres => "129 of 130 intact",
             };
-            inbox::claim(&mut tx, &claim).await.unwrap();
+            assert!(found.contains(expected), "{on:?}: {found}");
         }
-        assert_eq!(violation(&mut tx, &position(None), &ids).await.unwrap(), None);
-        tx.execute("DELETE FROM inbox WHERE event_id = 'e5'", &[])
-            .await
-            .unwrap();
-        let found = violation(&mut tx, &position(None), &ids).await.unwrap().unwrap();
-        assert!(found.contains("127 of 128 intact"), "{found}");
     }
 }
