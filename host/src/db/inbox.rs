@@ -79,13 +79,15 @@ pub async fn claim_many(tx: &mut Tx, claims: &[Claim<'_>]) -> Result<HashSet<Str
 
 /// PostgreSQL: every claim of a batch in one statement whose text never
 /// changes (so it stays prepared), the rows coming as one JSON array in a
-/// text parameter. `ORDER BY` keeps the id order of [`claim_many`].
+/// text parameter. `ORDER BY` keeps the id order of [`claim_many`]: byte
+/// order (`COLLATE "C"`), as Rust sorts them and SQLite compares them, so
+/// two hosts claiming overlapping ids lock them in the same order.
 const CLAIM_MANY_POSTGRES: &str = r#"INSERT INTO inbox
 (handler, event_id, status, topic, partition, "offset", handler_version, processed_at, id_day)
 SELECT c.handler, c.event_id, 'done', c.topic, c.partition, c."offset", c.handler_version, c.processed_at, c.id_day
 FROM json_to_recordset($1::json) AS c(handler TEXT, event_id TEXT, topic TEXT, partition INTEGER,
     "offset" BIGINT, handler_version TEXT, processed_at BIGINT, id_day INTEGER)
-ORDER BY c.event_id
+ORDER BY c.event_id COLLATE "C"
 ON CONFLICT DO NOTHING
 RETURNING event_id"#;
 

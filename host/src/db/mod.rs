@@ -145,6 +145,9 @@ const MIGRATION_LOCK_KEY: i64 = 0x1b0c_d000_0001;
 /// How long a connection attempt or a wait for a free connection may take
 /// before the caller sees an error (and, in the pipeline, backs off and retries).
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+/// A PostgreSQL connection idle this long is pinged before it is handed
+/// out; a busy one is not (the ping would be a round trip per transaction).
+const PING_IF_IDLE_FOR: Duration = Duration::from_secs(30);
 /// SQLite writers queue on one lock; wait this long for it instead of failing.
 const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -164,7 +167,8 @@ impl Database {
             let pool = SqlitePoolOptions::new()
                 .max_connections(max_connections)
                 .acquire_timeout(ACQUIRE_TIMEOUT)
-                // See the PostgreSQL pool below.
+                // No ping on every acquire (a worker-thread handoff per
+                // transaction): the file cannot go away under the connection.
                 .test_before_acquire(false)
                 // Every connection gets the second wall (the allowlist
                 // authorizer) and the statement deadline once, when it opens;
@@ -187,12 +191,22 @@ impl Database {
             let pool = PgPoolOptions::new()
                 .max_connections(max_connections)
                 .acquire_timeout(ACQUIRE_TIMEOUT)
-                // No ping on every acquire (a round trip per transaction, a
-                // worker-thread handoff on SQLite): a connection that died
-                // idle fails its first statement instead, the transaction
-                // rolls back as on any database error, sqlx closes it, and
-                // the pipeline retries with another.
+                // No ping on every acquire (a round trip per transaction):
+                // only a connection idle for a while is checked, since a
+                // NAT or load balancer may have dropped it silently and its
+                // first statement would then wait for TCP to give up, far
+                // past any timeout. A connection that died busy fails its
+                // statement, the transaction rolls back as on any database
+                // error, sqlx closes it, and the pipeline retries.
                 .test_before_acquire(false)
+                .before_acquire(|conn, meta| {
+                    Box::pin(async move {
+                        if meta.idle_for >= PING_IF_IDLE_FOR {
+                            sqlx::Connection::ping(conn).await?;
+                        }
+                        Ok(true)
+                    })
+                })
                 .connect_with(options)
                 .await?;
             Pool::Postgres(pool)

@@ -14,7 +14,9 @@
 //! batch runs again with a savepoint per call, where a failure undoes only
 //! its own event and its neighbours commit. That second run decides, and
 //! counts, every outcome, so a failing event costs at most one extra run of
-//! the calls before it in its batch.
+//! the calls before it in its batch; and the handler's next few batches run
+//! with a savepoint per call straight away, so a handler whose events keep
+//! failing does not pay that extra run on every batch.
 
 use super::guest::{Call, Called};
 use super::{Outcome, Park, Parked, Pipeline, PipelineError};
@@ -100,8 +102,9 @@ impl Pipeline {
         cursor: &mut BatchCursor,
         shutdown: &CancellationToken,
     ) -> Result<BatchEnd, PipelineError> {
-        // Once a call failed, the rest of this batch runs a savepoint per call.
-        let mut optimistic = true;
+        // Once a call failed, the rest of this batch runs a savepoint per call
+        // (and so do the handler's next few batches: see `Slot::optimistic`).
+        let mut optimistic = self.slot.optimistic();
         while cursor.done < records.len() {
             let rest = &records[cursor.done..];
             let end = self
@@ -116,6 +119,7 @@ impl Pipeline {
                         "a call failed in an optimistic batch; running it again with a savepoint per call"
                     );
                     optimistic = false;
+                    self.slot.be_careful();
                 }
                 TxEnd::Committed { count, retry } => {
                     cursor.committed(&rest[..count]);

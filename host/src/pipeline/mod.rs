@@ -32,6 +32,7 @@ use crate::stats::Stats;
 use guest::{Call, Called};
 use rand::Rng;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -97,19 +98,48 @@ pub struct Loaded {
 /// version goes live without a restart: a batch pins the version it started
 /// with ([`Pipeline::pinned`]) and finishes on it, retries included.
 #[derive(Clone)]
-pub struct Slot(Arc<std::sync::RwLock<Loaded>>);
+pub struct Slot {
+    loaded: Arc<std::sync::RwLock<Loaded>>,
+    /// Batches of this handler still to run with a savepoint per call (see
+    /// [`Slot::optimistic`]).
+    careful: Arc<AtomicU32>,
+}
+
+/// After a call fails in an optimistic batch, this many of the handler's
+/// next batches skip the optimistic run. A handler whose events keep failing
+/// (or that keeps catching failed statements on PostgreSQL) would otherwise
+/// pay an extra run of its batch every time; one that fails rarely loses
+/// the shared savepoint for only a few batches.
+const CAREFUL_BATCHES: u32 = 16;
 
 impl Slot {
     pub fn new(loaded: Loaded) -> Self {
-        Self(Arc::new(std::sync::RwLock::new(loaded)))
+        Self {
+            loaded: Arc::new(std::sync::RwLock::new(loaded)),
+            careful: Arc::default(),
+        }
     }
 
     pub fn current(&self) -> Loaded {
-        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.loaded.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     pub fn swap(&self, loaded: Loaded) {
-        *self.0.write().unwrap_or_else(|p| p.into_inner()) = loaded;
+        *self.loaded.write().unwrap_or_else(|p| p.into_inner()) = loaded;
+        self.careful.store(0, Ordering::Relaxed);
+    }
+
+    /// Whether the next batch may run optimistically (one savepoint for all
+    /// its calls); counts down the careful batches.
+    fn optimistic(&self) -> bool {
+        self.careful
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_err()
+    }
+
+    /// A call failed in an optimistic batch.
+    fn be_careful(&self) {
+        self.careful.store(CAREFUL_BATCHES, Ordering::Relaxed);
     }
 }
 

@@ -10,7 +10,7 @@ use crate::capabilities::{log, outbox, sql};
 use std::path::PathBuf;
 use std::sync::Arc;
 use wasmtime::component::Linker;
-use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 #[derive(Clone)]
 pub struct WasmEngine {
@@ -68,30 +68,27 @@ fn pooling() -> PoolingAllocationConfig {
         .total_tables(512)
         .total_stacks(256)
         // Resetting a slot for the next instance is the largest cost of a
-        // fresh instance per event. Without the scan, wasmtime memsets the
-        // whole kept-resident prefix (with 1 MiB: 18% of the host's CPU on a
-        // backlog, measured) and madvises the rest, whose page faults and
-        // TLB shootdowns come back with the next instance. With PAGEMAP_SCAN
-        // (Linux 6.7+) only the pages the guest dirtied are reset, in place
-        // up to the bound, and clean pages stay mapped.
+        // fresh instance per event: wasmtime memsets this much of the memory
+        // (and of each table) back, dirty or not, and madvises the rest away.
+        // At 1 MiB the memset was 18% of the host's CPU on a backlog (perf);
+        // 64 KiB covers what a small handler dirties at the bottom of its
+        // memory, and mode (a) ran 20-30% faster than at 1 MiB, on a par with
+        // 0 and 256 KiB (/tmp/keep.sh in issue 15's note).
+        //
+        // Not PAGEMAP_SCAN, which resets only the pages found dirty: it was
+        // somewhat faster in our runs, but in wasmtime
+        // 48 a dirty page that was swapped out is neither reset nor
+        // decommitted, so the next instance in the slot (another handler's,
+        // maybe) could read it. A wall that depends on swap being off is not
+        // a wall.
+        .linear_memory_keep_resident(KEEP_RESIDENT)
+        .table_keep_resident(KEEP_RESIDENT)
         .max_unused_warm_slots(16);
-    if PoolingAllocationConfig::is_pagemap_scan_available() {
-        pool.pagemap_scan(Enabled::Yes)
-            .linear_memory_keep_resident(KEEP_RESIDENT_SCANNED)
-            .table_keep_resident(TABLE_KEEP_RESIDENT);
-    } else {
-        pool.linear_memory_keep_resident(KEEP_RESIDENT_MEMSET);
-    }
     pool
 }
 
-/// With the scan: dirty linear memory reset in place per slot (past it,
-/// `madvise`). Only dirtied pages cost anything, so the bound can be generous.
-const KEEP_RESIDENT_SCANNED: usize = 4 << 20;
-/// Without it every instance pays a memset of all of this, dirty or not.
-const KEEP_RESIDENT_MEMSET: usize = 1 << 20;
-/// Tables are small (function references); with the scan, reset in place too.
-const TABLE_KEEP_RESIDENT: usize = 64 << 10;
+/// Bytes of a slot's linear memory (and table) reset by memset, not madvise.
+const KEEP_RESIDENT: usize = 64 << 10;
 
 /// Advances the engine's epoch every [`EPOCH_TICK`] until the engine is dropped.
 fn spawn_epoch_ticker(engine: &Engine) {

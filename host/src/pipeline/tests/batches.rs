@@ -206,3 +206,28 @@ async fn an_event_that_keeps_failing_is_parked_when_its_retries_run_out() {
         assert_eq!(h.offset().await, Some(3), "{on:?}");
     }
 }
+
+#[tokio::test]
+async fn after_a_failure_the_handlers_next_batches_skip_the_optimistic_run() {
+    for db in each_backend().await {
+        let h = Harness::new(db).await;
+        let on = h.backend();
+        for n in [2, 5] {
+            let reject = GuestFailure::Reject(format!("order {n} is malformed"));
+            h.handler.on(&id(n), vec![Act::Effect, Act::Fail(reject)]);
+        }
+        assert_eq!(h.batch(&records(0, &[1, 2, 3])).await.0, BatchEnd::Done, "{on:?}");
+        assert_eq!(h.batch(&records(3, &[4, 5, 6])).await.0, BatchEnd::Done, "{on:?}");
+        let mut order = optimistic_then(&[1, 2, 3], 2, &[(1, 1), (2, 1), (3, 1)]);
+        // The second batch ran a savepoint per call from the start: 5 ran once.
+        order.extend(first_calls(&[4, 5, 6]));
+        assert_eq!(h.handler.call_order(), order, "{on:?}");
+        assert_eq!(
+            h.effects().await,
+            effects(&[(1, 1), (3, 1), (4, 1), (6, 1)]),
+            "{on:?}"
+        );
+        assert_eq!(h.guest_failures(), 2, "{on:?}");
+        assert_eq!(h.offset().await, Some(6), "{on:?}");
+    }
+}
