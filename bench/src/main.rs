@@ -9,9 +9,12 @@
 //! consecutive events). Throughput: a backlog of `--events` records is consumed and
 //! timed from the first commit to the last. Latency: then `--rate` records/s
 //! arrive live for `--live-secs`, and each applied event's time from produce
-//! to commit is recorded. The last stdout line is one JSON object.
+//! to commit is recorded. Before the modes, the broker-only ceiling: the
+//! same backlog read by librdkafka with no database or handler. The last
+//! stdout line is one JSON object.
 //! `scripts/bench` starts the broker and PostgreSQL and runs this.
 
+mod ceiling;
 mod native;
 mod run;
 mod serve;

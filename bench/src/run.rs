@@ -158,6 +158,10 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         bulk_unique,
         started.elapsed().as_secs_f64()
     );
+    let ceiling = crate::ceiling::broker_only(&opts.brokers, &bulk, opts.events, opts.fetch_wait_ms).await?;
+    eprintln!(
+        "[broker only] {ceiling:.0} records/s: librdkafka reading the backlog, no database, no handler"
+    );
     let mut results = serde_json::Map::new();
     for backend in &opts.backends {
         let mut measured = serde_json::Map::new();
@@ -216,6 +220,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         "partitions": opts.partitions,
         "duplicate_pct": opts.duplicate_pct,
         "live_rate": opts.rate,
+        "broker_only_records_per_s": ceiling.round(),
     });
     summary.as_object_mut().expect("an object").extend(results);
     println!("{summary}");

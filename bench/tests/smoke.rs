@@ -43,6 +43,11 @@ fn a_small_benchmark_run_reports_every_mode_with_exact_effects() {
     let last = stdout.lines().last().expect("a report line");
     let report: Value = serde_json::from_str(last).expect("the last line is JSON");
     assert_eq!(report["records"], 600);
+    let ceiling = report["broker_only_records_per_s"].as_f64();
+    assert!(
+        ceiling.is_some_and(|c| c > 0.0),
+        "the broker-only ceiling: {report}"
+    );
     for backend in ["sqlite", "postgres"] {
         for mode in ["a", "b", "c", "d", "py", "js"] {
             let m = &report[backend][mode];
