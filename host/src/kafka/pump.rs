@@ -36,6 +36,18 @@ const SEEK_TIMEOUT: Duration = Duration::from_secs(5);
 /// batch is ready the moment the last one commits, few enough that memory
 /// stays bounded when the database is slower than the broker.
 const BUFFERED_BATCHES: usize = 3;
+/// Records buffered per partition, at least. Pausing drops what librdkafka
+/// had fetched for the partition and resuming fetches it again, so a buffer
+/// of a few records (three, with `batch.max_events = 1`) paused and resumed
+/// the partition every few records: one event per transaction ran at 221/s
+/// on both backends (`inboxd-bench --modes b`, issue 15's note). This is the
+/// default configuration's buffer (3 batches of 100), the same memory bound.
+const MIN_BUFFERED: usize = 300;
+
+/// Records a partition may buffer before it is paused.
+fn max_buffered(batching: &BatchConfig) -> usize {
+    (batching.max_events * BUFFERED_BATCHES).max(MIN_BUFFERED)
+}
 
 type Key = (String, i32);
 
@@ -70,7 +82,7 @@ pub async fn run_pump(
     batching: BatchConfig,
     shutdown: CancellationToken,
 ) {
-    let max_buffered = batching.max_events * BUFFERED_BATCHES;
+    let max_buffered = max_buffered(&batching);
     let mut pump = Pump {
         handler: pipeline.handler_name().to_owned(),
         pipeline: Arc::new(pipeline),
@@ -437,4 +449,21 @@ fn store_next_offset(consumer: &InboxConsumer, key: &Key, next: i64) -> rdkafka:
     let mut list = TopicPartitionList::new();
     list.add_partition_offset(&key.0, key.1, Offset::Offset(next))?;
     consumer.store_offsets(&list)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_partitions_buffer_holds_three_batches_and_never_fewer_than_the_defaults() {
+        let batching = |max_events| BatchConfig {
+            max_events,
+            linger_ms: 0,
+        };
+        assert_eq!(max_buffered(&BatchConfig::default()), 300);
+        assert_eq!(max_buffered(&batching(500)), 1500);
+        // One event per transaction still reads ahead like the default.
+        assert_eq!(max_buffered(&batching(1)), 300);
+    }
 }
