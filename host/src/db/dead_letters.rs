@@ -89,10 +89,7 @@ pub fn headers_json(headers: &[(String, Vec<u8>)]) -> String {
         .iter()
         .map(|(name, value)| match std::str::from_utf8(value) {
             Ok(text) => serde_json::json!({ "name": name, "value": text }),
-            Err(_) => {
-                let hex: String = value.iter().map(|b| format!("{b:02x}")).collect();
-                serde_json::json!({ "name": name, "hex": hex })
-            }
+            Err(_) => serde_json::json!({ "name": name, "hex": hex::encode(value) }),
         })
         .collect();
     serde_json::Value::Array(list).to_string()
@@ -187,10 +184,7 @@ pub fn parse_headers(json: &str) -> Vec<(String, Vec<u8>)> {
             if let Some(text) = h.get("value").and_then(|v| v.as_str()) {
                 return Some((name, text.as_bytes().to_vec()));
             }
-            let hex = h.get("hex")?.as_str()?;
-            let bytes =
-                (0..hex.len() / 2).filter_map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok());
-            Some((name, bytes.collect()))
+            Some((name, hex::decode(h.get("hex")?.as_str()?).ok()?))
         })
         .collect()
 }
@@ -322,12 +316,8 @@ pub async fn parked_counts(db: &Database) -> Result<BTreeMap<String, i64>, DbErr
 pub fn bytes_text(bytes: &[u8]) -> String {
     match std::str::from_utf8(bytes) {
         Ok(text) => text.to_owned(),
-        Err(_) => format!("<{} bytes, not UTF-8> {}", bytes.len(), hex(bytes)),
+        Err(_) => format!("<{} bytes, not UTF-8> {}", bytes.len(), hex::encode(bytes)),
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Row {
@@ -343,7 +333,7 @@ impl Row {
         let mut value = serde_json::to_value(self).unwrap_or_default();
         value["key"] = self.key.as_deref().map(bytes_text).into();
         value["payload"] = bytes_text(&self.payload).into();
-        value["payload_hex"] = hex(&self.payload).into();
+        value["payload_hex"] = hex::encode(&self.payload).into();
         value["headers"] = headers.into();
         value
     }

@@ -118,21 +118,16 @@ async fn claim_many_postgres(tx: &mut Tx, sorted: &[&Claim<'_>]) -> Result<HashS
     Ok(fresh)
 }
 
+/// SQLite: one multi-row INSERT per chunk, with anonymous parameters
+/// (see [`anonymous_rows`](super::anonymous_rows)).
 fn claim_many_sql(rows: usize) -> String {
-    let values: Vec<String> = (0..rows)
-        .map(|row| {
-            let first = row * CLAIM_COLUMNS + 1;
-            let params: Vec<String> = (first..first + CLAIM_COLUMNS).map(|p| format!("${p}")).collect();
-            format!("({})", params.join(", "))
-        })
-        .collect();
     format!(
         r#"INSERT INTO inbox
 (handler, event_id, status, topic, partition, "offset", handler_version, processed_at, id_day)
 VALUES {}
 ON CONFLICT DO NOTHING
 RETURNING event_id"#,
-        values.join(", ")
+        super::anonymous_rows(rows, CLAIM_COLUMNS)
     )
 }
 

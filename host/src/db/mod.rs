@@ -354,6 +354,16 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// `(?, ?, ...), (?, ?, ...)`: the VALUES of a multi-row statement of the
+/// host's on SQLite, `rows` rows of `columns` anonymous parameters. sqlx asks
+/// SQLite the name of every parameter it binds, and that is a walk of the
+/// statement's named parameters: with `$n` names a 64-row INSERT cost time
+/// quadratic in its rows (3.5% of the host's CPU in a profile of mode (a)).
+pub(crate) fn anonymous_rows(rows: usize, columns: usize) -> String {
+    let row = format!("({})", vec!["?"; columns].join(", "));
+    vec![row; rows].join(", ")
+}
+
 #[cfg(test)]
 pub(crate) mod test_support {
     use super::Database;

@@ -10,6 +10,7 @@ mod component;
 mod engine;
 pub mod limits;
 mod output;
+mod reaper;
 pub(crate) mod state;
 
 pub use component::{HandlerComponent, LoadError, Reuse};

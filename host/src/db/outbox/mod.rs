@@ -15,7 +15,7 @@
 //! per bucket per cycle, so one bucket's long backlog never starves the others.
 
 use super::dead_letters::{headers_json, parse_headers};
-use super::{Database, DbError, SqlValue, Tx, now_ms};
+use super::{Backend, Database, DbError, SqlValue, Tx, now_ms};
 use std::collections::BTreeMap;
 
 /// Buckets of relay ownership and ordering. Fixed: it is baked into the rows.
@@ -46,7 +46,7 @@ pub fn bucket(handler: &str, key: Option<&[u8]>) -> i64 {
     (hash % BUCKETS) as i64
 }
 
-/// Messages per INSERT statement, at most.
+/// Messages per INSERT statement on SQLite, at most.
 const INSERT_CHUNK: usize = 64;
 const COLUMNS: usize = 8;
 
@@ -55,12 +55,19 @@ const COLUMNS: usize = 8;
 /// the batches of different partitions never wait for each other here
 /// (see migrations/*/0002_outbox_insert_order.sql).
 ///
-/// A batch's messages go in a few multi-row INSERTs rather than one
-/// statement each (a round trip each on PostgreSQL). Chunks are powers of two
-/// (100 messages: 64 + 32 + 4), so a handful of statement texts cover every
-/// batch and stay prepared.
+/// A batch's messages never go one statement each (a round trip each on
+/// PostgreSQL): on PostgreSQL all of them go in one statement
+/// ([`INSERT_POSTGRES`]), on SQLite in a few multi-row INSERTs. Chunks are
+/// powers of two (100 messages: 64 + 32 + 4), so a handful of statement
+/// texts cover every batch and stay prepared.
 pub async fn insert(tx: &mut Tx, handler: &str, messages: &[NewMessage]) -> Result<(), DbError> {
     let created_at = now_ms();
+    if messages.is_empty() {
+        return Ok(());
+    }
+    if tx.backend() == Backend::Postgres {
+        return insert_postgres(tx, handler, created_at, messages).await;
+    }
     let mut rest = messages;
     while !rest.is_empty() {
         let take = INSERT_CHUNK.min(1 << rest.len().ilog2());
@@ -84,18 +91,51 @@ pub async fn insert(tx: &mut Tx, handler: &str, messages: &[NewMessage]) -> Resu
     Ok(())
 }
 
+/// SQLite, with anonymous parameters (see [`anonymous_rows`](crate::db::anonymous_rows)).
 fn insert_sql(rows: usize) -> String {
-    let values: Vec<String> = (0..rows)
-        .map(|row| {
-            let first = row * COLUMNS + 1;
-            let params: Vec<String> = (first..first + COLUMNS).map(|p| format!("${p}")).collect();
-            format!("({})", params.join(", "))
-        })
-        .collect();
     format!(
         "INSERT INTO outbox (id, handler, topic, key, payload, headers, bucket, created_at) VALUES {}",
-        values.join(", ")
+        crate::db::anonymous_rows(rows, COLUMNS)
     )
+}
+
+/// PostgreSQL: every message of a batch in one statement whose text never
+/// changes (so it stays prepared), the messages coming as one JSON array in
+/// a text parameter, key and payload in hex. `ORDER BY n` feeds the rows to
+/// the INSERT in the handler's publish order, the order `seq` numbers them
+/// in. `pg_stat_statements` put the chunked multi-row form at about 5 ms per
+/// batch of 64 messages, most of it binding and planning 512 parameters.
+const INSERT_POSTGRES: &str = r#"INSERT INTO outbox (id, handler, topic, key, payload, headers, bucket, created_at)
+SELECT m.id, $1, m.topic, decode(m.key, 'hex'), decode(m.payload, 'hex'), m.headers, m.bucket, $2
+FROM json_to_recordset($3::json) AS m(n INTEGER, id TEXT, topic TEXT, key TEXT, payload TEXT,
+    headers TEXT, bucket INTEGER)
+ORDER BY m.n"#;
+
+async fn insert_postgres(
+    tx: &mut Tx,
+    handler: &str,
+    created_at: i64,
+    messages: &[NewMessage],
+) -> Result<(), DbError> {
+    let rows: Vec<serde_json::Value> = messages
+        .iter()
+        .enumerate()
+        .map(|(n, message)| {
+            serde_json::json!({
+                "n": n,
+                "id": message.id,
+                "topic": message.topic,
+                "key": message.key.as_deref().map(hex::encode),
+                "payload": hex::encode(&message.payload),
+                "headers": headers_json(&message.headers),
+                "bucket": bucket(handler, message.key.as_deref()),
+            })
+        })
+        .collect();
+    let rows = serde_json::Value::Array(rows).to_string();
+    let params = [handler.into(), created_at.into(), rows.into()];
+    tx.execute(INSERT_POSTGRES, &params).await?;
+    Ok(())
 }
 
 /// An unpublished message, as the relay reads it.
