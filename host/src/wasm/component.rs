@@ -8,12 +8,11 @@
 
 use super::engine::WasmEngine;
 use super::limits::deadline_ticks;
-use super::reaper::Reaper;
 use super::state::StoreState;
 use crate::bindings::{Event, Handler as Instance, HandlerError, HandlerPre};
 use crate::capabilities::log::LogTag;
 use crate::capabilities::outbox::OutboxState;
-use crate::db::{Backend, DbError, Tx, Walls};
+use crate::db::{DbError, Tx, Walls};
 use crate::handler::{GuestFailure, Invocation, LimitExceeded, Limits};
 use crate::record::Record;
 use crate::sandbox::Guard;
@@ -70,9 +69,6 @@ pub struct HandlerComponent {
     version: String,
     pre: HandlerPre<StoreState>,
     engine: wasmtime::Engine,
-    /// Drops the stores of finished calls on SQLite, off the event's path
-    /// (see [`HandlerComponent::retire`]).
-    reaper: Reaper,
     limits: Limits,
     guard: Arc<Guard>,
     walls: Walls,
@@ -122,7 +118,6 @@ impl HandlerComponent {
             version,
             pre,
             engine: engine.engine.clone(),
-            reaper: engine.reaper.clone(),
             limits,
         })
     }
@@ -211,7 +206,6 @@ impl HandlerComponent {
             self.outbox_topics.clone(),
             &record.headers,
         );
-        let serial = tx.backend() == Backend::Sqlite;
         let (mut store, warm_instance, events) = match self.take_warm() {
             Some(mut warm) => {
                 warm.store.data_mut().next_event(
@@ -297,16 +291,12 @@ impl HandlerComponent {
         };
         // Only an instance that returned normally is kept: after a trap or a
         // limit its state is suspect, and the next event gets a fresh one.
-        match (instance, &host_error) {
-            (Some(instance), None) => self.keep_warm(
-                Warm {
-                    store,
-                    instance,
-                    events: events + 1,
-                },
-                serial,
-            ),
-            _ => self.retire(store, serial),
+        if let (Some(instance), None) = (instance, &host_error) {
+            self.keep_warm(Warm {
+                store,
+                instance,
+                events: events + 1,
+            });
         }
         Invocation {
             tx,
@@ -321,10 +311,8 @@ impl HandlerComponent {
         self.warm.lock().unwrap_or_else(|p| p.into_inner()).pop()
     }
 
-    fn keep_warm(&self, warm: Warm, serial: bool) {
-        let Some(reuse) = self.reuse else {
-            return self.retire(warm.store, serial);
-        };
+    fn keep_warm(&self, warm: Warm) {
+        let Some(reuse) = self.reuse else { return };
         let memory = warm.store.data().limiter.total_bytes();
         if memory > reuse.max_memory_bytes || warm.events >= reuse.max_events {
             tracing::debug!(
@@ -333,27 +321,9 @@ impl HandlerComponent {
                 events = warm.events,
                 "recycling a reused instance"
             );
-            return self.retire(warm.store, serial);
+            return;
         }
         self.warm.lock().unwrap_or_else(|p| p.into_inner()).push(warm);
-    }
-
-    /// Drops a store that ran its last event. Its slot's reset (a memset and
-    /// an `madvise`) is 9% of the host's CPU in mode (a). On SQLite (`serial`)
-    /// it would run inside the single writer's transaction, where nothing else
-    /// can, so the reaper thread does it on the core the writer leaves idle:
-    /// side by side, SQLite (a) went from 2,162 and 1,929 events/s to 2,385
-    /// and 2,527. PostgreSQL's transactions run in parallel and fill both
-    /// cores, and there the reaper cost more than it saved (2,759, 2,731 and
-    /// 2,945 events/s without it, 2,155, 2,850 and 2,350 with it: one more
-    /// thread to wake, and each `madvise` now interrupts a core running the
-    /// host instead of PostgreSQL), so the store is dropped in place.
-    fn retire(&self, store: Store<StoreState>, serial: bool) {
-        if serial {
-            self.reaper.drop_later(store);
-        } else {
-            drop(store);
-        }
     }
 
     fn timeout_exceeded(&self) -> LimitExceeded {

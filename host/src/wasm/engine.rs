@@ -4,7 +4,6 @@
 //! to it, and one ticker thread drives every store's time limit.
 
 use super::limits::EPOCH_TICK;
-use super::reaper::Reaper;
 use super::state::StoreState;
 use crate::bindings::{log_api, outbox_api, sql_api, types_api};
 use crate::capabilities::{log, outbox, sql};
@@ -19,7 +18,6 @@ pub struct WasmEngine {
     pub(crate) linker: Arc<Linker<StoreState>>,
     /// Where compiled components are cached (`None`: compile at every load).
     pub(crate) cache_dir: Option<PathBuf>,
-    pub(crate) reaper: Reaper,
 }
 
 impl WasmEngine {
@@ -38,7 +36,6 @@ impl WasmEngine {
             engine,
             linker: Arc::new(linker),
             cache_dir,
-            reaper: Reaper::spawn(),
         })
     }
 }

@@ -10,7 +10,6 @@ mod component;
 mod engine;
 pub mod limits;
 mod output;
-mod reaper;
 pub(crate) mod state;
 
 pub use component::{HandlerComponent, LoadError, Reuse};
