@@ -99,11 +99,11 @@ fn insert_sql(rows: usize) -> String {
     )
 }
 
-/// PostgreSQL: every message of a batch in one statement whose text never
-/// changes (so it stays prepared), the messages coming as one JSON array in
-/// a text parameter, key and payload in hex. `ORDER BY n` feeds the rows to
-/// the INSERT in the handler's publish order, the order `seq` numbers them
-/// in. `pg_stat_statements` put the chunked multi-row form at about 5 ms per
+/// PostgreSQL: a batch's messages in one statement whose text never changes
+/// (so it stays prepared), the messages coming as one JSON array in a text
+/// parameter, key and payload in hex. `ORDER BY n` feeds the rows to the
+/// INSERT in the handler's publish order, the order `seq` numbers them in.
+/// `pg_stat_statements` put the chunked multi-row form at about 5 ms per
 /// batch of 64 messages, most of it binding and planning 512 parameters.
 const INSERT_POSTGRES: &str = r#"INSERT INTO outbox (id, handler, topic, key, payload, headers, bucket, created_at)
 SELECT m.id, $1, m.topic, decode(m.key, 'hex'), decode(m.payload, 'hex'), m.headers, m.bucket, $2
@@ -111,31 +111,70 @@ FROM json_to_recordset($3::json) AS m(n INTEGER, id TEXT, topic TEXT, key TEXT, 
     headers TEXT, bucket INTEGER)
 ORDER BY m.n"#;
 
+/// Bytes of messages per PostgreSQL statement, at most (a larger message
+/// goes alone). Hex in JSON doubles them, and PostgreSQL refuses a protocol
+/// message over 1 GB: without a bound, a handler within its ceilings (8 MiB
+/// of outbox per event, 1,000 events per batch) could make a batch's insert
+/// fail at every retry, and the host would hold several copies of it.
+const STATEMENT_BYTES_POSTGRES: usize = 16 << 20;
+
+/// One message as [`INSERT_POSTGRES`] reads it.
+#[derive(serde::Serialize)]
+struct JsonRow<'a> {
+    n: usize,
+    id: &'a str,
+    topic: &'a str,
+    key: Option<String>,
+    payload: String,
+    headers: String,
+    bucket: i64,
+}
+
 async fn insert_postgres(
     tx: &mut Tx,
     handler: &str,
     created_at: i64,
     messages: &[NewMessage],
 ) -> Result<(), DbError> {
-    let rows: Vec<serde_json::Value> = messages
-        .iter()
-        .enumerate()
-        .map(|(n, message)| {
-            serde_json::json!({
-                "n": n,
-                "id": message.id,
-                "topic": message.topic,
-                "key": message.key.as_deref().map(hex::encode),
-                "payload": hex::encode(&message.payload),
-                "headers": headers_json(&message.headers),
-                "bucket": bucket(handler, message.key.as_deref()),
+    let mut rest = messages;
+    while !rest.is_empty() {
+        let (chunk, tail) = rest.split_at(statement_share(rest, STATEMENT_BYTES_POSTGRES));
+        let rows: Vec<JsonRow<'_>> = chunk
+            .iter()
+            .enumerate()
+            .map(|(n, message)| JsonRow {
+                n,
+                id: &message.id,
+                topic: &message.topic,
+                key: message.key.as_deref().map(hex::encode),
+                payload: hex::encode(&message.payload),
+                headers: headers_json(&message.headers),
+                bucket: bucket(handler, message.key.as_deref()),
             })
-        })
-        .collect();
-    let rows = serde_json::Value::Array(rows).to_string();
-    let params = [handler.into(), created_at.into(), rows.into()];
-    tx.execute(INSERT_POSTGRES, &params).await?;
+            .collect();
+        let rows = serde_json::to_string(&rows).expect("strings and integers always serialize");
+        let params = [handler.into(), created_at.into(), rows.into()];
+        tx.execute(INSERT_POSTGRES, &params).await?;
+        rest = tail;
+    }
     Ok(())
+}
+
+/// How many of `messages` (at least one) go in one statement of at most
+/// `limit` bytes of message.
+fn statement_share(messages: &[NewMessage], limit: usize) -> usize {
+    let mut bytes = 0;
+    let over = messages.iter().position(|message| {
+        bytes += message.id.len() + message.topic.len() + message.payload.len();
+        bytes += message.key.as_ref().map_or(0, Vec::len);
+        bytes += message
+            .headers
+            .iter()
+            .map(|(n, v)| n.len() + v.len())
+            .sum::<usize>();
+        bytes > limit
+    });
+    over.map_or(messages.len(), |first_over| first_over.max(1))
 }
 
 /// An unpublished message, as the relay reads it.

@@ -107,6 +107,34 @@ async fn a_batch_of_messages_keeps_its_order_and_its_bytes_across_insert_chunks(
     }
 }
 
+#[test]
+fn a_postgresql_statement_carries_a_bounded_share_of_a_batch() {
+    let sized = |bytes: usize| NewMessage {
+        payload: vec![0; bytes],
+        ..message("k")
+    };
+    let overhead = {
+        let m = sized(0);
+        m.id.len() + m.topic.len() + 1 + m.headers.iter().map(|(n, v)| n.len() + v.len()).sum::<usize>()
+    };
+    let limit = 1000;
+    let small: Vec<NewMessage> = (0..10).map(|_| sized(10)).collect();
+    assert_eq!(
+        statement_share(&small, limit),
+        10,
+        "a batch within the bound goes whole"
+    );
+    let halves: Vec<NewMessage> = (0..5).map(|_| sized(limit / 2 - overhead)).collect();
+    assert_eq!(statement_share(&halves, limit), 2);
+    let huge = [sized(limit * 3), sized(1)];
+    assert_eq!(
+        statement_share(&huge, limit),
+        1,
+        "a message over the bound goes alone"
+    );
+    assert_eq!(statement_share(&huge[1..], limit), 1);
+}
+
 /// Two keys of one handler that land in different buckets.
 fn keys_in_two_buckets() -> (String, String) {
     let first = "k0".to_owned();
