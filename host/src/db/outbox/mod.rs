@@ -103,8 +103,9 @@ fn insert_sql(rows: usize) -> String {
 /// (so it stays prepared), the messages coming as one JSON array in a text
 /// parameter, key and payload in hex. `ORDER BY n` feeds the rows to the
 /// INSERT in the handler's publish order, the order `seq` numbers them in.
-/// `pg_stat_statements` put the chunked multi-row form at about 5 ms per
-/// batch of 64 messages, most of it binding and planning 512 parameters.
+/// `pg_stat_statements` put the chunked multi-row form (512 parameters per
+/// 64 messages) at about 5 ms per batch; this form did not measurably change
+/// mode (a)'s rate, but its one text stays prepared whatever the batch size.
 const INSERT_POSTGRES: &str = r#"INSERT INTO outbox (id, handler, topic, key, payload, headers, bucket, created_at)
 SELECT m.id, $1, m.topic, decode(m.key, 'hex'), decode(m.payload, 'hex'), m.headers, m.bucket, $2
 FROM json_to_recordset($3::json) AS m(n INTEGER, id TEXT, topic TEXT, key TEXT, payload TEXT,
