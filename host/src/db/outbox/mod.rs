@@ -32,6 +32,14 @@ pub struct NewMessage {
     pub headers: Vec<(String, Vec<u8>)>,
 }
 
+impl NewMessage {
+    /// Its key, payload and headers in bytes: what `limits.max_outbox_bytes` counts.
+    pub fn bytes(&self) -> usize {
+        let headers: usize = self.headers.iter().map(|(n, v)| n.len() + v.len()).sum();
+        self.payload.len() + self.key.as_ref().map_or(0, Vec::len) + headers
+    }
+}
+
 /// The bucket of a (handler, key): FNV-1a, stable across hosts and versions.
 pub fn bucket(handler: &str, key: Option<&[u8]>) -> i64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
@@ -56,7 +64,7 @@ const COLUMNS: usize = 8;
 /// (see migrations/*/0002_outbox_insert_order.sql).
 ///
 /// A batch's messages never go one statement each (a round trip each on
-/// PostgreSQL): on PostgreSQL all of them go in one statement
+/// PostgreSQL): on PostgreSQL they go in one statement per 16 MiB
 /// ([`INSERT_POSTGRES`]), on SQLite in a few multi-row INSERTs. Chunks are
 /// powers of two (100 messages: 64 + 32 + 4), so a handful of statement
 /// texts cover every batch and stay prepared.
@@ -162,17 +170,11 @@ async fn insert_postgres(
 }
 
 /// How many of `messages` (at least one) go in one statement of at most
-/// `limit` bytes of message.
+/// `limit` bytes of message ([`NewMessage::bytes`]).
 fn statement_share(messages: &[NewMessage], limit: usize) -> usize {
     let mut bytes = 0;
     let over = messages.iter().position(|message| {
-        bytes += message.id.len() + message.topic.len() + message.payload.len();
-        bytes += message.key.as_ref().map_or(0, Vec::len);
-        bytes += message
-            .headers
-            .iter()
-            .map(|(n, v)| n.len() + v.len())
-            .sum::<usize>();
+        bytes += message.bytes();
         bytes > limit
     });
     over.map_or(messages.len(), |first_over| first_over.max(1))

@@ -113,10 +113,7 @@ fn a_postgresql_statement_carries_a_bounded_share_of_a_batch() {
         payload: vec![0; bytes],
         ..message("k")
     };
-    let overhead = {
-        let m = sized(0);
-        m.id.len() + m.topic.len() + 1 + m.headers.iter().map(|(n, v)| n.len() + v.len()).sum::<usize>()
-    };
+    let overhead = sized(0).bytes();
     let limit = 1000;
     let small: Vec<NewMessage> = (0..10).map(|_| sized(10)).collect();
     assert_eq!(
