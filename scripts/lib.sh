@@ -16,6 +16,16 @@ ensure_wasm_target() {
     fi
 }
 
+# The host links PostgreSQL's own parser (the pg_query crate, libpg_query),
+# whose build generates its bindings with bindgen, which needs libclang.
+ensure_host_build_deps() {
+    if ! dpkg -s libclang-dev >/dev/null 2>&1; then
+        log "installing libclang-dev from Debian's packages (bindgen, for the pg_query crate)"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libclang-dev >/dev/null
+    fi
+}
+
 GUESTS_OUT="$REPO_ROOT/guests/target/wasm32-wasip2/release"
 WIT_DIR="$REPO_ROOT/wit"
 

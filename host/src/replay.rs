@@ -63,15 +63,11 @@ pub async fn replay(
     };
     // The writer, as the pipeline takes it: on SQLite a replay queues with
     // the pipeline's batches instead of failing on a locked database.
-    let mut tx = db.begin_write().await?;
+    // (On PostgreSQL, a session of the handler's own: see `db::begin_guest`.)
+    let mut tx = db.begin_guest(claim.handler).await?;
     // Taking over the dead claim is the replay's lock: only one replay can delete it.
-    let released = tx
-        .execute(
-            "DELETE FROM inbox WHERE handler = $1 AND event_id = $2 AND status = 'dead'",
-            &[claim.handler.into(), event_id.into()],
-        )
-        .await?;
-    if released == 0 || !inbox::claim(&mut tx, &claim).await? {
+    let released = inbox::release_dead(&mut tx, claim.handler, event_id).await?;
+    if !released || !inbox::claim(&mut tx, &claim).await? {
         tx.rollback().await?;
         return Ok(ReplayOutcome::AlreadyApplied);
     }

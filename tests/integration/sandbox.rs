@@ -114,6 +114,29 @@ fn attacks(brokers: &str) -> Vec<(Value, &'static str)> {
         (sql("SELECT $0"), forbidden),
         (sql("SELECT 1 --\u{0}"), forbidden),
         (sql("DELETE FROM handler_billing.invoices"), forbidden),
+        // Regression (issue 23): PostgreSQL reads `(x).f` as the call f(x);
+        // ts_stat(text) runs its text as a query.
+        (
+            json!({ "attack": "query", "statement": "SELECT ('SELECT to_tsvector(event_id) FROM inboxd.inbox'::text).ts_stat" }),
+            forbidden,
+        ),
+        (
+            json!({ "attack": "query", "statement": "SELECT e.event_id.ts_stat FROM hostile_effects e" }),
+            forbidden,
+        ),
+        (
+            json!({ "attack": "query", "statement": "SELECT 'inboxd.inbox'::regclass" }),
+            forbidden,
+        ),
+        // Regression (issue 23): one call that runs longer than any deadline.
+        (
+            json!({ "attack": "query", "statement": "SELECT instr(event_id, 'x') FROM hostile_effects" }),
+            forbidden,
+        ),
+        // Regression (issue 23): a statement whose syntax tree, dropped,
+        // overflowed the stack and aborted the host (here within the test's
+        // statement limit; the parser's unit tests go to 64 KiB).
+        (sql(&format!("SELECT 1{}", "+1".repeat(1010))), "at most 1000"),
         (
             sql(&format!("SELECT '{}'", "x".repeat(3_000))),
             "limits.max_statement_bytes",
@@ -320,19 +343,56 @@ async fn the_database_refuses_what_the_guard_would(backend: Backend) {
         Backend::Postgres => statements.extend([
             "DELETE FROM inboxd.inbox",
             "DELETE FROM handler_billing.invoices",
-            // Not here: SET ROLE and set_config('role', ...). PostgreSQL checks
-            // them against the session's login user (the host's), not the
-            // handler's role, so only the statement guard stops them.
+            // The session is the handler's own login (issue 23): a role
+            // change is checked against it, and it is a member of nothing.
+            "SET ROLE postgres",
+            "SET SESSION AUTHORIZATION postgres",
+            "SELECT set_config('role', 'postgres', true)",
+            // Functions that run a query run it as the session's user.
+            "SELECT ts_stat('SELECT to_tsvector(event_id) FROM inboxd.inbox')",
+            "SELECT ('SELECT to_tsvector(event_id) FROM inboxd.inbox'::text).ts_stat",
+            "SELECT * FROM ts_stat('SELECT to_tsvector(customer_email) FROM handler_billing.invoices')",
+            // The host's gates, without the host's key.
+            "SELECT inboxd_gate.unclaim('guessed', 'hostile', 'e1', 'done')",
+            "SELECT inboxd_gate.advance_offset(NULL, 'hostile', 't', 0, 0, 0, 0, 7)",
             "SELECT pg_read_file('/etc/passwd')",
+            "SELECT lo_import('/etc/passwd')",
             "CREATE TABLE inboxd.sneaky (a TEXT)",
         ]),
     }
-    let mut tx: Tx = db.begin().await.unwrap();
-    tx.execute("INSERT INTO offsets (handler, topic, partition, next_offset, records_committed, updated_at) VALUES ('hostile', 't', 0, 7, 7, 0)", &[])
-        .await
-        .unwrap();
+    {
+        let mut host: Tx = db.begin().await.unwrap();
+        host.execute("INSERT INTO offsets (handler, topic, partition, next_offset, records_committed, updated_at) VALUES ('hostile', 't', 0, 7, 7, 0)", &[])
+            .await
+            .unwrap();
+        host.commit().await.unwrap();
+    }
+    // PostgreSQL: on a session of the handler's own login, as the pipeline runs it.
+    let mut tx: Tx = db.begin_guest("hostile").await.unwrap();
     let walls = Walls::load(&db, "hostile", Duration::from_secs(5)).await.unwrap();
     tx.enter_walls(&walls).await.unwrap();
+    // What a session can do to its own role and settings, done: none of it
+    // brings a host table or another handler's within reach.
+    if backend == Backend::Postgres {
+        for undo in [
+            "RESET ROLE",
+            "SET ROLE NONE",
+            "SELECT set_config('role', 'none', true)",
+            "SELECT set_config('search_path', 'handler_hostile, inboxd, handler_billing, public', false)",
+        ] {
+            tx.guest_execute(undo, &[]).await.unwrap();
+            for probe in [
+                "SELECT count(*) FROM inboxd.inbox",
+                "SELECT count(*) FROM handler_billing.invoices",
+            ] {
+                let err = tx.guest_query(probe, &[], 10, 1 << 20).await.unwrap_err();
+                assert!(
+                    err.to_string().contains("permission denied"),
+                    "after {undo}: {probe}: {err}"
+                );
+            }
+        }
+    }
     for statement in &statements {
         let refused = tx.guest_execute(statement, &[]).await;
         let message = refused
@@ -347,7 +407,8 @@ async fn the_database_refuses_what_the_guard_would(backend: Backend) {
                 "prohibited",
                 "permission denied",
                 "must be superuser",
-                "does not exist"
+                "does not exist",
+                "only the host may"
             ]
             .iter()
             .any(|m| message.contains(m)),
@@ -530,7 +591,7 @@ async fn every_host_table_is_behind_both_walls(backend: Backend) {
         };
         for statement in [format!("SELECT * FROM {name}"), format!("DELETE FROM {name}")] {
             assert!(guard.check(&statement).is_err(), "the guard allowed {statement}");
-            let mut tx: Tx = db.begin().await.unwrap();
+            let mut tx: Tx = db.begin_guest("hostile").await.unwrap();
             tx.enter_walls(&walls).await.unwrap();
             let refused = tx.guest_execute(&statement, &[]).await;
             assert!(refused.is_err(), "the database allowed {statement}");

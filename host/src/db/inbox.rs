@@ -43,6 +43,9 @@ ON CONFLICT DO NOTHING"#;
 /// Claims the event for the handler. `true`: first time, run the handler.
 /// `false`: already applied or dead-lettered, skip it.
 pub async fn claim(tx: &mut Tx, claim: &Claim<'_>) -> Result<bool, DbError> {
+    if tx.backend() == Backend::Postgres {
+        return Ok(!claim_postgres(tx, &[claim], "done").await?.is_empty());
+    }
     Ok(tx.execute(INSERT, &claim.params("done")).await? == 1)
 }
 
@@ -59,7 +62,7 @@ pub async fn claim_many(tx: &mut Tx, claims: &[Claim<'_>]) -> Result<HashSet<Str
     let mut sorted: Vec<&Claim<'_>> = claims.iter().collect();
     sorted.sort_by_key(|c| c.event_id);
     if tx.backend() == Backend::Postgres {
-        return claim_many_postgres(tx, &sorted).await;
+        return claim_postgres(tx, &sorted, "done").await;
     }
     let mut fresh = HashSet::with_capacity(claims.len());
     let mut rest = sorted.as_slice();
@@ -77,21 +80,20 @@ pub async fn claim_many(tx: &mut Tx, claims: &[Claim<'_>]) -> Result<HashSet<Str
     Ok(fresh)
 }
 
-/// PostgreSQL: every claim of a batch in one statement whose text never
-/// changes (so it stays prepared), the rows coming as one JSON array in a
-/// text parameter. `ORDER BY` keeps the id order of [`claim_many`]: byte
-/// order (`COLLATE "C"`), as Rust sorts them and SQLite compares them, so
-/// two hosts claiming overlapping ids lock them in the same order.
-const CLAIM_MANY_POSTGRES: &str = r#"INSERT INTO inbox
-(handler, event_id, status, topic, partition, "offset", handler_version, processed_at, id_day)
-SELECT c.handler, c.event_id, 'done', c.topic, c.partition, c."offset", c.handler_version, c.processed_at, c.id_day
-FROM json_to_recordset($1::json) AS c(handler TEXT, event_id TEXT, topic TEXT, partition INTEGER,
-    "offset" BIGINT, handler_version TEXT, processed_at BIGINT, id_day INTEGER)
-ORDER BY c.event_id COLLATE "C"
-ON CONFLICT DO NOTHING
-RETURNING event_id"#;
+/// PostgreSQL: every claim of a batch in one call of the `inboxd_gate.claim`
+/// gate (the host writes the inbox through it, from a session that may be a
+/// handler's: see `db::logins`), whose text never changes (so it stays
+/// prepared), the rows coming as one JSON array in a text parameter. The gate
+/// inserts in the id order of [`claim_many`]: byte order (`COLLATE "C"`), as
+/// Rust sorts them and SQLite compares them, so two hosts claiming
+/// overlapping ids lock them in the same order.
+const CLAIM_POSTGRES: &str = "SELECT inboxd_gate.claim($1, $2::pg_catalog.json, $3)";
 
-async fn claim_many_postgres(tx: &mut Tx, sorted: &[&Claim<'_>]) -> Result<HashSet<String>, DbError> {
+async fn claim_postgres(
+    tx: &mut Tx,
+    sorted: &[&Claim<'_>],
+    status: &str,
+) -> Result<HashSet<String>, DbError> {
     let processed_at = now_ms();
     let rows: Vec<serde_json::Value> = sorted
         .iter()
@@ -110,7 +112,7 @@ async fn claim_many_postgres(tx: &mut Tx, sorted: &[&Claim<'_>]) -> Result<HashS
         .collect();
     let rows = serde_json::Value::Array(rows).to_string();
     let mut fresh = HashSet::with_capacity(sorted.len());
-    for row in tx.query(CLAIM_MANY_POSTGRES, &[rows.into()]).await? {
+    for row in tx.gate(CLAIM_POSTGRES, &[rows.into(), status.into()]).await? {
         if let Some(SqlValue::Text(id)) = row.into_iter().next() {
             fresh.insert(id);
         }
@@ -134,17 +136,43 @@ RETURNING event_id"#,
 /// Takes back a claim made earlier in this transaction, when the event is to
 /// run again later (a batch stops at an event whose handler asked to retry).
 pub async fn unclaim(tx: &mut Tx, handler: &str, event_id: &str) -> Result<(), DbError> {
+    delete_claim(tx, handler, event_id, "done").await.map(drop)
+}
+
+/// Deletes a dead event's claim, so a replay can claim it anew; `false` if
+/// there was none (another replay took it first). The deletion is the
+/// replay's lock: only one replay can make it.
+pub async fn release_dead(tx: &mut Tx, handler: &str, event_id: &str) -> Result<bool, DbError> {
+    Ok(delete_claim(tx, handler, event_id, "dead").await? == 1)
+}
+
+async fn delete_claim(tx: &mut Tx, handler: &str, event_id: &str, status: &str) -> Result<u64, DbError> {
+    let params = [handler.into(), event_id.into(), status.into()];
+    if tx.backend() == Backend::Postgres {
+        return tx
+            .gate_count("SELECT inboxd_gate.unclaim($1, $2, $3, $4)", &params)
+            .await;
+    }
     tx.execute(
-        "DELETE FROM inbox WHERE handler = $1 AND event_id = $2 AND status = 'done'",
-        &[handler.into(), event_id.into()],
+        "DELETE FROM inbox WHERE handler = $1 AND event_id = $2 AND status = $3",
+        &params,
     )
-    .await?;
-    Ok(())
+    .await
 }
 
 /// Records the event as dead-lettered, claiming it if it was not yet claimed,
 /// so a replayed copy is not run again by accident.
 pub async fn mark_dead(tx: &mut Tx, claim: &Claim<'_>) -> Result<(), DbError> {
+    if tx.backend() == Backend::Postgres {
+        if claim_postgres(tx, &[claim], "dead").await?.is_empty() {
+            tx.gate_void(
+                "SELECT inboxd_gate.mark_dead($1, $2, $3)",
+                &[claim.handler.into(), claim.event_id.into()],
+            )
+            .await?;
+        }
+        return Ok(());
+    }
     if tx.execute(INSERT, &claim.params("dead")).await? == 0 {
         tx.execute(
             "UPDATE inbox SET status = 'dead' WHERE handler = $1 AND event_id = $2",
@@ -157,12 +185,17 @@ pub async fn mark_dead(tx: &mut Tx, claim: &Claim<'_>) -> Result<(), DbError> {
 
 /// The status of an event for a handler, if it has one (tests and tooling).
 pub async fn status(tx: &mut Tx, handler: &str, event_id: &str) -> Result<Option<String>, DbError> {
-    let rows = tx
-        .query(
+    let params = [handler.into(), event_id.into()];
+    let rows = if tx.backend() == Backend::Postgres {
+        tx.gate("SELECT inboxd_gate.claim_status($1, $2, $3)", &params)
+            .await?
+    } else {
+        tx.query(
             "SELECT status FROM inbox WHERE handler = $1 AND event_id = $2",
-            &[handler.into(), event_id.into()],
+            &params,
         )
-        .await?;
+        .await?
+    };
     Ok(rows.into_iter().next().and_then(|mut r| match r.pop() {
         Some(SqlValue::Text(s)) => Some(s),
         _ => None,

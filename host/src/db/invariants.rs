@@ -26,20 +26,17 @@ fn claims_sql(claims: usize) -> String {
 const OFFSET_SQL: &str =
     "SELECT next_offset FROM offsets WHERE handler = $1 AND topic = $2 AND partition = $3";
 
-/// PostgreSQL: the claims and the offset in one statement, whatever the
-/// batch's size. The ids come as one JSON array (a text parameter), so the
-/// statement text never changes and stays prepared. Each id is probed through
-/// a `LATERAL ... LIMIT 1` subquery, which the planner cannot turn into a
-/// join that scans the handler's rows (see [`claims_sql`]), with its
-/// `id_day`, so only its own partition's primary key is probed, however many
-/// daily partitions there are. Measured against the scalar subqueries, 64 ids:
-/// about 1 ms instead of 3-17 ms (psql, this machine, 50,000 inbox rows).
-const CHECK_SQL_POSTGRES: &str = "SELECT \
-    (SELECT COUNT(*) FROM json_to_recordset($2::json) AS e(id TEXT, id_day INTEGER) \
-     CROSS JOIN LATERAL (SELECT 1 FROM inbox \
-         WHERE handler = $1 AND event_id = e.id AND id_day = e.id_day AND status = 'done' \
-         LIMIT 1) AS found), \
-    (SELECT next_offset FROM offsets WHERE handler = $1 AND topic = $3 AND partition = $4)";
+/// PostgreSQL: the claims and the offset in one call of the
+/// `inboxd_gate.check_batch` gate, whatever the batch's size. The ids come
+/// as one JSON array (a text parameter), so the text never changes and stays
+/// prepared. Each id is probed through a `LATERAL ... LIMIT 1` subquery, which
+/// the planner cannot turn into a join that scans the handler's rows (see
+/// [`claims_sql`]), with its `id_day`, so only its own partition's primary
+/// key is probed, however many daily partitions there are. Measured against
+/// the scalar subqueries, 64 ids: about 1 ms instead of 3-17 ms (psql, this
+/// machine, 50,000 inbox rows).
+const CHECK_SQL_POSTGRES: &str =
+    "SELECT * FROM inboxd_gate.check_batch($1, $2, $3::pg_catalog.json, $4, $5::pg_catalog.int4)";
 
 /// The partition a batch advances, as the host last saw it.
 pub struct Position<'a> {
@@ -107,7 +104,7 @@ async fn violation_postgres(
         position.topic.into(),
         position.partition.into(),
     ];
-    let row = tx.query(CHECK_SQL_POSTGRES, &params).await?.into_iter().next();
+    let row = tx.gate(CHECK_SQL_POSTGRES, &params).await?.into_iter().next();
     let mut row = row.unwrap_or_default().into_iter();
     let intact = row.next().and_then(|v| v.as_i64()).unwrap_or(0);
     if intact != applied.len() as i64 {
@@ -129,13 +126,8 @@ fn offset_moved(position: &Position<'_>, offset: SqlValue) -> Option<String> {
 /// As [`violation`], for a replay, which does not move the partition's offset
 /// (and may run while a consumer does): only the claim row is checked.
 pub async fn claim_violation(tx: &mut Tx, claim: &Claim<'_>) -> Result<Option<String>, DbError> {
-    let rows = tx
-        .query(
-            "SELECT status FROM inbox WHERE handler = $1 AND event_id = $2",
-            &[claim.handler.into(), claim.event_id.into()],
-        )
-        .await?;
-    let status = rows.first().and_then(|r| r.first()).and_then(SqlValue::as_str);
+    let status = super::inbox::status(tx, claim.handler, claim.event_id).await?;
+    let status = status.as_deref();
     Ok((status != Some("done"))
         .then(|| format!("the event's inbox claim was changed or removed (status {status:?})")))
 }

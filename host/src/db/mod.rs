@@ -10,6 +10,7 @@ pub mod audit;
 pub mod dead_letters;
 pub mod inbox;
 pub mod invariants;
+mod logins;
 pub mod migrate;
 pub mod offsets;
 pub mod open;
@@ -60,6 +61,12 @@ pub enum DbError {
     /// (see `Tx::set_statement_savepoints`).
     #[error("an earlier statement of this call failed, so this one was not run")]
     AfterFailedStatement,
+    /// A defect of the host: a handler's SQL about to run on a PostgreSQL
+    /// session that is not logged in as the handler (see `Database::begin_guest`).
+    #[error(
+        "handler {handler}'s SQL may only run on a session of its own login; refused to run it on the host's"
+    )]
+    NotHandlerSession { handler: String },
 }
 
 impl DbError {
@@ -113,6 +120,14 @@ pub struct Database {
     /// it here, where a waiter wakes the moment the previous one ends, instead
     /// of in SQLite's busy handler, which sleeps in steps of up to 100 ms.
     writer: Option<Arc<Semaphore>>,
+    /// PostgreSQL: the handlers' own logins and the host's key to the gates.
+    guests: Option<Arc<Guests>>,
+}
+
+/// PostgreSQL's handler sessions (see [`logins`]).
+struct Guests {
+    key: Arc<logins::HostKey>,
+    pools: logins::GuestPools,
 }
 
 #[derive(Clone)]
@@ -132,11 +147,16 @@ pub fn handler_schema(handler: &str) -> String {
     format!("handler_{handler}")
 }
 
-/// The PostgreSQL role a handler's SQL runs as: it owns the handler's schema
-/// and has no privileges on the host's.
+/// The PostgreSQL role a handler's SQL runs as, logged in as itself: it owns
+/// the handler's schema, is a member of no other role and has no privileges
+/// on the host's tables.
 pub fn handler_role(handler: &str) -> String {
     format!("inboxd_handler_{handler}")
 }
+
+/// What follows the handler's schema on its search path: the catalog, then
+/// (explicitly last, so it never shadows a name) `pg_temp`.
+pub const HANDLER_SEARCH_PATH_TAIL: &str = "pg_catalog,pg_temp";
 
 /// Serialises schema creation and migrations between hosts starting together
 /// (an arbitrary constant, the key of a PostgreSQL advisory lock).
@@ -155,6 +175,7 @@ impl Database {
     /// Connects lazily-validated: the pool opens its first connection here so a
     /// wrong URL fails at start, not at the first event.
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self, DbError> {
+        let mut guests = None;
         let pool = if Backend::of_url(url) == Some(Backend::Sqlite) {
             let options = SqliteConnectOptions::from_str(url)?
                 .create_if_missing(true)
@@ -185,7 +206,12 @@ impl Database {
                 .await?;
             Pool::Sqlite(pool)
         } else {
-            let options = PgConnectOptions::from_str(url)?
+            let base = PgConnectOptions::from_str(url)?;
+            guests = Some(Arc::new(Guests {
+                key: Arc::new(logins::HostKey::new()),
+                pools: logins::GuestPools::new(base.clone(), max_connections),
+            }));
+            let options = base
                 .application_name("inboxd")
                 .options([("search_path", HOST_SEARCH_PATH)]);
             let pool = PgPoolOptions::new()
@@ -212,7 +238,7 @@ impl Database {
             Pool::Postgres(pool)
         };
         let writer = matches!(pool, Pool::Sqlite(_)).then(|| Arc::new(Semaphore::new(1)));
-        Ok(Self { pool, writer })
+        Ok(Self { pool, writer, guests })
     }
 
     pub fn backend(&self) -> Backend {
@@ -251,8 +277,62 @@ impl Database {
     pub async fn begin(&self) -> Result<Tx, DbError> {
         Ok(match &self.pool {
             Pool::Sqlite(pool) => Tx::sqlite(pool.begin().await?),
-            Pool::Postgres(pool) => Tx::postgres(pool.begin().await?),
+            Pool::Postgres(pool) => Tx::postgres(pool.begin().await?, self.gate_key(pool)),
         })
+    }
+
+    /// The host's key to the gates (PostgreSQL), registered through `host`
+    /// the first time a gate is called.
+    fn gate_key(&self, host: &PgPool) -> tx::GateKey {
+        let guests = self
+            .guests
+            .as_ref()
+            .expect("a PostgreSQL database has its guests");
+        tx::GateKey {
+            key: guests.key.clone(),
+            host: host.clone(),
+        }
+    }
+
+    /// Begins a transaction in which `handler`'s SQL will run: on PostgreSQL
+    /// on a session logged in as the handler's own role (see [`logins`]),
+    /// where the host writes its tables through the gates; on SQLite a
+    /// pipeline write transaction ([`Database::begin_write`]). Every
+    /// transaction that runs a guest or a handler's migration begins here.
+    pub async fn begin_guest(&self, handler: &str) -> Result<Tx, DbError> {
+        match &self.pool {
+            Pool::Sqlite(_) => self.begin_write().await,
+            Pool::Postgres(host) => {
+                let key = self.gate_key(host);
+                let guests = self
+                    .guests
+                    .as_ref()
+                    .expect("a PostgreSQL database has its guests");
+                let pool = guests.pools.pool(host, handler).await?;
+                match pool.begin().await {
+                    Ok(tx) => Ok(Tx::postgres(tx, key).of_handler(handler)),
+                    Err(e) => {
+                        // A login that changed (another host prepared the
+                        // handler anew) is read again next time.
+                        if let sqlx::Error::Database(db) = &e
+                            && db.code().is_some_and(|c| c.starts_with("28"))
+                        {
+                            guests.pools.forget(handler);
+                        }
+                        Err(e.into())
+                    }
+                }
+            }
+        }
+    }
+
+    /// As [`Database::begin_guest`], for a handler's migrations: on SQLite
+    /// the write lock is taken at `BEGIN` (see [`Database::begin_immediate`]).
+    pub async fn begin_migration(&self, handler: &str) -> Result<Tx, DbError> {
+        match &self.pool {
+            Pool::Sqlite(_) => self.begin_immediate().await,
+            Pool::Postgres(_) => self.begin_guest(handler).await,
+        }
     }
 
     /// Begins one of the pipeline's write transactions: as [`Database::begin`],
@@ -273,7 +353,7 @@ impl Database {
         let permit = self.writer_permit().await;
         let tx = match &self.pool {
             Pool::Sqlite(pool) => Tx::sqlite(pool.begin_with("BEGIN IMMEDIATE").await?),
-            Pool::Postgres(pool) => Tx::postgres(pool.begin().await?),
+            Pool::Postgres(pool) => Tx::postgres(pool.begin().await?, self.gate_key(pool)),
         };
         Ok(tx.holding(permit))
     }
@@ -320,6 +400,10 @@ impl Database {
     }
 
     pub async fn close(&self) {
+        if let (Some(guests), Pool::Postgres(host)) = (&self.guests, &self.pool) {
+            guests.pools.close().await;
+            guests.key.retire(host).await;
+        }
         match &self.pool {
             Pool::Sqlite(pool) => pool.close().await,
             Pool::Postgres(pool) => pool.close().await,

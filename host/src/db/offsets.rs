@@ -44,6 +44,16 @@ pub async fn advance(tx: &mut Tx, advance: &Advance<'_>) -> Result<bool, DbError
         advance.records.into(),
         now_ms().into(),
     ];
+    if tx.backend() == super::Backend::Postgres {
+        params.push(advance.expected.map_or(SqlValue::Null, SqlValue::Int64));
+        let changed = tx
+            .gate_count(
+                "SELECT inboxd_gate.advance_offset($1, $2, $3, $4::pg_catalog.int4, $5, $6, $7, $8)",
+                &params,
+            )
+            .await?;
+        return Ok(changed == 1);
+    }
     let changed = match advance.expected {
         None => tx.execute(INSERT_FIRST, &params).await?,
         Some(expected) => {

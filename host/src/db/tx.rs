@@ -28,6 +28,21 @@ pub struct Tx {
     statement_failed: bool,
     /// The SQLite writer slot this transaction holds, if any; released when it ends.
     _writer: Option<OwnedSemaphorePermit>,
+    /// PostgreSQL: the host's key to the gates its own writes go through.
+    gate: Option<GateKey>,
+    /// PostgreSQL: the handler whose own login this transaction's session is
+    /// (`Database::begin_guest`); `None` for the host's. A handler's walls go
+    /// up only on its own session: on the host's, its SQL would run with the
+    /// host's privileges.
+    session_of: Option<String>,
+}
+
+/// The host's key to the `inboxd_gate` functions (see `db::logins`), with the
+/// host's own pool to register it through on first use.
+#[derive(Clone)]
+pub(super) struct GateKey {
+    pub key: std::sync::Arc<super::logins::HostKey>,
+    pub host: sqlx::PgPool,
 }
 
 enum Inner {
@@ -37,21 +52,77 @@ enum Inner {
 
 impl Tx {
     pub(super) fn sqlite(tx: Transaction<'static, Sqlite>) -> Self {
-        Self::new(Inner::Sqlite(tx))
+        Self::new(Inner::Sqlite(tx), None)
     }
 
-    pub(super) fn postgres(tx: Transaction<'static, Postgres>) -> Self {
-        Self::new(Inner::Postgres(tx))
+    pub(super) fn postgres(tx: Transaction<'static, Postgres>, gate: GateKey) -> Self {
+        Self::new(Inner::Postgres(tx), Some(gate))
     }
 
-    fn new(inner: Inner) -> Self {
+    fn new(inner: Inner, gate: Option<GateKey>) -> Self {
         Self {
             walls: WallState::new(),
             inner,
             statement_savepoints: true,
             statement_failed: false,
             _writer: None,
+            gate,
+            session_of: None,
         }
+    }
+
+    /// Marks the transaction's session as `handler`'s own login (PostgreSQL).
+    pub(super) fn of_handler(mut self, handler: &str) -> Self {
+        self.session_of = Some(handler.to_owned());
+        self
+    }
+
+    /// Refuses to put a handler's walls up on a PostgreSQL session that is
+    /// not the handler's own (a defect of the host's, never a guest's doing).
+    fn own_session(&self, walls: &Walls) -> Result<(), DbError> {
+        if self.backend() == Backend::Postgres && self.session_of.as_deref() != Some(walls.handler()) {
+            return Err(DbError::NotHandlerSession {
+                handler: walls.handler().to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Calls one of the host's gate functions (PostgreSQL: see
+    /// migrations/postgres/0006_host_gates.sql) and returns its rows. `sql`
+    /// names the key `$1`; `params` are `$2` onwards. Outside the walls, as
+    /// every host statement.
+    pub(super) async fn gate(
+        &mut self,
+        sql: &str,
+        params: &[SqlValue],
+    ) -> Result<Vec<Vec<SqlValue>>, DbError> {
+        let params = self.keyed(params).await?;
+        self.query(sql, &params).await
+    }
+
+    /// As [`Tx::gate`], for a gate that returns nothing (`void`, which has no decoder).
+    pub(super) async fn gate_void(&mut self, sql: &str, params: &[SqlValue]) -> Result<(), DbError> {
+        let params = self.keyed(params).await?;
+        self.execute(sql, &params).await.map(drop)
+    }
+
+    /// The host's key, then `params`.
+    async fn keyed(&self, params: &[SqlValue]) -> Result<Vec<SqlValue>, DbError> {
+        let Some(gate) = &self.gate else {
+            unreachable!("only PostgreSQL transactions call the gates");
+        };
+        let mut all = Vec::with_capacity(params.len() + 1);
+        all.push(SqlValue::Text(gate.key.secret(&gate.host).await?.to_owned()));
+        all.extend_from_slice(params);
+        Ok(all)
+    }
+
+    /// As [`Tx::gate`], for a gate that returns one integer (rows changed).
+    pub(super) async fn gate_count(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, DbError> {
+        let rows = self.gate(sql, params).await?;
+        let count = rows.first().and_then(|r| r.first()).and_then(SqlValue::as_i64);
+        Ok(count.unwrap_or(0).max(0) as u64)
     }
 
     pub(super) fn holding(mut self, writer: Option<OwnedSemaphorePermit>) -> Self {
@@ -267,7 +338,7 @@ impl Tx {
     pub async fn lock_migrations(&mut self) -> Result<(), DbError> {
         if self.backend() == Backend::Postgres {
             self.execute(
-                "SELECT pg_advisory_xact_lock($1)",
+                "SELECT pg_catalog.pg_advisory_xact_lock($1)",
                 &[super::MIGRATION_LOCK_KEY.into()],
             )
             .await?;
@@ -279,6 +350,7 @@ impl Tx {
     /// PostgreSQL its role, search path and statement timeout, all `LOCAL`;
     /// on SQLite its allowlist and a deadline `statement_timeout` from now.
     pub async fn enter_walls(&mut self, walls: &Walls) -> Result<(), DbError> {
+        self.own_session(walls)?;
         self.walls.enter_walls(&mut self.inner, walls).await
     }
 
@@ -295,6 +367,7 @@ impl Tx {
     /// call of the same handler (see [`Tx::exit_guest`]) the walls are still
     /// up, and only the savepoint (and on SQLite the deadline) is renewed.
     pub async fn enter_guest(&mut self, savepoint: &'static str, walls: &Walls) -> Result<(), DbError> {
+        self.own_session(walls)?;
         self.walls.enter_guest(&mut self.inner, savepoint, walls).await
     }
 

@@ -184,7 +184,7 @@ impl Pipeline {
         expected: Option<i64>,
         optimistic: bool,
     ) -> Result<TxEnd, PipelineError> {
-        let mut tx = self.db.begin_write().await?;
+        let mut tx = self.db.begin_guest(self.handler.name()).await?;
         tx.share_guest_savepoint(optimistic);
         // Every event id first, then all new ones claimed in one go (a
         // statement per event would be a round trip per event).

@@ -214,14 +214,14 @@ impl Pipeline {
         let event_id = match event_id::extract(&self.event_id, &record.headers, &record.payload) {
             Ok(id) => id,
             Err(error) => {
-                let mut tx = self.db.begin_write().await?;
+                let mut tx = self.db.begin_guest(self.handler.name()).await?;
                 let letter = self.park_without_id(&mut tx, record, &error.to_string()).await?;
                 return self.commit_parked(tx, record, expected, letter).await;
             }
         };
         let claim = self.claim(record, &event_id);
         loop {
-            let tx = self.db.begin_write().await?;
+            let tx = self.db.begin_guest(self.handler.name()).await?;
             let (mut tx, step) = self.step(tx, &claim, record, attempt).await?;
             let failure = match step {
                 Step::Duplicate => {
@@ -254,7 +254,7 @@ impl Pipeline {
                             first_failed_at: now_ms(),
                         };
                         // mark_dead claims the event again as `dead` in the new transaction.
-                        let mut tx = self.db.begin_write().await?;
+                        let mut tx = self.db.begin_guest(self.handler.name()).await?;
                         let letter = self.park_claimed(&mut tx, &claim, record, park).await?;
                         return self.commit_parked(tx, record, expected, letter).await;
                     }

@@ -18,7 +18,7 @@
 use super::store::{self, NewVersion};
 use crate::config::{HandlerConfig, Refused, TokenPolicy};
 use crate::db::migrate::{self, Migration};
-use crate::db::{Database, DbError, Tx};
+use crate::db::{Backend, Database, DbError, Tx};
 use crate::wasm::{HandlerComponent, WasmEngine};
 use sha2::{Digest, Sha256};
 
@@ -126,13 +126,29 @@ pub async fn upload(
         &upload.settings,
     )
     .await?;
-    for migration in &migrations {
-        migrate::apply_one(&mut tx, name, migration)
-            .await
-            .map_err(|e| match e {
-                DbError::HandlerMigration(_) => UploadError::Invalid(e.to_string()),
-                other => UploadError::Database(other),
-            })?;
+    let migration_error = |e: DbError| match e {
+        DbError::HandlerMigration(_) => UploadError::Invalid(e.to_string()),
+        other => UploadError::Database(other),
+    };
+    if db.backend() == Backend::Postgres {
+        // A team's migrations run on the handler's own login (see
+        // `db::begin_migration`), so in a transaction of their own, committed
+        // while this one still holds the deployments lock. If storing the
+        // version then fails, they stay applied: uploading the same
+        // migrations again finds them recorded and skips them.
+        let mut migrating = db.begin_migration(name).await.map_err(UploadError::Database)?;
+        for migration in &migrations {
+            migrate::apply_one(&mut migrating, name, migration)
+                .await
+                .map_err(migration_error)?;
+        }
+        migrating.commit().await.map_err(UploadError::Database)?;
+    } else {
+        for migration in &migrations {
+            migrate::apply_one(&mut tx, name, migration)
+                .await
+                .map_err(migration_error)?;
+        }
     }
     let new = NewVersion {
         name,

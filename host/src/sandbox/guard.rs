@@ -4,9 +4,14 @@
 //! Every statement is parsed (never grepped) and checked against allowlists:
 //! exactly one SELECT, INSERT, UPDATE or DELETE (including inside CTEs); every
 //! table it names is one of the handler's own; every function it calls is on
-//! a short list of pure functions. Anything else is refused with a message that
-//! tells the handler's author what was refused and why. The database's own
-//! privileges (PostgreSQL roles, the SQLite authorizer) are the second wall.
+//! a short list of pure functions, every expression of a plain kind and every
+//! cast to a plain type. On PostgreSQL the same text is then read by
+//! PostgreSQL's own parser and judged again ([`super::postgres`]), so syntax
+//! the two parsers read differently cannot pass. Its depth is bounded before
+//! either parses it ([`super::nesting`]). Anything else is refused with a
+//! message that tells the handler's author what was refused and why. The
+//! database's own privileges (PostgreSQL: the handler's own login; SQLite:
+//! the authorizer) are the second wall.
 
 use super::is_reserved;
 pub use super::walk::{check_dml, check_expressions};
@@ -35,8 +40,14 @@ impl std::fmt::Display for Refusal {
 
 /// Verdicts remembered per guard. A handler sends the same few statement
 /// texts over and over, with different parameters; when a guest sends more
-/// distinct texts than this, the memory starts over.
+/// distinct texts than this, or texts of more bytes than [`MAX_VERDICT_BYTES`]
+/// in all, the memory starts over.
 const MAX_VERDICTS: usize = 1024;
+
+/// Statement text the verdict memory holds per guard, at most: without it,
+/// 1,024 texts at the team ceiling of `limits.max_statement_bytes` (1 MiB)
+/// would hold a GiB per handler version (issue 23).
+const MAX_VERDICT_BYTES: usize = 4 << 20;
 
 /// The SQL dialect the guard parses a backend's statements with.
 pub fn dialect(backend: Backend) -> &'static dyn Dialect {
@@ -105,7 +116,7 @@ pub struct Guard {
     backend: Backend,
     /// Statement text -> verdict. A verdict depends on the text alone (the
     /// handler's tables are fixed for the guard's life), so parsing it once is enough.
-    verdicts: Mutex<HashMap<String, Result<Ctes, Refusal>>>,
+    verdicts: Mutex<Verdicts>,
     owned: Owned,
     max_statement_bytes: usize,
 }
@@ -141,20 +152,30 @@ impl Guard {
             )));
         }
         let mut verdicts = self.verdicts.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(verdict) = verdicts.get(sql) {
+        if let Some(verdict) = verdicts.by_text.get(sql) {
             return verdict.clone();
         }
         let verdict = self.judge(sql);
-        if verdicts.len() >= MAX_VERDICTS {
-            verdicts.clear();
-        }
-        verdicts.insert(sql.to_owned(), verdict.clone());
+        verdicts.remember(sql, verdict.clone());
         verdict
     }
 
-    /// Parses and checks one statement text.
+    /// Statement text bytes the verdict memory holds now (tests).
+    #[cfg(test)]
+    fn remembered_bytes(&self) -> usize {
+        self.verdicts.lock().unwrap().bytes
+    }
+
+    /// Parses and checks one statement text: its depth first, from its
+    /// tokens, then the tree on a thread with a stack sized for that depth
+    /// (see [`super::nesting`]), where the tree is also dropped.
     fn judge(&self, sql: &str) -> Result<Ctes, Refusal> {
         refuse_nul(sql)?;
+        super::nesting::check(dialect(self.backend), sql)?;
+        super::nesting::on_guard_stack(|| self.judge_tree(sql))
+    }
+
+    fn judge_tree(&self, sql: &str) -> Result<Ctes, Refusal> {
         let statements = Parser::parse_sql(dialect(self.backend), sql).map_err(|e| {
             forbidden(format!(
                 "the statement guard cannot parse this statement ({e}); only single SELECT, INSERT, UPDATE \
@@ -171,7 +192,40 @@ impl Guard {
                 )));
             }
         };
-        check_dml(statement, &self.owned, self.backend).map(Ctes::from)
+        let ctes = check_dml(statement, &self.owned, self.backend)?;
+        if self.backend == Backend::Postgres {
+            // The same text as PostgreSQL itself reads it (see `super::postgres`).
+            match super::postgres::check(sql, super::postgres::Mode::RunTime)? {
+                1 => {}
+                n => {
+                    return Err(forbidden(format!(
+                        "PostgreSQL reads {n} statements in this text: send one statement per call"
+                    )));
+                }
+            }
+        }
+        Ok(Ctes::from(ctes))
+    }
+}
+
+/// Statement text -> verdict, bounded in count and bytes.
+#[derive(Default)]
+struct Verdicts {
+    by_text: HashMap<String, Result<Ctes, Refusal>>,
+    bytes: usize,
+}
+
+impl Verdicts {
+    fn remember(&mut self, sql: &str, verdict: Result<Ctes, Refusal>) {
+        if sql.len() > MAX_VERDICT_BYTES {
+            return;
+        }
+        if self.by_text.len() >= MAX_VERDICTS || self.bytes + sql.len() > MAX_VERDICT_BYTES {
+            self.by_text.clear();
+            self.bytes = 0;
+        }
+        self.bytes += sql.len();
+        self.by_text.insert(sql.to_owned(), verdict);
     }
 }
 
@@ -341,7 +395,15 @@ mod tests {
             "OR ROLLBACK",
         );
         refused("UPDATE OR ROLLBACK invoices SET order_id = $1", "OR ROLLBACK");
-        allowed("INSERT OR IGNORE INTO invoices (order_id) VALUES ($1)");
+        // SQLite's own syntax; PostgreSQL's parser refuses it (and would at run time).
+        guard(Backend::Sqlite)
+            .check("INSERT OR IGNORE INTO invoices (order_id) VALUES ($1)")
+            .unwrap();
+        assert!(
+            guard(Backend::Postgres)
+                .check("INSERT OR IGNORE INTO invoices (order_id) VALUES ($1)")
+                .is_err()
+        );
         allowed("SELECT * FROM invoices WHERE order_id = $32766");
         // SQLite reads `$1::t('...')` as one parameter name, hiding the rest.
         let lite = guard(Backend::Sqlite);
@@ -436,6 +498,88 @@ mod tests {
             "SELECT load_extension('/tmp/evil.so')",
         ] {
             assert!(matches!(lite.check(sql), Err(Refusal::Forbidden(_))), "{sql}");
+        }
+    }
+
+    /// Regression (issue 23): PostgreSQL turns attribute notation, casts,
+    /// COLLATE and other syntax into function calls that the guard's
+    /// function allowlist never saw; `(text).ts_stat` ran a query.
+    #[test]
+    fn syntax_that_postgres_turns_into_calls_is_refused() {
+        let pg = guard(Backend::Postgres);
+        for sql in [
+            "SELECT ('SELECT 1'::text).ts_stat",
+            "SELECT (order_id).ts_stat FROM invoices",
+            "SELECT invoices.order_id.ts_stat FROM invoices",
+            "SELECT (i).order_id FROM invoices i",
+            "SELECT order_id COLLATE \"C\" FROM invoices",
+            "SELECT 'pg_catalog.set_config'::regproc",
+            "SELECT CAST('invoices' AS regclass)",
+            "SELECT 'a & b'::tsquery",
+            "SELECT now() AT TIME ZONE 'UTC'",
+            "SELECT ARRAY[1, 2][1]",
+            "SELECT $1::int[] && $2::int[]",
+            "SELECT $1::jsonb @> $2::jsonb",
+            "SELECT order_id ~ 'x' FROM invoices",
+        ] {
+            match pg.check(sql) {
+                Err(Refusal::Forbidden(m)) => assert!(m.contains("not allowed"), "{sql}: {m}"),
+                other => panic!("allowed: {sql}: {other:?}"),
+            }
+        }
+        pg.check(
+            "SELECT $1::text, CAST($2 AS bigint), $3::numeric(10, 2), DATE '2020-01-01', \
+             $4::timestamp(3) with time zone, $5::text[], i.order_id FROM invoices i",
+        )
+        .unwrap();
+    }
+
+    /// Regression (issue 23): one call whose time grows with the product of
+    /// two lengths is one step that neither database interrupts at the
+    /// event's deadline (SQLite's instr held the writer 17 s against 5 s).
+    #[test]
+    fn calls_whose_time_grows_with_two_lengths_are_refused() {
+        for sql in [
+            "SELECT instr(order_id, 'a') FROM invoices",
+            "SELECT replace(order_id, 'a', 'b') FROM invoices",
+            "SELECT position('a', order_id) FROM invoices",
+            "SELECT trim(order_id, 'xyz') FROM invoices",
+            "SELECT ltrim(order_id, 'xyz') FROM invoices",
+            "SELECT TRIM(BOTH 'xyz' FROM order_id) FROM invoices",
+        ] {
+            refused(sql, "not allowed");
+        }
+        guard(Backend::Postgres)
+            .check("SELECT POSITION('a' IN order_id) FROM invoices")
+            .unwrap_err();
+        allowed("SELECT trim(order_id), ltrim(order_id), lower(order_id) FROM invoices");
+    }
+
+    /// Regression (issue 23): a 64 KiB `SELECT 1+1+...+1` passed the guard,
+    /// and dropping its syntax tree overflowed the fiber's stack (exit 134).
+    #[test]
+    fn a_statement_nested_past_the_bound_is_refused_and_nothing_overflows() {
+        for backend in [Backend::Sqlite, Backend::Postgres] {
+            let g = Guard::new(backend, "main", &["invoices".to_owned()], 64 << 10);
+            let chain = format!("SELECT 1{}", "+1".repeat((64 << 10) / 2 - 5));
+            assert!(chain.len() <= 64 << 10);
+            match g.check(&chain) {
+                Err(Refusal::Limit(m)) => assert!(m.contains("at most 1000"), "{m}"),
+                other => panic!("{backend:?}: {other:?}"),
+            }
+            let nested = format!("SELECT {}1{}", "(".repeat(20_000), ")".repeat(20_000));
+            assert!(g.check(&nested).is_err());
+        }
+    }
+
+    /// Regression (issue 23): the verdict memory had no byte bound.
+    #[test]
+    fn the_verdict_memory_is_bounded_in_bytes() {
+        let g = Guard::new(Backend::Sqlite, "main", &["invoices".to_owned()], 1 << 20);
+        for i in 0..64 {
+            let sql = format!("SELECT '{i}{}'", "x".repeat(512 << 10));
+            assert!(g.check(&sql).is_ok());
+            assert!(g.remembered_bytes() <= MAX_VERDICT_BYTES, "after {i}");
         }
     }
 

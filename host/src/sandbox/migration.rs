@@ -43,9 +43,18 @@ pub struct Piece {
 
 /// Parses a migration file and cuts it into statements whose kinds are all
 /// allowed. The error names the statement and why.
+///
+/// The file's depth is bounded before anything is parsed, and the parse runs
+/// on the guard's own stack (see [`super::nesting`]), so no migration can
+/// overflow the stack of the host that applies it.
 pub fn split(backend: Backend, sql: &str) -> Result<Vec<Piece>, Refusal> {
-    let dialect = dialect(backend);
     refuse_nul(sql)?;
+    super::nesting::check(dialect(backend), sql)?;
+    super::nesting::on_guard_stack(|| split_checked(backend, sql))
+}
+
+fn split_checked(backend: Backend, sql: &str) -> Result<Vec<Piece>, Refusal> {
+    let dialect = dialect(backend);
     let statements =
         Parser::parse_sql(dialect, sql).map_err(|e| forbidden(format!("cannot parse the migration: {e}")))?;
     for statement in &statements {
@@ -65,23 +74,39 @@ pub fn split(backend: Backend, sql: &str) -> Result<Vec<Piece>, Refusal> {
         .map(|(text, statement)| {
             // What runs must be exactly what was checked.
             match Parser::parse_sql(dialect, &text).as_deref() {
-                Ok([one]) if *one == statement => Ok(Piece {
-                    text,
-                    statement,
-                    backend,
-                }),
-                _ => Err(about(
-                    &statement,
-                    forbidden("its text does not parse back to the same statement"),
-                )),
+                Ok([one]) if *one == statement => {}
+                _ => {
+                    return Err(about(
+                        &statement,
+                        forbidden("its text does not parse back to the same statement"),
+                    ));
+                }
             }
+            // And, on PostgreSQL, as PostgreSQL itself reads it.
+            if backend == Backend::Postgres {
+                match super::postgres::check(&text, super::postgres::Mode::Migration) {
+                    Ok(1) => {}
+                    Ok(n) => {
+                        let n = forbidden(format!("PostgreSQL reads {n} statements in its text"));
+                        return Err(about(&statement, n));
+                    }
+                    Err(refusal) => return Err(about(&statement, refusal)),
+                }
+            }
+            Ok(Piece {
+                text,
+                statement,
+                backend,
+            })
         })
         .collect()
 }
 
 /// Checks a statement against the tables the handler owns right before it runs.
 pub fn check(piece: &Piece, owned: &Owned) -> Result<(), Refusal> {
-    check_owned(&piece.statement, owned, piece.backend).map_err(|r| about(&piece.statement, r))
+    super::nesting::on_guard_stack(|| {
+        check_owned(&piece.statement, owned, piece.backend).map_err(|r| about(&piece.statement, r))
+    })
 }
 
 fn about(statement: &Statement, refusal: Refusal) -> Refusal {

@@ -12,6 +12,8 @@
 pub mod authorizer;
 pub mod guard;
 pub mod migration;
+pub mod nesting;
+pub mod postgres;
 mod walk;
 
 pub use guard::{Guard, Refusal};
@@ -40,10 +42,14 @@ pub fn is_reserved(name: &str) -> bool {
 }
 
 /// Scalar, aggregate and window functions a handler may call: no side
-/// effects, nothing outside the statement's own rows, and no way to build a
+/// effects, nothing outside the statement's own rows, no way to build a
 /// value much larger than the statement's own text (which is why `printf`,
 /// `format`, `lpad`, `rpad` and `repeat`, whose widths are numbers, are not
-/// here). The statement guard and SQLite's authorizer use this one list.
+/// here), and no single call whose time grows with the product of two
+/// lengths, since neither database interrupts one call at a deadline
+/// (`instr`, `position`, `strpos` and `replace` are not here; `trim` and its
+/// kin take one argument only). The statement guard and SQLite's authorizer
+/// use this one list.
 pub const PURE_FUNCTIONS: &[&str] = &[
     "abs",
     "array_agg",
@@ -73,7 +79,6 @@ pub const PURE_FUNCTIONS: &[&str] = &[
     "hex",
     "ifnull",
     "iif",
-    "instr",
     "json_agg",
     "json_array",
     "json_build_array",
@@ -97,11 +102,9 @@ pub const PURE_FUNCTIONS: &[&str] = &[
     "mod",
     "now",
     "nullif",
-    "position",
     "power",
     "random",
     "rank",
-    "replace",
     "right",
     "round",
     "row_number",

@@ -313,6 +313,9 @@ impl Visitor for Walk {
                 "`::` casts are PostgreSQL's: on SQLite write CAST(x AS type)",
             ));
         }
+        if let Err(refusal) = check_expr_kind(expr) {
+            return ControlFlow::Break(refusal);
+        }
         if let Expr::Function(function) = expr {
             let allowed = single_name(&function.name).is_some_and(|n| PURE_FUNCTIONS.contains(&n.as_str()));
             if !allowed {
@@ -322,7 +325,239 @@ impl Visitor for Walk {
                     function.name
                 )));
             }
+            if SINGLE_ARGUMENT.contains(&single_name(&function.name).unwrap_or_default().as_str())
+                && argument_count(function) > 1
+            {
+                return ControlFlow::Break(forbidden(format!(
+                    "{}(x, characters) is not allowed: its time grows with both lengths and one call \
+                     cannot be interrupted at the event's deadline; use {}(x)",
+                    function.name, function.name
+                )));
+            }
         }
         ControlFlow::Continue(())
     }
+}
+
+/// Functions allowed with one argument only: with a second (the characters
+/// to trim) each is one step whose time grows with both lengths, which
+/// neither database interrupts at a deadline.
+const SINGLE_ARGUMENT: &[&str] = &["trim", "ltrim", "rtrim"];
+
+fn argument_count(function: &sqlparser::ast::Function) -> usize {
+    match &function.args {
+        sqlparser::ast::FunctionArguments::List(list) => list.args.len(),
+        _ => 0,
+    }
+}
+
+/// The kinds of expression a handler may write: an allowlist, because
+/// PostgreSQL turns syntax that looks like no call into function calls
+/// (attribute notation `(x).f` and `a.b.f` are `f(x)`, `COLLATE`,
+/// `AT TIME ZONE`, `POSITION(a IN b)` and subscripts each run a function, a
+/// cast runs the type's input function) and a parser that is not the
+/// database's may read such syntax as something harmless. Every kind not
+/// named here is refused with its name. Casts and typed literals are held
+/// to [`CAST_TYPES`]. The database's own privileges stand behind this: on
+/// PostgreSQL the session is the handler's own login (see `db::logins`).
+fn check_expr_kind(expr: &Expr) -> Result<(), Refusal> {
+    let kind = match expr {
+        Expr::Identifier(_)
+        | Expr::IsFalse(_)
+        | Expr::IsNotFalse(_)
+        | Expr::IsTrue(_)
+        | Expr::IsNotTrue(_)
+        | Expr::IsNull(_)
+        | Expr::IsNotNull(_)
+        | Expr::IsUnknown(_)
+        | Expr::IsNotUnknown(_)
+        | Expr::IsDistinctFrom(..)
+        | Expr::IsNotDistinctFrom(..)
+        | Expr::In { .. }
+        | Expr::Between { .. }
+        | Expr::Like { .. }
+        | Expr::ILike { .. }
+        | Expr::AnyOp { .. }
+        | Expr::AllOp { .. }
+        | Expr::UnaryOp { .. }
+        | Expr::Extract { .. }
+        | Expr::Ceil { .. }
+        | Expr::Floor { .. }
+        | Expr::Substring { .. }
+        | Expr::Nested(_)
+        | Expr::Value(_)
+        | Expr::Function(_)
+        | Expr::Case { .. }
+        | Expr::Exists { .. }
+        | Expr::Subquery(_)
+        | Expr::Tuple(_)
+        | Expr::Array(_)
+        | Expr::Interval(_)
+        | Expr::Wildcard(_)
+        | Expr::QualifiedWildcard(..) => return Ok(()),
+        // `a.b` is a column of a table; on PostgreSQL three parts can be
+        // `column.function`, so at most two (on SQLite too, alike).
+        Expr::CompoundIdentifier(parts) => {
+            if parts.len() <= 2 {
+                return Ok(());
+            }
+            "a name of more than two parts (PostgreSQL reads `column.f` as the call f(column)): write              alias.column"
+        }
+        Expr::BinaryOp { op, .. } => {
+            if operator_allowed(op) {
+                return Ok(());
+            }
+            return Err(forbidden(format!(
+                "operator {op} is not allowed: handlers may use comparison, arithmetic, bitwise, \
+                 concatenation, LIKE and JSON field operators (not containment, overlap or regular \
+                 expressions, whose one call no deadline interrupts)"
+            )));
+        }
+        Expr::Cast { data_type, .. } => return check_type(data_type, "cast to"),
+        Expr::TypedString(typed) => return check_type(&typed.data_type, "literal of type"),
+        // Without characters to trim: linear in the text.
+        Expr::Trim {
+            trim_what: None,
+            trim_characters: None,
+            ..
+        } => return Ok(()),
+        Expr::Trim { .. } => {
+            "TRIM(... FROM x) with characters to trim (its time grows with both lengths and one call \
+             cannot be interrupted at the event's deadline)"
+        }
+        Expr::CompoundFieldAccess { .. } => {
+            "field access or subscripts on an expression (PostgreSQL reads `(x).f` as the call f(x))"
+        }
+        Expr::Position { .. } => {
+            "POSITION(a IN b) (its time grows with both lengths and PostgreSQL does not interrupt it at \
+             the event's deadline)"
+        }
+        Expr::Collate { .. } => "COLLATE",
+        Expr::AtTimeZone { .. } => "AT TIME ZONE",
+        Expr::SimilarTo { .. } | Expr::RLike { .. } => "regular expressions",
+        Expr::Overlay { .. } => "OVERLAY",
+        Expr::Convert { .. } => "CONVERT",
+        Expr::GroupingSets(_) | Expr::Cube(_) | Expr::Rollup(_) => "GROUPING SETS, CUBE and ROLLUP",
+        _ => "this kind of expression",
+    };
+    Err(forbidden(format!(
+        "{kind} is not allowed: handlers may write only plain expressions over their own rows \
+         (columns, literals, parameters, operators, CASE, subqueries and the allowed functions)"
+    )))
+}
+
+/// The binary operators a handler may use (see `super::postgres::OPERATORS`,
+/// the same list as PostgreSQL names them): each costs time linear in its
+/// operands. Not here: array and JSON containment and overlap, regular
+/// expressions, text search and the other dialects' operators.
+fn operator_allowed(op: &sqlparser::ast::BinaryOperator) -> bool {
+    use sqlparser::ast::BinaryOperator as B;
+    matches!(
+        op,
+        B::Plus
+            | B::Minus
+            | B::Multiply
+            | B::Divide
+            | B::Modulo
+            | B::StringConcat
+            | B::Gt
+            | B::Lt
+            | B::GtEq
+            | B::LtEq
+            | B::Eq
+            | B::NotEq
+            | B::And
+            | B::Or
+            | B::BitwiseOr
+            | B::BitwiseAnd
+            | B::BitwiseXor
+            | B::PGBitwiseXor
+            | B::PGBitwiseShiftLeft
+            | B::PGBitwiseShiftRight
+            | B::PGExp
+            | B::Arrow
+            | B::LongArrow
+            | B::HashArrow
+            | B::HashLongArrow
+            | B::Question
+            | B::PGLikeMatch
+            | B::PGILikeMatch
+            | B::PGNotLikeMatch
+            | B::PGNotILikeMatch
+            | B::Glob
+            | B::Is
+            | B::IsNot
+    )
+}
+
+/// Types a cast or a typed literal may name (lower case, without arguments
+/// or array brackets): each one's input function only parses its own text.
+/// Not here: `reg*` (names looked up in the catalog), `xml`, text search,
+/// geometric, network and range types, and any type of the handler's own.
+pub const CAST_TYPES: &[&str] = &[
+    "bigint",
+    "blob",
+    "bool",
+    "boolean",
+    "bytea",
+    "char",
+    "character",
+    "character varying",
+    "date",
+    "dec",
+    "decimal",
+    "double",
+    "double precision",
+    "float",
+    "float4",
+    "float8",
+    "int",
+    "int2",
+    "int4",
+    "int8",
+    "integer",
+    "interval",
+    "json",
+    "jsonb",
+    "numeric",
+    "real",
+    "smallint",
+    "text",
+    "time",
+    "timestamp",
+    "timestamp with time zone",
+    "timestamp without time zone",
+    "timestamptz",
+    "uuid",
+    "varchar",
+];
+
+fn check_type(data_type: &sqlparser::ast::DataType, what: &str) -> Result<(), Refusal> {
+    let text = data_type.to_string().to_ascii_lowercase();
+    let mut base = text.trim_end_matches("[]").trim();
+    if let Some(open) = base.find('(') {
+        let close = base.rfind(')').unwrap_or(base.len());
+        // `varchar(10)`, `numeric(10, 2)`, `timestamp(3) with time zone`.
+        let args_ok = base[open + 1..close]
+            .chars()
+            .all(|c| c.is_ascii_digit() || c == ',' || c == ' ');
+        if !args_ok {
+            return Err(forbidden(format!("a {what} {text} is not allowed")));
+        }
+        let (head, tail) = (&base[..open], &base[(close + 1).min(base.len())..]);
+        let joined = format!("{} {}", head.trim(), tail.trim());
+        return check_type_name(joined.trim(), &text, what);
+    }
+    base = base.trim();
+    check_type_name(base, &text, what)
+}
+
+fn check_type_name(name: &str, text: &str, what: &str) -> Result<(), Refusal> {
+    if CAST_TYPES.contains(&name) {
+        return Ok(());
+    }
+    Err(forbidden(format!(
+        "a {what} {text} is not allowed: casts may name only plain types ({})",
+        CAST_TYPES.join(", ")
+    )))
 }

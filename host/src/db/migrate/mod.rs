@@ -114,24 +114,65 @@ pub fn own_schema(backend: Backend, handler: &str) -> String {
     }
 }
 
-/// Gives a handler its walls before anything of it runs. PostgreSQL: a role
-/// (NOLOGIN, no privileges on the host's schema) that owns the handler's
-/// schema; the host's user joins it so it can `SET LOCAL ROLE`. Idempotent,
-/// and safe when several hosts (or databases on one server) do it at once.
+/// Gives a handler its walls before anything of it runs. PostgreSQL: a
+/// login role of its own that owns the handler's schema, may call the host's
+/// gates (useless without the host's key) and is a member of no other role,
+/// so nothing its SQL does to its session can make it more privileged (see
+/// `db::logins`); its password is the host's, made here once per database
+/// and kept in `inboxd.handler_logins`. The host's user joins the role (to
+/// read the handler's tables for operators). Refused if the role has any
+/// attribute or membership that would give its SQL more than its schema.
+/// Idempotent, and safe when several hosts (or databases on one server) do it at once.
 pub async fn prepare_handler(db: &Database, handler: &str) -> Result<(), DbError> {
     if db.backend() != Backend::Postgres {
         return Ok(());
     }
+    // Roles live in a catalog every database of the server shares, and the
+    // migration lock is one database's: hosts of two databases preparing a
+    // handler of the same name at once can collide on the role's row.
+    let mut attempt = 0;
+    loop {
+        match prepare_role(db, handler).await {
+            Err(DbError::Sqlx(sqlx::Error::Database(e)))
+                if attempt < 5 && e.message().contains("tuple concurrently updated") =>
+            {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(20 * attempt)).await;
+            }
+            done => return done,
+        }
+    }
+}
+
+async fn prepare_role(db: &Database, handler: &str) -> Result<(), DbError> {
     let (role, schema) = (handler_role(handler), handler_schema(handler));
     let mut tx = db.begin().await?;
     tx.lock_migrations().await?;
     // Roles are shared by every database on the server, so another database's
     // host may create the same one concurrently: that is not an error.
     let create_role = format!(
-        "DO $$ BEGIN CREATE ROLE {role} NOLOGIN; \
+        "DO $$ BEGIN CREATE ROLE {role} LOGIN NOINHERIT; \
          EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$"
     );
     tx.execute(&create_role, &[]).await?;
+    let stored = tx
+        .query(
+            "SELECT password FROM handler_logins WHERE handler = $1",
+            &[handler.into()],
+        )
+        .await?;
+    if stored.is_empty() {
+        // Hex: nothing in it can end the literal. A role made by an older
+        // host (NOLOGIN, no password) gets its login here.
+        let password = hex::encode(rand::random::<[u8; 24]>());
+        tx.execute(&format!("ALTER ROLE {role} LOGIN PASSWORD '{password}'"), &[])
+            .await?;
+        tx.execute(
+            "INSERT INTO handler_logins (handler, password) VALUES ($1, $2)",
+            &[handler.into(), password.into()],
+        )
+        .await?;
+    }
     let join_role = format!(
         "DO $$ BEGIN IF NOT pg_has_role(current_user, '{role}', 'MEMBER') THEN \
          EXECUTE format('GRANT {role} TO %I', current_user); END IF; END $$"
@@ -142,7 +183,42 @@ pub async fn prepare_handler(db: &Database, handler: &str) -> Result<(), DbError
         &[],
     )
     .await?;
+    tx.execute(&format!("GRANT USAGE ON SCHEMA inboxd_gate TO {role}"), &[])
+        .await?;
+    tx.execute(
+        &format!("GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA inboxd_gate TO {role}"),
+        &[],
+    )
+    .await?;
+    if let Some(problem) = role_problem(&mut tx, &role).await? {
+        return Err(DbError::HandlerMigration(format!(
+            "handler {handler}'s database role {role} {problem}: its SQL would not be walled in; \
+             an operator must remove that first"
+        )));
+    }
     tx.commit().await
+}
+
+/// What makes a handler's role more than the owner of its schema, if anything.
+async fn role_problem(tx: &mut Tx, role: &str) -> Result<Option<String>, DbError> {
+    let rows = tx
+        .query(
+            "SELECT r.rolsuper OR r.rolcreaterole OR r.rolcreatedb OR r.rolreplication OR r.rolbypassrls, \
+                    (SELECT string_agg(m.roleid::regrole::text, ', ') FROM pg_auth_members m WHERE m.member = r.oid) \
+             FROM pg_roles r WHERE r.rolname = $1",
+            &[role.into()],
+        )
+        .await?;
+    let mut row = rows.into_iter().next().unwrap_or_default().into_iter();
+    if row.next() == Some(SqlValue::Boolean(true)) {
+        return Ok(Some(
+            "has a superuser, CREATEROLE, CREATEDB, REPLICATION or BYPASSRLS attribute".to_owned(),
+        ));
+    }
+    Ok(match row.next() {
+        Some(SqlValue::Text(roles)) => Some(format!("is a member of {roles}")),
+        _ => None,
+    })
 }
 
 /// The tables a handler's SQL may touch: what its migrations created.
@@ -164,8 +240,9 @@ async fn own_tables_in(tx: &mut Tx, handler: &str) -> Result<Vec<String>, DbErro
         }
         Backend::Postgres => {
             tx.query(
-                "SELECT tablename::text FROM pg_tables WHERE schemaname = $1
-                 UNION SELECT viewname::text FROM pg_views WHERE schemaname = $1",
+                // Qualified: on the handler's own session its schema is first on the path.
+                "SELECT tablename::pg_catalog.text FROM pg_catalog.pg_tables WHERE schemaname = $1
+                 UNION SELECT viewname::pg_catalog.text FROM pg_catalog.pg_views WHERE schemaname = $1",
                 &[handler_schema(handler).into()],
             )
             .await?
@@ -179,7 +256,7 @@ async fn own_tables_in(tx: &mut Tx, handler: &str) -> Result<Vec<String>, DbErro
 pub async fn apply_handler(db: &Database, handler: &str, dir: &Path) -> Result<usize, DbError> {
     let mut applied = 0;
     for migration in read_dir(dir)? {
-        let mut tx = db.begin_immediate().await?;
+        let mut tx = db.begin_migration(handler).await?;
         if apply_one(&mut tx, handler, &migration).await? {
             applied += 1;
         }
@@ -196,14 +273,8 @@ pub async fn apply_handler(db: &Database, handler: &str, dir: &Path) -> Result<u
 pub async fn apply_one(tx: &mut Tx, handler: &str, migration: &Migration) -> Result<bool, DbError> {
     let checksum = format!("{:x}", Sha256::digest(migration.sql.as_bytes()));
     tx.lock_migrations().await?;
-    let existing = tx
-        .query(
-            "SELECT checksum FROM handler_migrations WHERE handler = $1 AND version = $2",
-            &[handler.into(), migration.version.into()],
-        )
-        .await?;
-    if let Some(row) = existing.first() {
-        if row.first().and_then(SqlValue::as_str) != Some(checksum.as_str()) {
+    if let Some(recorded) = recorded_checksum(tx, handler, migration.version).await? {
+        if recorded != checksum {
             return Err(DbError::HandlerMigration(format!(
                 "migration {} of handler {handler} changed after it was applied; add a new migration instead",
                 migration.name
@@ -264,13 +335,48 @@ pub async fn apply_one(tx: &mut Tx, handler: &str, migration: &Migration) -> Res
             )));
         }
     }
-    tx.execute(
-        "INSERT INTO handler_migrations (handler, version, name, checksum, applied_at) VALUES ($1, $2, $3, $4, $5)",
-        &[handler.into(), migration.version.into(), migration.name.as_str().into(), checksum.into(), now_ms().into()],
-    )
-    .await?;
+    let record = [
+        handler.into(),
+        migration.version.into(),
+        migration.name.as_str().into(),
+        checksum.into(),
+        now_ms().into(),
+    ];
+    if tx.backend() == Backend::Postgres {
+        tx.gate_void(
+            "SELECT inboxd_gate.record_migration($1, $2, $3, $4, $5, $6)",
+            &record,
+        )
+        .await?;
+    } else {
+        tx.execute(
+            "INSERT INTO handler_migrations (handler, version, name, checksum, applied_at) VALUES ($1, $2, $3, $4, $5)",
+            &record,
+        )
+        .await?;
+    }
     tracing::info!(handler, migration = %migration.name, "applied handler migration");
     Ok(true)
+}
+
+/// The checksum recorded for a migration the handler already applied.
+async fn recorded_checksum(tx: &mut Tx, handler: &str, version: i64) -> Result<Option<String>, DbError> {
+    let params = [handler.into(), version.into()];
+    let rows = if tx.backend() == Backend::Postgres {
+        tx.gate("SELECT inboxd_gate.migration_checksum($1, $2, $3)", &params)
+            .await?
+    } else {
+        tx.query(
+            "SELECT checksum FROM handler_migrations WHERE handler = $1 AND version = $2",
+            &params,
+        )
+        .await?
+    };
+    Ok(rows
+        .into_iter()
+        .next()
+        .and_then(|r| r.into_iter().next())
+        .and_then(|v| v.as_str().map(str::to_owned)))
 }
 
 /// After one statement: what the handler owns now. On SQLite the tables and

@@ -107,18 +107,15 @@ fn insert_sql(rows: usize) -> String {
     )
 }
 
-/// PostgreSQL: a batch's messages in one statement whose text never changes
-/// (so it stays prepared), the messages coming as one JSON array in a text
-/// parameter, key and payload in hex. `ORDER BY n` feeds the rows to the
-/// INSERT in the handler's publish order, the order `seq` numbers them in.
+/// PostgreSQL: a batch's messages in one call of the `inboxd_gate.outbox_insert`
+/// gate (see `db::logins`), whose text never changes (so it stays prepared),
+/// the messages coming as one JSON array in a text parameter, key and payload
+/// in hex. The gate feeds the rows to its INSERT in the handler's publish
+/// order (`ORDER BY n`), the order `seq` numbers them in.
 /// `pg_stat_statements` put the chunked multi-row form (512 parameters per
 /// 64 messages) at about 5 ms per batch; this form did not measurably change
 /// mode (a)'s rate, but its one text stays prepared whatever the batch size.
-const INSERT_POSTGRES: &str = r#"INSERT INTO outbox (id, handler, topic, key, payload, headers, bucket, created_at)
-SELECT m.id, $1, m.topic, decode(m.key, 'hex'), decode(m.payload, 'hex'), m.headers, m.bucket, $2
-FROM json_to_recordset($3::json) AS m(n INTEGER, id TEXT, topic TEXT, key TEXT, payload TEXT,
-    headers TEXT, bucket INTEGER)
-ORDER BY m.n"#;
+const INSERT_POSTGRES: &str = "SELECT inboxd_gate.outbox_insert($1, $2, $3, $4::pg_catalog.json)";
 
 /// Bytes of messages per PostgreSQL statement, at most (a larger message
 /// goes alone). Hex in JSON doubles them, and PostgreSQL refuses a protocol
@@ -163,7 +160,7 @@ async fn insert_postgres(
             .collect();
         let rows = serde_json::to_string(&rows).expect("strings and integers always serialize");
         let params = [handler.into(), created_at.into(), rows.into()];
-        tx.execute(INSERT_POSTGRES, &params).await?;
+        tx.gate_void(INSERT_POSTGRES, &params).await?;
         rest = tail;
     }
     Ok(())

@@ -1,16 +1,19 @@
 //! A handler's walls on an open transaction: what its SQL may touch, as whom,
 //! and for how long each statement may run.
 //!
-//! PostgreSQL: the handler's role (it owns only the handler's schema and has
-//! no privilege on the host's), its schema first on the search path with
-//! `pg_catalog` and then `pg_temp` after it (a temporary table can never
-//! shadow a name), and `statement_timeout`, all `LOCAL` to the transaction.
-//! SQLite: the allowlist authorizer and the progress-handler deadline of
-//! `sandbox::authorizer`. What a guest sends can never take these down: the
-//! statement guard refuses every statement that could (SET, RESET, DO,
-//! set_config, transaction control) and no code a handler could plant
-//! (functions, triggers, rules) is allowed to exist. Leaving the walls is the
-//! host's own statement, sent only after the guest's call has returned.
+//! PostgreSQL: the transaction's session is logged in as the handler's own
+//! role (see `db::logins`: it owns only the handler's schema, has no
+//! privilege on the host's tables and is a member of nothing), so the role is
+//! not a wall that goes up and down here; what does is its schema first on
+//! the search path with `pg_catalog` and then `pg_temp` after it (a temporary
+//! table can never shadow a name), and `statement_timeout`, all `LOCAL` to
+//! the transaction. SQLite: the allowlist authorizer and the progress-handler
+//! deadline of `sandbox::authorizer`. The statement guard refuses every
+//! statement that would change these (SET, RESET, DO, set_config,
+//! transaction control), and even one it missed changes nothing the host
+//! relies on: the host writes its tables through the gates, with its key.
+//! Leaving the walls is the host's own statement, sent only after the
+//! guest's call has returned.
 //!
 //! [`Walls`] says what one handler's walls are; beside it are the two
 //! switches, [`PG_LEAVE`] and SQLite's [`switch`]. [`state`] puts the walls up
@@ -22,7 +25,7 @@ mod tests;
 
 pub(super) use state::{Connection, WallState};
 
-use super::{Database, DbError, handler_role, handler_schema, migrate};
+use super::{Database, DbError, HANDLER_SEARCH_PATH_TAIL, handler_schema, migrate};
 use crate::sandbox::authorizer::{self, ConnectionWalls, Policy, Scope};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,12 +36,19 @@ use std::time::{Duration, Instant};
 pub const HOST_SEARCH_PATH: &str = "inboxd,pg_catalog,pg_temp";
 
 /// Leaves a handler's walls on PostgreSQL, back to the host's settings.
-/// `SET LOCAL ... TO DEFAULT` restores the connection's own statement timeout.
-/// Qualified: it runs while the handler's schema is still first on the path.
 /// Sent only by [`state`], alone or composed with the savepoint statement it
 /// must come before or after.
-const PG_LEAVE: &str = "SELECT pg_catalog.set_config('role', 'none', true), \
-     pg_catalog.set_config('search_path', 'inboxd,pg_catalog,pg_temp', true); SET LOCAL statement_timeout TO DEFAULT";
+///
+/// The session belongs to the handler (see `db::logins`), so no role is
+/// switched: there is none to switch to. `RESET ALL` sets back, for the rest
+/// of the transaction, every setting a guest's SQL could have changed that
+/// would change how the host's statements run (the search path, timeouts,
+/// `synchronous_commit`, `client_encoding`, the planner's, the logging of
+/// parameters) to the session's own values, then the host's search path goes
+/// first. Qualified: it runs while the handler's schema may still be first
+/// on the path.
+const PG_LEAVE: &str =
+    "RESET ALL; SELECT pg_catalog.set_config('search_path', 'inboxd,pg_catalog,pg_temp', true)";
 
 /// One handler's walls, built once per loaded version (or per migration statement).
 #[derive(Debug, Clone)]
@@ -84,10 +94,9 @@ impl Walls {
         // statement_timeout 0 would mean "no limit": at least 1 ms.
         let ms = self.statement_timeout.as_millis().max(1);
         format!(
-            "SELECT set_config('search_path', '{},pg_catalog,pg_temp', true), set_config('role', '{}', true), \
-             set_config('statement_timeout', '{ms}', true)",
+            "SELECT pg_catalog.set_config('search_path', '{},{HANDLER_SEARCH_PATH_TAIL}', true), \
+             pg_catalog.set_config('statement_timeout', '{ms}', true)",
             handler_schema(&self.handler),
-            handler_role(&self.handler),
         )
     }
 }

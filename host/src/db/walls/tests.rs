@@ -20,7 +20,7 @@ async fn handler(db: &Database, name: &str) -> Walls {
     migrate::prepare_handler(db, name).await.unwrap();
     let sql = format!("CREATE TABLE {name}_t (a INTEGER);");
     let migration = Migration::new("0001_init.sql", sql).unwrap();
-    let mut tx = db.begin_immediate().await.unwrap();
+    let mut tx = db.begin_migration(name).await.unwrap();
     assert!(migrate::apply_one(&mut tx, name, &migration).await.unwrap());
     tx.commit().await.unwrap();
     Walls::load(db, name, Duration::from_secs(5)).await.unwrap()
@@ -82,7 +82,7 @@ async fn claims(db: &Database) -> Vec<String> {
 async fn a_failed_call_is_undone_and_the_claim_survives() {
     for db in each_backend().await {
         let h = handler(&db, "wt_failed").await;
-        let mut tx = db.begin_write().await.unwrap();
+        let mut tx = db.begin_guest(h.handler()).await.unwrap();
         assert!(claim(&mut tx, "wt_failed", "e1").await.unwrap());
         tx.enter_guest(CALL, &h).await.unwrap();
         guest_insert(&mut tx, &h, 1).await.unwrap();
@@ -99,7 +99,7 @@ async fn a_failed_call_is_undone_and_the_claim_survives() {
 async fn a_successful_call_keeps_its_rows_through_commit() {
     for db in each_backend().await {
         let h = handler(&db, "wt_ok").await;
-        let mut tx = db.begin_write().await.unwrap();
+        let mut tx = db.begin_guest(h.handler()).await.unwrap();
         assert!(claim(&mut tx, "wt_ok", "e1").await.unwrap());
         tx.enter_guest(CALL, &h).await.unwrap();
         guest_insert(&mut tx, &h, 1).await.unwrap();
@@ -115,7 +115,7 @@ async fn a_successful_call_keeps_its_rows_through_commit() {
 async fn inside_the_walls_no_host_table_can_be_touched() {
     for db in each_backend().await {
         let h = handler(&db, "wt_inside").await;
-        let mut tx = db.begin_write().await.unwrap();
+        let mut tx = db.begin_guest(h.handler()).await.unwrap();
         assert!(claim(&mut tx, "wt_inside", "e1").await.unwrap());
         tx.enter_guest(CALL, &h).await.unwrap();
         let qualified = host_inbox(&tx);
@@ -144,7 +144,7 @@ async fn inside_the_walls_no_host_table_can_be_touched() {
 async fn a_host_statement_after_a_lingering_call_runs_outside_the_walls() {
     for db in each_backend().await {
         let h = handler(&db, "wt_linger").await;
-        let mut tx = db.begin_write().await.unwrap();
+        let mut tx = db.begin_guest(h.handler()).await.unwrap();
         tx.enter_guest(CALL, &h).await.unwrap();
         guest_insert(&mut tx, &h, 1).await.unwrap();
         // Inside the walls the inbox is out of reach...
@@ -167,7 +167,7 @@ async fn a_host_statement_after_a_lingering_call_runs_outside_the_walls() {
 async fn the_same_handlers_next_call_renews_the_savepoint_and_a_failure_undoes_only_itself() {
     for db in each_backend().await {
         let h = handler(&db, "wt_renew").await;
-        let mut tx = db.begin_write().await.unwrap();
+        let mut tx = db.begin_guest(h.handler()).await.unwrap();
         for e in ["e1", "e2", "e3"] {
             assert!(claim(&mut tx, "wt_renew", e).await.unwrap());
         }
@@ -193,7 +193,7 @@ async fn the_same_handlers_next_call_renews_the_savepoint_and_a_failure_undoes_o
 async fn a_shared_savepoint_is_kept_between_calls_and_a_failure_undoes_them_all() {
     for db in each_backend().await {
         let h = handler(&db, "wt_share").await;
-        let mut tx = db.begin_write().await.unwrap();
+        let mut tx = db.begin_guest(h.handler()).await.unwrap();
         tx.share_guest_savepoint(true);
         for e in ["e1", "e2", "e3"] {
             assert!(claim(&mut tx, "wt_share", e).await.unwrap());
@@ -214,9 +214,13 @@ async fn a_shared_savepoint_is_kept_between_calls_and_a_failure_undoes_them_all(
     }
 }
 
+/// SQLite: two handlers' calls in one transaction. (On PostgreSQL a
+/// transaction's session is one handler's own login, so this cannot happen:
+/// see the next test.)
 #[tokio::test]
 async fn another_handlers_call_after_a_lingering_one_runs_in_its_own_walls() {
-    for db in each_backend().await {
+    {
+        let db = sqlite_db().await;
         let a = handler(&db, "wt_first").await;
         let b = handler(&db, "wt_second").await;
         let mut tx = db.begin_write().await.unwrap();
@@ -239,11 +243,43 @@ async fn another_handlers_call_after_a_lingering_one_runs_in_its_own_walls() {
     }
 }
 
+/// PostgreSQL: a handler's walls go up only on a session of its own login;
+/// on the host's session or another handler's, the host refuses (its SQL
+/// would run with that session's privileges).
+#[tokio::test]
+async fn postgres_walls_go_up_only_on_the_handlers_own_session() {
+    let Some(db) = crate::db::test_support::postgres_db().await else {
+        return;
+    };
+    let a = handler(&db, "wt_own_a").await;
+    let b = handler(&db, "wt_own_b").await;
+    for mut tx in [
+        db.begin().await.unwrap(),
+        db.begin_guest(a.handler()).await.unwrap(),
+    ] {
+        let err = tx.enter_guest(CALL, &b).await.unwrap_err();
+        assert!(matches!(err, DbError::NotHandlerSession { .. }), "{err}");
+        let migration = Walls::new(b.handler(), Scope::Migration, &[], Duration::from_secs(5));
+        assert!(matches!(
+            tx.enter_walls(&migration).await,
+            Err(DbError::NotHandlerSession { .. })
+        ));
+        tx.rollback().await.unwrap();
+    }
+    // On its own session, b's call cannot reach a's table either: the
+    // database refuses it, not only the guard.
+    let mut tx = db.begin_guest(b.handler()).await.unwrap();
+    tx.enter_guest(CALL, &b).await.unwrap();
+    let theirs = format!("SELECT a FROM {}", table(&db, &a));
+    let err = tx.guest_query(&theirs, &[], 10, 1 << 20).await.unwrap_err();
+    assert!(err.to_string().contains("permission denied"), "{err}");
+}
+
 #[tokio::test]
 async fn a_call_under_another_savepoint_keeps_the_lingering_calls_work() {
     for db in each_backend().await {
         let h = handler(&db, "wt_savepoints").await;
-        let mut tx = db.begin_write().await.unwrap();
+        let mut tx = db.begin_guest(h.handler()).await.unwrap();
         tx.enter_guest(CALL, &h).await.unwrap();
         guest_insert(&mut tx, &h, 1).await.unwrap();
         tx.exit_guest(CALL, true).await.unwrap();
@@ -260,7 +296,7 @@ async fn a_call_under_another_savepoint_keeps_the_lingering_calls_work() {
 async fn exit_guest_without_a_call_running_changes_nothing() {
     for db in each_backend().await {
         let h = handler(&db, "wt_noop").await;
-        let mut tx = db.begin_write().await.unwrap();
+        let mut tx = db.begin_guest(h.handler()).await.unwrap();
         tx.exit_guest(CALL, false).await.unwrap();
         tx.enter_guest(CALL, &h).await.unwrap();
         guest_insert(&mut tx, &h, 1).await.unwrap();
@@ -274,9 +310,12 @@ async fn exit_guest_without_a_call_running_changes_nothing() {
     }
 }
 
+/// SQLite: a migration's walls after another handler's call in one
+/// transaction (impossible on PostgreSQL, as above).
 #[tokio::test]
 async fn migration_walls_take_a_lingering_call_down_first_and_come_down_for_the_host() {
-    for db in each_backend().await {
+    {
+        let db = sqlite_db().await;
         let a = handler(&db, "wt_run").await;
         let b = handler(&db, "wt_migrate").await;
         let mut tx = db.begin_write().await.unwrap();
@@ -327,11 +366,12 @@ async fn after_commit_rollback_or_drop_the_pooled_connection_is_outside_the_wall
             Backend::Sqlite => "temp.wt_connection",
             Backend::Postgres => "pg_temp.wt_connection",
         };
-        let mut tx = db.begin().await.unwrap();
+        let mut tx = db.begin_guest(h.handler()).await.unwrap();
         tx.execute("CREATE TEMP TABLE wt_connection (x INTEGER)", &[])
             .await
             .unwrap();
         tx.commit().await.unwrap();
+        let backend = connection_id(&db, h.handler()).await;
         for (n, end) in [
             End::CommitLingering,
             End::CommitInCall,
@@ -343,7 +383,7 @@ async fn after_commit_rollback_or_drop_the_pooled_connection_is_outside_the_wall
         .into_iter()
         .enumerate()
         {
-            let mut tx = db.begin_write().await.unwrap();
+            let mut tx = db.begin_guest(h.handler()).await.unwrap();
             tx.enter_guest(CALL, &h).await.unwrap();
             guest_insert(&mut tx, &h, n as i64).await.unwrap();
             let lingering = matches!(
@@ -359,10 +399,22 @@ async fn after_commit_rollback_or_drop_the_pooled_connection_is_outside_the_wall
                 End::DropInCall | End::DropLingering => drop(tx),
             }
             // The pool has one connection: this is the same one, back outside the walls.
-            let mut next = db.begin_write().await.unwrap();
-            let same = next.query(&format!("SELECT COUNT(*) FROM {mark}"), &[]).await;
-            assert!(
-                same.is_ok(),
+            let mut next = db.begin_guest(h.handler()).await.unwrap();
+            let same = match db.backend() {
+                // (PostgreSQL drops a session's temporary tables when its
+                // connection goes back to the pool: its backend is the mark.)
+                Backend::Postgres => next
+                    .query("SELECT pg_backend_pid()", &[])
+                    .await
+                    .map(|r| r[0][0].clone()),
+                Backend::Sqlite => next
+                    .query(&format!("SELECT COUNT(*) FROM {mark}"), &[])
+                    .await
+                    .map(|_| backend.clone()),
+            };
+            assert_eq!(
+                same.ok().as_ref(),
+                Some(&backend),
                 "{end:?} on {:?}: the connection was replaced",
                 db.backend()
             );
@@ -373,6 +425,17 @@ async fn after_commit_rollback_or_drop_the_pooled_connection_is_outside_the_wall
         assert_eq!(rows(&db, &h).await, [0, 1], "{:?}", db.backend());
         assert_eq!(claims(&db).await, ["e0", "e1", "e2", "e3", "e4", "e5"]);
     }
+}
+
+/// PostgreSQL: the backend of the handler pool's one connection (SQLite: nothing).
+async fn connection_id(db: &Database, handler: &str) -> SqlValue {
+    if db.backend() == Backend::Sqlite {
+        return SqlValue::Null;
+    }
+    let mut tx = db.begin_guest(handler).await.unwrap();
+    let pid = tx.query("SELECT pg_backend_pid()", &[]).await.unwrap()[0][0].clone();
+    tx.commit().await.unwrap();
+    pid
 }
 
 /// SQLite, and PostgreSQL when the suite's server is there, each with a pool
@@ -448,4 +511,88 @@ async fn a_lost_sqlite_transaction_is_restarted_and_the_call_stays_walled_until_
 #[test]
 fn leaving_restores_the_hosts_search_path() {
     assert!(PG_LEAVE.contains(&format!("'search_path', '{HOST_SEARCH_PATH}'")));
+}
+
+/// Regression (issue 23): settings made with `set_config(..., false)` and
+/// session-level advisory locks stayed on the pooled connection, and the
+/// host's next transaction on it failed with `relation "inbox" does not
+/// exist`. Sent past the guard (as a statement it missed would be), none of
+/// it reaches the next transaction on the same connection.
+#[tokio::test]
+async fn postgres_nothing_a_guest_does_to_its_session_outlives_the_transaction() {
+    let Some(url) = crate::db::test_support::postgres_url().await else {
+        return;
+    };
+    let db = OneConnection::new(&url, None).await;
+    let h = handler(&db, "wt_session").await;
+    let before = connection_id(&db, h.handler()).await;
+    let mut tx = db.begin_guest(h.handler()).await.unwrap();
+    tx.enter_guest(CALL, &h).await.unwrap();
+    for sql in [
+        "SELECT set_config('search_path', 'public', false)",
+        "SELECT set_config('statement_timeout', '1', false)",
+        "SELECT set_config('synchronous_commit', 'off', false)",
+        "SELECT set_config('default_transaction_read_only', 'on', false)",
+        "SELECT pg_advisory_lock(4242)",
+        "SELECT pg_advisory_lock_shared(4243)",
+        "LISTEN wt_channel",
+        "DECLARE wt_cursor CURSOR WITH HOLD FOR SELECT 1",
+        "CREATE TEMP TABLE wt_left_behind (a INTEGER)",
+    ] {
+        tx.guest_execute(sql, &[])
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    tx.exit_guest(CALL, true).await.unwrap();
+    assert!(claim(&mut tx, "wt_session", "e1").await.unwrap());
+    tx.commit().await.unwrap();
+    // The same connection (the pool has one), with none of it.
+    assert_eq!(
+        connection_id(&db, h.handler()).await,
+        before,
+        "the connection was replaced"
+    );
+    let mut next = db.begin_guest(h.handler()).await.unwrap();
+    let row = next
+        .query(
+            "SELECT current_setting('search_path'), current_setting('statement_timeout'), \
+             current_setting('synchronous_commit'), current_setting('default_transaction_read_only'), \
+             (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()), \
+             (SELECT count(*) FROM pg_listening_channels()), (SELECT count(*) FROM pg_cursors WHERE name <> ''), \
+             to_regclass('pg_temp.wt_left_behind') IS NULL",
+            &[],
+        )
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        row,
+        [
+            SqlValue::Text("handler_wt_session,pg_catalog,pg_temp".into()),
+            SqlValue::Text("0".into()),
+            SqlValue::Text("on".into()),
+            SqlValue::Text("off".into()),
+            SqlValue::Int64(0),
+            SqlValue::Int64(0),
+            SqlValue::Int64(0),
+            SqlValue::Boolean(true),
+        ]
+    );
+    assert!(claim(&mut next, "wt_session", "e2").await.unwrap());
+    next.commit().await.unwrap();
+    assert_eq!(claims(&db).await, ["e1", "e2"]);
+    // A statement the guest prepared could collide with the driver's own
+    // names: its connection is closed, not reused.
+    let mut tx = db.begin_guest(h.handler()).await.unwrap();
+    tx.enter_guest(CALL, &h).await.unwrap();
+    tx.guest_execute("PREPARE wt_guest_made AS SELECT 1", &[])
+        .await
+        .unwrap();
+    tx.exit_guest(CALL, true).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_ne!(
+        connection_id(&db, h.handler()).await,
+        before,
+        "a connection with a guest's PREPARE was reused"
+    );
 }

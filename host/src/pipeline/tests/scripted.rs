@@ -155,13 +155,12 @@ impl Scripted {
                 }),
                 Act::Fail(failure) => return Err(failure),
                 Act::BreakInbox => {
+                    // As if every wall had fallen: the host's own unclaim
+                    // (on PostgreSQL through its gate, with its key).
                     tx.leave_walls().await.expect("leave the walls");
-                    tx.execute(
-                        "DELETE FROM inbox WHERE handler = $1 AND event_id = $2",
-                        &[self.name.as_str().into(), call.event_id.as_str().into()],
-                    )
-                    .await
-                    .expect("delete the claim");
+                    crate::db::inbox::unclaim(tx, &self.name, &call.event_id)
+                        .await
+                        .expect("delete the claim");
                     tx.enter_walls(&self.walls).await.expect("walls back up");
                 }
             }

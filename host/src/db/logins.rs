@@ -1,0 +1,188 @@
+//! PostgreSQL sessions that belong to a handler, and the key that lets the
+//! host write its own tables from inside them (issue 23).
+//!
+//! A handler's SQL runs on a connection logged in as the handler's own role
+//! ([`handler_role`]), which owns the handler's schema and is a member of no
+//! other role. Whatever a guest's SQL does to its session (`RESET ROLE`,
+//! `SET ROLE NONE`, `set_config('role', ...)`, a function that runs a query),
+//! it stays that role: there is nothing more privileged to become. The host's
+//! own writes in that transaction (claims, offsets, outbox, dead letters,
+//! migration records) go through the `inboxd_gate` functions
+//! (migrations/postgres/0006_host_gates.sql), which demand the host's [`HostKey`].
+//!
+//! Each handler gets a pool of such connections ([`GuestPools`]). When a
+//! connection goes back to its pool, everything a session can keep past a
+//! transaction is reset ([`RESET_SESSION`]); one that holds a statement the
+//! guest prepared is closed instead.
+//!
+//! Never here: a guest's statement text. The passwords are the host's, made
+//! by [`super::migrate::prepare_handler`], stored where no handler can read them.
+
+use super::{DbError, HANDLER_SEARCH_PATH_TAIL, handler_role, handler_schema};
+use sha2::{Digest, Sha256};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{Executor, Row};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio::sync::OnceCell;
+
+/// What a session can carry from one transaction into the next, reset when a
+/// handler's connection goes back to its pool: settings made with `SET` or
+/// `set_config(..., false)`, open cursors, `LISTEN`s, temporary tables,
+/// sequence state and session-level advisory locks. The last statement
+/// counts the prepared statements the session's own SQL made (`PREPARE`);
+/// the host's are prepared over the protocol and not counted. Sent by the
+/// host alone, outside any transaction.
+const RESET_SESSION: &str = "RESET ALL; CLOSE ALL; UNLISTEN *; DISCARD TEMP; DISCARD SEQUENCES; \
+     SELECT pg_catalog.pg_advisory_unlock_all()::text, \
+     (SELECT pg_catalog.count(*) FROM pg_catalog.pg_prepared_statements WHERE from_sql)";
+
+/// The host's key to the gates: random per process, registered (its SHA-256
+/// only) in `inboxd.handler_gate_keys` on first use.
+pub struct HostKey {
+    secret: String,
+    registered: OnceCell<()>,
+}
+
+impl HostKey {
+    pub fn new() -> Self {
+        let bytes: [u8; 32] = rand::random();
+        Self {
+            secret: hex::encode(bytes),
+            registered: OnceCell::new(),
+        }
+    }
+
+    /// The key, registered through the host's own pool the first time.
+    pub async fn secret(&self, host: &PgPool) -> Result<&str, DbError> {
+        self.registered
+            .get_or_try_init(|| async {
+                let digest = Sha256::digest(self.secret.as_bytes()).to_vec();
+                sqlx::query(
+                    "INSERT INTO inboxd.handler_gate_keys (digest, created_at) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                )
+                .bind(digest)
+                .bind(super::now_ms())
+                .execute(host)
+                .await
+                .map(drop)
+            })
+            .await?;
+        Ok(&self.secret)
+    }
+
+    /// Forgets the key in the database (a host that stops): the gates no
+    /// longer accept it, whoever might have learnt it.
+    pub async fn retire(&self, host: &PgPool) {
+        if self.registered.get().is_none() {
+            return;
+        }
+        let digest = Sha256::digest(self.secret.as_bytes()).to_vec();
+        let retired = sqlx::query("DELETE FROM inboxd.handler_gate_keys WHERE digest = $1")
+            .bind(digest)
+            .execute(host)
+            .await;
+        if let Err(e) = retired {
+            tracing::warn!("could not retire the host's gate key: {e}");
+        }
+    }
+}
+
+/// The handlers' connection pools, made on first use.
+pub struct GuestPools {
+    base: PgConnectOptions,
+    max_connections: u32,
+    pools: Mutex<HashMap<String, PgPool>>,
+}
+
+impl GuestPools {
+    pub fn new(base: PgConnectOptions, max_connections: u32) -> Self {
+        Self {
+            base,
+            max_connections,
+            pools: Mutex::default(),
+        }
+    }
+
+    /// The pool of `handler`'s connections; its login is read through `host`.
+    pub async fn pool(&self, host: &PgPool, handler: &str) -> Result<PgPool, DbError> {
+        if let Some(pool) = self.lock().get(handler) {
+            return Ok(pool.clone());
+        }
+        let password: Option<String> =
+            sqlx::query_scalar("SELECT password FROM inboxd.handler_logins WHERE handler = $1")
+                .bind(handler)
+                .fetch_optional(host)
+                .await?;
+        let Some(password) = password else {
+            return Err(DbError::HandlerMigration(format!(
+                "handler {handler} has no database login yet: it is made when the handler is \
+                 prepared (at start, at upload, or by `inboxd migrate`)"
+            )));
+        };
+        let options = self
+            .base
+            .clone()
+            .username(&handler_role(handler))
+            .password(&password)
+            .application_name(&format!("inboxd:{handler}"))
+            .options([
+                (
+                    "search_path",
+                    format!("{},{HANDLER_SEARCH_PATH_TAIL}", handler_schema(handler)),
+                ),
+                ("lock_timeout", format!("{}ms", HOST_LOCK_TIMEOUT.as_millis())),
+            ]);
+        let pool = PgPoolOptions::new()
+            .max_connections(self.max_connections)
+            .min_connections(0)
+            .acquire_timeout(super::ACQUIRE_TIMEOUT)
+            // As the host's pool: only a connection idle for a while is pinged.
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= super::PING_IF_IDLE_FOR {
+                        sqlx::Connection::ping(conn).await?;
+                    }
+                    Ok(true)
+                })
+            })
+            .after_release(|conn, _| {
+                Box::pin(async move {
+                    let row = conn.fetch_all(RESET_SESSION).await?.pop();
+                    let prepared: i64 = row.map_or(Ok(0), |r| r.try_get(1))?;
+                    // `false` closes the connection: a name the guest
+                    // prepared could collide with the driver's own.
+                    Ok(prepared == 0)
+                })
+            })
+            .connect_lazy_with(options);
+        let mut pools = self.lock();
+        Ok(pools.entry(handler.to_owned()).or_insert(pool).clone())
+    }
+
+    /// Forgets a handler's pool (its login changed), closing it in the background.
+    pub fn forget(&self, handler: &str) {
+        if let Some(pool) = self.lock().remove(handler) {
+            tokio::spawn(async move { pool.close().await });
+        }
+    }
+
+    pub async fn close(&self) {
+        let pools: Vec<PgPool> = self.lock().drain().map(|(_, p)| p).collect();
+        for pool in pools {
+            pool.close().await;
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, PgPool>> {
+        self.pools.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// How long a statement of the host's may wait for a lock inside a handler's
+/// transaction: a handler's statement abandoned at its deadline may still
+/// hold the rows it locked, and the event's next attempt must fail (and back
+/// off) rather than wait on them forever.
+pub const HOST_LOCK_TIMEOUT: Duration = Duration::from_secs(10);

@@ -1,0 +1,601 @@
+//! The statement guard's second reading on PostgreSQL: the text as
+//! PostgreSQL's own parser (libpg_query, through the `pg_query` crate) reads
+//! it, so no syntax the guard's parser reads otherwise can slip past.
+//!
+//! PostgreSQL turns syntax that looks like no call into function calls:
+//! attribute notation `(x).f` and `a.b.f` are `f(x)`, a cast runs its type's
+//! input function, an operator is a function, and the SQL-standard forms
+//! (`POSITION(a IN b)`, `TRIM(... FROM x)`, `x AT TIME ZONE z`) are calls of
+//! `pg_catalog` functions. The statement is checked against allowlists over
+//! PostgreSQL's raw parse tree: every node kind ([`RUN_TIME_NODES`],
+//! [`MIGRATION_NODES`]), every function by name ([`PURE_FUNCTIONS`] and the
+//! standard forms' [`STANDARD_FORM_FUNCTIONS`]), every operator
+//! ([`OPERATORS`]) and every cast's type ([`CAST_TYPES`]). Everything else is
+//! refused with a message that names it. The walk is over the whole tree
+//! (serialised, then visited with an explicit stack), so no field of any
+//! node is left unvisited and no recursion depends on the input.
+//!
+//! sqlparser stays the guard for what it does well: statement kinds, which
+//! tables a statement reads and writes with SQL's CTE scoping, and cutting a
+//! migration into statements; SQLite's dialect needs it anyway. Both readings
+//! must accept a statement. What neither catches, PostgreSQL's privileges
+//! stop: the session is the handler's own login (see `db::logins`).
+//!
+//! Note: the parser is PostgreSQL 18's grammar; servers from 15 on are
+//! supported. Syntax new in 16-18 that an older server does not know fails
+//! there as a syntax error; nothing older reads differently.
+
+use super::guard::Refusal;
+use super::walk::CAST_TYPES;
+use super::{PURE_FUNCTIONS, TABLE_FUNCTIONS};
+use serde_json::Value;
+
+/// What the statement may be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// A guest's statement at run time: one SELECT, INSERT, UPDATE or DELETE.
+    RunTime,
+    /// One statement of a handler's migration (its kind was checked by the
+    /// migration guard): also the DDL the migration guard allows.
+    Migration,
+}
+
+/// Node kinds a run-time statement may contain.
+const RUN_TIME_NODES: &[&str] = &[
+    "AArrayExpr",
+    "AConst",
+    "AExpr",
+    "AStar",
+    "Alias",
+    "BitString",
+    "BoolExpr",
+    "Boolean",
+    "BooleanTest",
+    "CaseExpr",
+    "CaseWhen",
+    "CoalesceExpr",
+    "ColumnRef",
+    "CommonTableExpr",
+    "DeleteStmt",
+    "Float",
+    "FuncCall",
+    "InferClause",
+    "IndexElem",
+    "InsertStmt",
+    "Integer",
+    "JoinExpr",
+    "List",
+    "LockingClause",
+    "MinMaxExpr",
+    "MultiAssignRef",
+    "NullTest",
+    "OnConflictClause",
+    "ParamRef",
+    "RangeFunction",
+    "RangeSubselect",
+    "RangeVar",
+    "ResTarget",
+    "RowExpr",
+    "SelectStmt",
+    "SetToDefault",
+    "SortBy",
+    "SqlvalueFunction",
+    "String",
+    "SubLink",
+    "TypeCast",
+    "TypeName",
+    "UpdateStmt",
+    "WindowDef",
+    "WithClause",
+];
+
+/// Node kinds a migration's statement may contain besides [`RUN_TIME_NODES`]:
+/// the DDL of `sandbox::migration`.
+const MIGRATION_NODES: &[&str] = &[
+    "AlterTableCmd",
+    "AlterTableStmt",
+    "ColumnDef",
+    "Constraint",
+    "CreateStmt",
+    "CreateTableAsStmt",
+    "DefElem",
+    "DropStmt",
+    "IndexStmt",
+    "IntoClause",
+    "RenameStmt",
+    "ViewStmt",
+];
+
+/// The `pg_catalog` functions PostgreSQL's grammar calls for SQL-standard
+/// syntax the guard allows: `TRIM(x)` (one argument, see below),
+/// `EXTRACT(f FROM x)`, `SUBSTRING(x FROM a FOR b)` and `LIKE ... ESCAPE e`.
+/// Each is linear in its input. Not here, so refused: `position` (from
+/// `POSITION(a IN b)`, quadratic and not interruptible), `timezone`
+/// (`AT TIME ZONE`), `overlay`, `normalize`, `pg_collation_for`, `xml*`.
+pub const STANDARD_FORM_FUNCTIONS: &[&str] = &["btrim", "extract", "like_escape", "substring"];
+
+/// Functions allowed with at most one argument: with a second (characters to
+/// trim) each call's time grows with both lengths, in one step no deadline
+/// interrupts.
+const SINGLE_ARGUMENT: &[&str] = &["btrim", "ltrim", "rtrim", "trim"];
+
+/// Operators (all PostgreSQL's own, in `pg_catalog`): comparison,
+/// arithmetic, bitwise, concatenation, LIKE's, and JSON field access. Not
+/// here: array and JSON containment and overlap (`@>`, `<@`, `&&`, `?|`,
+/// `?&`: nested loops over both sides that no deadline interrupts),
+/// regular expressions (`~`, `~*`, `!~`, `SIMILAR TO`), text search (`@@`),
+/// geometric and network operators.
+pub const OPERATORS: &[&str] = &[
+    "=", "<>", "<", ">", "<=", ">=", "+", "-", "*", "/", "%", "^", "||", "&", "|", "#", "<<", ">>", "->",
+    "->>", "#>", "#>>", "?", "~~", "!~~", "~~*", "!~~*",
+];
+
+/// PostgreSQL's internal names of the types [`CAST_TYPES`] spells out.
+const INTERNAL_TYPES: &[&str] = &[
+    "bool",
+    "bpchar",
+    "bytea",
+    "date",
+    "float4",
+    "float8",
+    "int2",
+    "int4",
+    "int8",
+    "interval",
+    "json",
+    "jsonb",
+    "numeric",
+    "text",
+    "time",
+    "timestamp",
+    "timestamptz",
+    "timetz",
+    "uuid",
+    "varchar",
+];
+
+/// Checks `sql` as PostgreSQL reads it; `Ok`: how many statements it holds.
+pub fn check(sql: &str, mode: Mode) -> Result<usize, Refusal> {
+    let parsed = pg_query::parse(sql, pg_query::ParserOptions::DEFAULT).map_err(|e| match e {
+        pg_query::Error::Decode(_) => Refusal::Limit(
+            "PostgreSQL's parse tree of this statement is nested too deeply for the statement guard \
+             (about 40 operators in one chain at most): split the expression"
+                .into(),
+        ),
+        other => forbidden(format!("PostgreSQL cannot parse this statement ({other})")),
+    })?;
+    let statements = parsed.protobuf.stmts.len();
+    let tree = serde_json::to_value(&parsed.protobuf).map_err(|e| {
+        forbidden(format!(
+            "the statement guard cannot read PostgreSQL's parse tree ({e})"
+        ))
+    })?;
+    walk(&tree, mode)?;
+    Ok(statements)
+}
+
+/// Where a node stands, for the checks that depend on it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Place {
+    Anywhere,
+    /// Directly in a `FROM` function (through its `List`s): a table function.
+    TableFunction,
+}
+
+/// What the walk gathers for the checks that span nodes.
+#[derive(Default)]
+struct Facts<'a> {
+    /// Functions in FROM: the name a column reference may qualify them by
+    /// (their alias, or the function's own name), and their column names.
+    from_functions: Vec<(&'a str, Vec<&'a str>)>,
+    /// Two-part column references `q.name`.
+    qualified: Vec<(&'a str, &'a str)>,
+}
+
+fn walk(tree: &Value, mode: Mode) -> Result<(), Refusal> {
+    let mut facts = Facts::default();
+    let mut stack = vec![(tree, Place::Anywhere)];
+    while let Some((value, place)) = stack.pop() {
+        match value {
+            Value::Array(items) => stack.extend(items.iter().map(|v| (v, place))),
+            Value::Object(fields) => {
+                // A `Node` is `{"node": {Kind: {...}}}` (or `{"node": null}`).
+                if let (1, Some(Value::Object(kind))) = (fields.len(), fields.get("node")) {
+                    if let Some((name, inner)) = kind.iter().next() {
+                        let inside = check_node(name, inner, place, mode)?;
+                        gather(name, inner, &mut facts);
+                        stack.push((inner, inside));
+                    }
+                    continue;
+                }
+                if let Some(Value::Object(into)) = fields.get("into_clause")
+                    && mode == Mode::RunTime
+                    && !into.is_empty()
+                {
+                    return Err(forbidden("SELECT ... INTO creates a table"));
+                }
+                stack.extend(fields.values().map(|v| (v, place)));
+            }
+            _ => {}
+        }
+    }
+    check_function_columns(&facts)
+}
+
+fn gather<'a>(kind: &str, node: &'a Value, facts: &mut Facts<'a>) {
+    match kind {
+        "ColumnRef" => {
+            if let [qualifier, name] = strings(node.get("fields")).as_slice() {
+                facts.qualified.push((qualifier, name));
+            }
+        }
+        "RangeFunction" => {
+            let alias = node.get("alias");
+            let columns = strings(alias.and_then(|a| a.get("colnames")));
+            match alias.and_then(|a| a.get("aliasname")).and_then(Value::as_str) {
+                Some(alias) => facts.from_functions.push((alias, columns)),
+                // Unaliased, each function is known by its own name.
+                None => {
+                    let calls = node.get("functions").and_then(Value::as_array);
+                    for call in calls.into_iter().flatten() {
+                        let items = call
+                            .get("node")
+                            .and_then(|n| n.get("List"))
+                            .and_then(|l| l.get("items"));
+                        let first = items.and_then(Value::as_array).and_then(|i| i.first());
+                        let name = first.and_then(|f| f.get("node")?.get("FuncCall")?.get("funcname"));
+                        if let Some(name) = strings(name).last() {
+                            facts.from_functions.push((name, Vec::new()));
+                        }
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Regression (an adversarial read, issue 23): PostgreSQL reads `q.name` as
+/// the call `name(q)` when `name` is not a column of `q`, and a function in
+/// FROM that returns a plain value makes `q` that value: `SELECT u.ts_stat
+/// FROM unnest(ARRAY[$1]) AS u` ran `$1` as a query. A reference qualified by
+/// a FROM function must name one of the columns its alias declares.
+fn check_function_columns(facts: &Facts<'_>) -> Result<(), Refusal> {
+    for (qualifier, name) in &facts.qualified {
+        let undeclared = facts
+            .from_functions
+            .iter()
+            .any(|(alias, columns)| alias == qualifier && !columns.contains(name));
+        if undeclared {
+            return Err(forbidden(format!(
+                "{qualifier}.{name} is not allowed: {qualifier} is a function in FROM, and PostgreSQL reads \
+                 {qualifier}.{name} as the call {name}({qualifier}) unless {name} is one of its columns: name \
+                 them, as in `AS {qualifier}({name})`"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Checks one node; returns the place its children stand in.
+fn check_node(kind: &str, node: &Value, place: Place, mode: Mode) -> Result<Place, Refusal> {
+    let allowed =
+        RUN_TIME_NODES.contains(&kind) || mode == Mode::Migration && MIGRATION_NODES.contains(&kind);
+    if !allowed {
+        return Err(forbidden(format!("{} is not allowed", describe(kind))));
+    }
+    match kind {
+        "FuncCall" => check_call(node, place)?,
+        "AExpr" => check_operator_expr(node)?,
+        "SubLink" => check_operator_name(node.get("oper_name"))?,
+        "SortBy" => check_operator_name(node.get("use_op"))?,
+        "TypeCast" => check_cast(node)?,
+        "ColumnRef" => {
+            let fields = node.get("fields").and_then(Value::as_array).map_or(0, Vec::len);
+            if fields > 2 {
+                return Err(forbidden(
+                    "a name of more than two parts is not allowed (PostgreSQL reads `column.f` as the call \
+                     f(column)): write alias.column",
+                ));
+            }
+        }
+        "RangeFunction" => return Ok(Place::TableFunction),
+        "List" => return Ok(place),
+        _ => {}
+    }
+    Ok(Place::Anywhere)
+}
+
+/// Words for a refused node kind that a handler's author can act on.
+fn describe(kind: &str) -> String {
+    let what = match kind {
+        "AIndirection" | "AIndices" => {
+            "field access or subscripts on an expression (PostgreSQL reads `(x).f` as the call f(x))"
+        }
+        "CollateClause" => "COLLATE",
+        "NamedArgExpr" => "named function arguments",
+        "XmlExpr" | "XmlSerialize" | "RangeTableFunc" => "XML functions",
+        "GroupingSet" | "GroupingFunc" => "GROUPING SETS, CUBE and ROLLUP",
+        "RangeTableSample" => "TABLESAMPLE",
+        "CurrentOfExpr" => "WHERE CURRENT OF",
+        "VariableSetStmt" | "VariableShowStmt" => "session settings",
+        "TransactionStmt" => "transaction control",
+        _ => return format!("{kind} (in PostgreSQL's reading of the statement)"),
+    };
+    what.to_owned()
+}
+
+/// The String nodes of a list (`{"node": {"String": {"sval": ..}}}`), in order.
+fn strings(list: Option<&Value>) -> Vec<&str> {
+    list.and_then(Value::as_array)
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|item| item.get("node")?.get("String")?.get("sval")?.as_str())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The unqualified name of a (possibly `pg_catalog.`-qualified) name, if it
+/// has no other qualification.
+fn catalog_name<'a>(parts: &[&'a str]) -> Option<&'a str> {
+    match parts {
+        [name] => Some(name),
+        ["pg_catalog", name] => Some(name),
+        _ => None,
+    }
+}
+
+fn check_call(node: &Value, place: Place) -> Result<(), Refusal> {
+    let parts = strings(node.get("funcname"));
+    let shown = parts.join(".");
+    let Some(name) = catalog_name(&parts) else {
+        return Err(forbidden(format!(
+            "function {shown} is not allowed: handlers may call only pure functions by their plain names"
+        )));
+    };
+    let allowed = match place {
+        Place::TableFunction => TABLE_FUNCTIONS.contains(&name),
+        Place::Anywhere => PURE_FUNCTIONS.contains(&name) || STANDARD_FORM_FUNCTIONS.contains(&name),
+    };
+    if !allowed {
+        return Err(forbidden(format!(
+            "function {shown} is not allowed: handlers may call only pure functions on their own rows \
+             (PostgreSQL's reading of the statement calls it)"
+        )));
+    }
+    if node.get("func_variadic").and_then(Value::as_bool) == Some(true) {
+        return Err(forbidden(format!("VARIADIC arguments to {name} are not allowed")));
+    }
+    let arguments = node.get("args").and_then(Value::as_array).map_or(0, Vec::len);
+    if SINGLE_ARGUMENT.contains(&name) && arguments > 1 {
+        return Err(forbidden(format!(
+            "{name}(x, characters) is not allowed: its time grows with both lengths and one call cannot be \
+             interrupted at the event's deadline; use {name}(x)"
+        )));
+    }
+    Ok(())
+}
+
+fn check_operator_expr(node: &Value) -> Result<(), Refusal> {
+    let kind = node.get("kind").and_then(Value::as_i64).unwrap_or_default();
+    let kind = i32::try_from(kind)
+        .ok()
+        .and_then(|k| pg_query::protobuf::AExprKind::try_from(k).ok());
+    use pg_query::protobuf::AExprKind as K;
+    match kind {
+        Some(K::AexprOp | K::AexprOpAny | K::AexprOpAll | K::AexprLike | K::AexprIlike) => {
+            check_operator_name(node.get("name"))
+        }
+        // Their operator is the grammar's `=` or `<>`, or BETWEEN's own word.
+        Some(
+            K::AexprDistinct
+            | K::AexprNotDistinct
+            | K::AexprNullif
+            | K::AexprIn
+            | K::AexprBetween
+            | K::AexprNotBetween
+            | K::AexprBetweenSym
+            | K::AexprNotBetweenSym,
+        ) => Ok(()),
+        Some(K::AexprSimilar) => Err(forbidden("SIMILAR TO (a regular expression) is not allowed")),
+        _ => Err(forbidden("this kind of operator expression is not allowed")),
+    }
+}
+
+fn check_operator_name(name: Option<&Value>) -> Result<(), Refusal> {
+    let parts = strings(name);
+    if parts.is_empty() {
+        return Ok(());
+    }
+    match catalog_name(&parts) {
+        Some(op) if OPERATORS.contains(&op) => Ok(()),
+        _ => Err(forbidden(format!(
+            "operator {} is not allowed: handlers may use only comparison, arithmetic, concatenation, LIKE and \
+             JSON operators ({})",
+            parts.join("."),
+            OPERATORS.join(" ")
+        ))),
+    }
+}
+
+fn check_cast(node: &Value) -> Result<(), Refusal> {
+    let type_name = node.get("type_name");
+    let parts = strings(type_name.and_then(|t| t.get("names")));
+    let flag = |f: &str| type_name.and_then(|t| t.get(f)).and_then(Value::as_bool) == Some(true);
+    let plain = catalog_name(&parts).filter(|name| {
+        !flag("setof") && !flag("pct_type") && (INTERNAL_TYPES.contains(name) || CAST_TYPES.contains(name))
+    });
+    if plain.is_none() {
+        return Err(forbidden(format!(
+            "a cast to {} is not allowed: casts may name only plain types ({}); PostgreSQL runs a type's \
+             input function on the cast",
+            parts.join("."),
+            CAST_TYPES.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+fn forbidden(message: impl Into<String>) -> Refusal {
+    Refusal::Forbidden(message.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// As the guard calls it: on its own stack.
+    fn checked(sql: &str, mode: Mode) -> Result<usize, Refusal> {
+        super::super::nesting::on_guard_stack(|| check(sql, mode))
+    }
+
+    fn allowed(sql: &str) {
+        assert_eq!(checked(sql, Mode::RunTime), Ok(1), "{sql}");
+    }
+
+    fn refused(sql: &str, because: &str) {
+        match checked(sql, Mode::RunTime) {
+            Err(Refusal::Forbidden(m) | Refusal::Limit(m)) => {
+                assert!(
+                    m.contains(because),
+                    "{sql}\n  refused with {m:?}, expected {because:?}"
+                )
+            }
+            Ok(_) => panic!("allowed: {sql}"),
+        }
+    }
+
+    #[test]
+    fn a_handlers_ordinary_statements_pass() {
+        allowed("INSERT INTO invoices (order_id, amount_cents) VALUES ($1, $2::bigint)");
+        allowed(
+            "INSERT INTO invoices (order_id) VALUES ($1) ON CONFLICT (order_id) DO UPDATE SET n = invoices.n + 1",
+        );
+        allowed("UPDATE invoices SET amount_cents = amount_cents + 1 WHERE order_id = $1");
+        allowed("DELETE FROM invoices WHERE order_id = ANY($1::text[])");
+        allowed(
+            "WITH recent AS (SELECT * FROM invoices ORDER BY created DESC LIMIT 10) \
+             SELECT count(*), max(amount_cents), coalesce(sum(amount_cents), 0) FROM recent r JOIN customers c ON c.id = r.customer_id",
+        );
+        allowed(
+            "SELECT i.* FROM invoices i WHERE i.order_id LIKE $1 ESCAPE '!' AND lower(i.customer_email) = $2",
+        );
+        allowed(
+            "SELECT trim(order_id), substring(order_id FROM 2 FOR 3), extract(year FROM now()) FROM invoices",
+        );
+        allowed("SELECT CASE WHEN a IS NULL THEN 0 ELSE a END, payload ->> 'id', payload ? 'id' FROM t");
+        allowed("SELECT * FROM unnest($1::text[]) AS u(id) WHERE EXISTS (SELECT 1 FROM t WHERE t.id = u.id)");
+        allowed("SELECT DATE '2020-01-01', INTERVAL '1 day', CURRENT_TIMESTAMP, $1::timestamptz");
+        allowed("SELECT row_number() OVER (PARTITION BY a ORDER BY b) FROM t FOR UPDATE");
+    }
+
+    /// Regression (issue 23): attribute notation is a call to PostgreSQL;
+    /// the guard's own parser read it as a field access.
+    #[test]
+    fn every_syntax_postgres_reads_as_a_call_is_judged_as_one() {
+        refused("SELECT ('SELECT 1'::text).ts_stat", "field access");
+        refused("SELECT (order_id).ts_stat FROM invoices", "field access");
+        refused(
+            "SELECT invoices.order_id.ts_stat FROM invoices",
+            "more than two parts",
+        );
+        refused("SELECT arr[1] FROM t", "subscripts");
+        refused("SELECT ts_stat('SELECT 1')", "ts_stat");
+        refused("SELECT pg_catalog.set_config('role', 'none', true)", "set_config");
+        refused("SELECT handler_x.lower(a) FROM t", "handler_x.lower");
+        refused("SELECT 'pg_catalog.set_config'::regproc", "regproc");
+        refused("SELECT CAST('inbox' AS regclass)", "regclass");
+        refused("SELECT 'a'::tsquery", "tsquery");
+        refused("SELECT a COLLATE \"C\" FROM t", "COLLATE");
+        refused("SELECT POSITION('a' IN b) FROM t", "position");
+        refused("SELECT TRIM(BOTH 'xy' FROM b) FROM t", "btrim(x, characters)");
+        refused("SELECT now() AT TIME ZONE 'UTC'", "timezone");
+        refused("SELECT a ~ 'x' FROM t", "operator ~");
+        refused("SELECT a OPERATOR(pg_catalog.~) 'x' FROM t", "operator");
+        refused("SELECT a FROM t ORDER BY a USING ~<~", "operator ~<~");
+        refused(
+            "SELECT a = ANY (SELECT b FROM u) OR a @@ 'x' FROM t",
+            "operator @@",
+        );
+        refused("SELECT a SIMILAR TO 'x' FROM t", "SIMILAR TO");
+        refused("SELECT lower(VARIADIC ARRAY['a'])", "VARIADIC");
+        refused("SELECT lower(a => 'x')", "named function arguments");
+        refused("SELECT xmlparse(document '<a/>')", "XML");
+        refused(
+            "SELECT * FROM generate_series(1, 3) g, pg_ls_dir('.') d",
+            "pg_ls_dir",
+        );
+        refused("SELECT generate_series(1, 3)", "generate_series");
+        // Attribute notation on a FROM function's value (an adversarial read).
+        refused("SELECT u.ts_stat FROM unnest(ARRAY[$1::text]) AS u", "u.ts_stat");
+        refused(
+            "SELECT g.pg_advisory_lock FROM generate_series(1, 1) g",
+            "g.pg_advisory_lock",
+        );
+        refused("SELECT unnest.ts_stat FROM unnest($1::text[])", "unnest.ts_stat");
+        refused("SELECT u.ts_stat FROM unnest($1::text[]) AS u(v)", "u.ts_stat");
+        allowed("SELECT u.v FROM unnest($1::text[]) AS u(v)");
+        allowed("SELECT u FROM unnest($1::text[]) AS u");
+        // Containment and overlap loop over both sides, uninterruptibly.
+        refused("SELECT $1::int[] && $2::int[]", "operator &&");
+        refused("SELECT $1::jsonb @> $2::jsonb", "operator @>");
+        refused("SELECT * INTO t2 FROM t", "INTO");
+        refused("SET ROLE postgres", "session settings");
+        refused("COMMIT", "transaction control");
+    }
+
+    #[test]
+    fn statements_are_counted_as_postgres_splits_them() {
+        assert_eq!(check("SELECT 1; SELECT 2", Mode::RunTime), Ok(2));
+        // A nested block comment is one comment to PostgreSQL.
+        assert_eq!(check("SELECT 1 /* a /* b */ ; SELECT 2 */", Mode::RunTime), Ok(1));
+    }
+
+    #[test]
+    fn migrations_may_hold_their_ddl_with_the_same_expression_rules() {
+        let ok = |sql: &str| assert_eq!(check(sql, Mode::Migration), Ok(1), "{sql}");
+        ok(
+            "CREATE TABLE emails (id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, body TEXT DEFAULT lower('X') CHECK (length(body) < 100))",
+        );
+        ok("CREATE INDEX emails_body ON emails (lower(body))");
+        ok("ALTER TABLE emails ADD COLUMN extra TEXT DEFAULT ''");
+        ok("CREATE VIEW recent AS SELECT * FROM emails");
+        ok("DROP TABLE emails");
+        let refused = |sql: &str, because: &str| match check(sql, Mode::Migration) {
+            Err(Refusal::Forbidden(m)) => assert!(m.contains(because), "{sql}: {m}"),
+            other => panic!("{sql}: {other:?}"),
+        };
+        refused(
+            "CREATE TABLE t (a TEXT DEFAULT (('SELECT 1'::text).ts_stat))",
+            "field access",
+        );
+        refused(
+            "CREATE TABLE t (a TEXT CHECK (set_config('role', 'x', false) IS NOT NULL))",
+            "set_config",
+        );
+        refused("CREATE INDEX i ON t (('x'::regclass))", "regclass");
+        assert!(check("CREATE TABLE t (a TEXT)", Mode::RunTime).is_err());
+    }
+
+    /// libpg_query and its tree's reader recurse per level, past a
+    /// default thread's stack at about 900 levels: the guard runs them on
+    /// its own stack (`nesting::on_guard_stack`), where a statement at the
+    /// nesting bound is a refusal, never a crash.
+    #[test]
+    fn a_chain_at_the_nesting_bound_is_a_limit_not_a_crash() {
+        let chain = format!("SELECT 1{}", "+1".repeat(super::super::nesting::MAX_NESTING - 10));
+        let checked = super::super::nesting::on_guard_stack(|| check(&chain, Mode::RunTime));
+        assert!(matches!(checked, Err(Refusal::Limit(_))), "{checked:?}");
+        // The longest chain it reads.
+        let longest = super::super::nesting::on_guard_stack(|| {
+            Ok((1..200)
+                .take_while(|n| check(&format!("SELECT 1{}", "+1".repeat(*n)), Mode::RunTime).is_ok())
+                .last())
+        })
+        .unwrap();
+        assert!(longest.is_some_and(|n| n >= 30), "{longest:?}");
+        eprintln!("longest chain read: {longest:?}");
+    }
+}
