@@ -303,23 +303,32 @@ impl Database {
         match &self.pool {
             Pool::Sqlite(_) => self.begin_write().await,
             Pool::Postgres(host) => {
-                let key = self.gate_key(host);
                 let guests = self
                     .guests
                     .as_ref()
                     .expect("a PostgreSQL database has its guests");
-                let pool = guests.pools.pool(host, handler).await?;
-                match pool.begin().await {
-                    Ok(tx) => Ok(Tx::postgres(tx, key).of_handler(handler)),
-                    Err(e) => {
-                        // A login that changed (another host prepared the
-                        // handler anew) is read again next time.
-                        if let sqlx::Error::Database(db) = &e
-                            && db.code().is_some_and(|c| c.starts_with("28"))
-                        {
-                            guests.pools.forget(handler);
+                let mut renewed = false;
+                loop {
+                    let pool = guests.pools.pool(host, handler).await?;
+                    match pool.begin().await {
+                        Ok(tx) => {
+                            return Tx::postgres(tx, self.gate_key(host))
+                                .of_handler(handler, pool)
+                                .await;
                         }
-                        Err(e.into())
+                        // The role's password is not the one this database
+                        // keeps: roles are shared by every database on the
+                        // server, and another database's host set a new one.
+                        // Set this database's anew, once, and log in with it.
+                        Err(sqlx::Error::Database(e))
+                            if !renewed && e.code().is_some_and(|c| c.starts_with("28")) =>
+                        {
+                            tracing::warn!(handler, "the handler's database login failed ({e}); renewing it");
+                            guests.pools.forget(handler);
+                            migrate::renew_login(self, handler).await?;
+                            renewed = true;
+                        }
+                        Err(e) => return Err(e.into()),
                     }
                 }
             }

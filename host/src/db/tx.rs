@@ -34,8 +34,21 @@ pub struct Tx {
     /// (`Database::begin_guest`); `None` for the host's. A handler's walls go
     /// up only on its own session: on the host's, its SQL would run with the
     /// host's privileges.
-    session_of: Option<String>,
+    session_of: Option<HandlerSession>,
 }
+
+/// A transaction on a handler's own PostgreSQL session.
+struct HandlerSession {
+    handler: String,
+    /// Its backend, to stop a statement that outlived every deadline.
+    pid: i32,
+    /// Where a replacement transaction comes from (see [`Tx::abandon_stuck_call`]).
+    pool: sqlx::PgPool,
+}
+
+/// How long the host waits for PostgreSQL to end the backend of a
+/// statement it abandoned (`pg_terminate_backend`'s own timeout).
+const TERMINATE_WAIT_MS: i64 = 1000;
 
 /// The host's key to the `inboxd_gate` functions (see `db::logins`), with the
 /// host's own pool to register it through on first use.
@@ -71,16 +84,67 @@ impl Tx {
         }
     }
 
-    /// Marks the transaction's session as `handler`'s own login (PostgreSQL).
-    pub(super) fn of_handler(mut self, handler: &str) -> Self {
-        self.session_of = Some(handler.to_owned());
-        self
+    /// Marks the transaction's session as `handler`'s own login (PostgreSQL)
+    /// and learns its backend (one round trip per transaction).
+    pub(super) async fn of_handler(mut self, handler: &str, pool: sqlx::PgPool) -> Result<Self, DbError> {
+        let pid = self.backend_pid().await?;
+        self.session_of = Some(HandlerSession {
+            handler: handler.to_owned(),
+            pid,
+            pool,
+        });
+        Ok(self)
+    }
+
+    async fn backend_pid(&mut self) -> Result<i32, DbError> {
+        let rows = self.query("SELECT pg_catalog.pg_backend_pid()", &[]).await?;
+        let pid = rows.first().and_then(|r| r.first()).and_then(SqlValue::as_i64);
+        pid.and_then(|p| i32::try_from(p).ok())
+            .ok_or(DbError::TransactionLost)
+    }
+
+    /// A guest call that is stuck in a statement past every deadline (the
+    /// database ignored `statement_timeout`): its session's backend is
+    /// terminated, from the host's own pool (the host's login is a member of
+    /// the handler's role, so it may), and the transaction is replaced by a
+    /// new, empty one on a fresh connection, reported as lost (see
+    /// [`Tx::take_lost`]): the caller redoes the other work of the
+    /// transaction and counts the event's attempt as a time limit. PostgreSQL
+    /// only; `Err` if no new transaction could begin.
+    pub async fn abandon_stuck_call(&mut self) -> Result<(), DbError> {
+        let (Some(session), Some(gate)) = (&self.session_of, &self.gate) else {
+            return Err(DbError::TransactionLost);
+        };
+        let ended: Option<bool> = sqlx::query_scalar("SELECT pg_catalog.pg_terminate_backend($1, $2)")
+            .bind(session.pid)
+            .bind(TERMINATE_WAIT_MS)
+            .fetch_one(&gate.host)
+            .await
+            .ok();
+        tracing::warn!(
+            handler = session.handler,
+            pid = session.pid,
+            terminated = ?ended,
+            "a handler's statement outlived its deadline and ignored the database's own timeout: \
+             its backend was terminated and its transaction abandoned"
+        );
+        let fresh = session.pool.begin().await?;
+        // The old transaction drops here; its connection, whose backend is
+        // gone (or going), is closed when sqlx finds it broken.
+        self.inner = Inner::Postgres(fresh);
+        let pid = self.backend_pid().await?;
+        if let Some(session) = &mut self.session_of {
+            session.pid = pid;
+        }
+        self.walls.mark_lost();
+        Ok(())
     }
 
     /// Refuses to put a handler's walls up on a PostgreSQL session that is
     /// not the handler's own (a defect of the host's, never a guest's doing).
     fn own_session(&self, walls: &Walls) -> Result<(), DbError> {
-        if self.backend() == Backend::Postgres && self.session_of.as_deref() != Some(walls.handler()) {
+        let session = self.session_of.as_ref().map(|s| s.handler.as_str());
+        if self.backend() == Backend::Postgres && session != Some(walls.handler()) {
             return Err(DbError::NotHandlerSession {
                 handler: walls.handler().to_owned(),
             });
@@ -140,6 +204,13 @@ impl Tx {
     pub async fn execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, DbError> {
         self.walls.leave_lingering(&mut self.inner).await?;
         self.inner.run(sql, params, true).await
+    }
+
+    /// As [`Tx::execute`], for a host statement whose text holds a secret
+    /// (a role's password): never kept in the connection's statement cache.
+    pub(super) async fn execute_uncached(&mut self, sql: &str) -> Result<u64, DbError> {
+        self.walls.leave_lingering(&mut self.inner).await?;
+        self.inner.run(sql, &[], false).await
     }
 
     /// Runs one of the host's statements and returns every row it produced

@@ -12,7 +12,7 @@ use super::state::StoreState;
 use crate::bindings::{Event, Handler as Instance, HandlerError, HandlerPre};
 use crate::capabilities::log::LogTag;
 use crate::capabilities::outbox::OutboxState;
-use crate::db::{DbError, Tx, Walls};
+use crate::db::{Backend, DbError, Tx, Walls};
 use crate::handler::{GuestFailure, Invocation, LimitExceeded, Limits};
 use crate::record::Record;
 use crate::sandbox::Guard;
@@ -257,7 +257,7 @@ impl HandlerComponent {
             tokio::time::timeout(self.limits.timeout + BACKSTOP_GRACE, call).await
         };
         let state = store.data_mut();
-        let tx = state.sql.take_tx();
+        let mut tx = state.sql.take_tx();
         let mut host_error = state.sql.take_host_error();
         let sql_timed_out = state.sql.timed_out();
         // SQLite took the transaction with a failed statement for a reason
@@ -266,6 +266,18 @@ impl HandlerComponent {
         // is the database's failure, the host's to retry.
         if !sql_timed_out && host_error.is_none() && tx.as_ref().is_some_and(Tx::is_lost) {
             host_error = Some(DbError::TransactionLost);
+        }
+        // (After the check above: this loss is the guest's, not the database's.)
+        // The backstop fired: the call was stuck in a host function, on
+        // PostgreSQL a statement that ignored `statement_timeout` (issue 23:
+        // one `position()` ran for minutes, holding the event's claim). Its
+        // backend is terminated and the transaction replaced, so neither the
+        // host nor the event's next attempt waits on it.
+        if outcome.is_err()
+            && let Some(stuck) = tx.as_mut().filter(|t| t.backend() == Backend::Postgres)
+            && let Err(e) = stuck.abandon_stuck_call().await
+        {
+            host_error = Some(e);
         }
         let outbox = state.outbox.take();
         let stderr = self.forward_output(state, event_id);

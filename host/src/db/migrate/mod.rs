@@ -162,16 +162,8 @@ async fn prepare_role(db: &Database, handler: &str) -> Result<(), DbError> {
         )
         .await?;
     if stored.is_empty() {
-        // Hex: nothing in it can end the literal. A role made by an older
-        // host (NOLOGIN, no password) gets its login here.
-        let password = hex::encode(rand::random::<[u8; 24]>());
-        tx.execute(&format!("ALTER ROLE {role} LOGIN PASSWORD '{password}'"), &[])
-            .await?;
-        tx.execute(
-            "INSERT INTO handler_logins (handler, password) VALUES ($1, $2)",
-            &[handler.into(), password.into()],
-        )
-        .await?;
+        // A role made by an older host (NOLOGIN, no password) gets its login here.
+        set_login(&mut tx, handler).await?;
     }
     let join_role = format!(
         "DO $$ BEGIN IF NOT pg_has_role(current_user, '{role}', 'MEMBER') THEN \
@@ -196,6 +188,32 @@ async fn prepare_role(db: &Database, handler: &str) -> Result<(), DbError> {
              an operator must remove that first"
         )));
     }
+    tx.commit().await
+}
+
+/// A new password for the handler's role, kept in `handler_logins`. Hex:
+/// nothing in it can end the literal. Sent as a host statement on the host's
+/// own session, which no handler's SQL can see.
+async fn set_login(tx: &mut Tx, handler: &str) -> Result<(), DbError> {
+    let role = handler_role(handler);
+    let password = hex::encode(rand::random::<[u8; 24]>());
+    tx.execute_uncached(&format!("ALTER ROLE {role} LOGIN PASSWORD '{password}'"))
+        .await?;
+    tx.execute(
+        "INSERT INTO handler_logins (handler, password) VALUES ($1, $2) \
+         ON CONFLICT (handler) DO UPDATE SET password = excluded.password",
+        &[handler.into(), password.into()],
+    )
+    .await
+    .map(drop)
+}
+
+/// Sets a new password for the handler's role, when the one this database
+/// keeps no longer logs in (see `Database::begin_guest`).
+pub async fn renew_login(db: &Database, handler: &str) -> Result<(), DbError> {
+    let mut tx = db.begin().await?;
+    tx.lock_migrations().await?;
+    set_login(&mut tx, handler).await?;
     tx.commit().await
 }
 

@@ -308,6 +308,16 @@ impl WallState {
         begun.map_err(|_| DbError::TransactionLost)
     }
 
+    /// The transaction was replaced by a new, empty one under a guest's call
+    /// (PostgreSQL: see `Tx::abandon_stuck_call`): the savepoints died with
+    /// it, the call does not linger, and the host is told once.
+    pub fn mark_lost(&mut self) {
+        self.lost = true;
+        if let Phase::Lingering { .. } = self.call {
+            self.call = Phase::Outside;
+        }
+    }
+
     /// True (once) if SQLite rolled back the whole transaction under a
     /// guest's statement: everything before it in this transaction is gone
     /// (claims, earlier events of the batch, savepoints) and the transaction

@@ -530,7 +530,7 @@ async fn postgres_nothing_a_guest_does_to_its_session_outlives_the_transaction()
     tx.enter_guest(CALL, &h).await.unwrap();
     for sql in [
         "SELECT set_config('search_path', 'public', false)",
-        "SELECT set_config('statement_timeout', '1', false)",
+        "SELECT set_config('statement_timeout', '3600000', false)",
         "SELECT set_config('synchronous_commit', 'off', false)",
         "SELECT set_config('default_transaction_read_only', 'on', false)",
         "SELECT pg_advisory_lock(4242)",
@@ -594,5 +594,90 @@ async fn postgres_nothing_a_guest_does_to_its_session_outlives_the_transaction()
         connection_id(&db, h.handler()).await,
         before,
         "a connection with a guest's PREPARE was reused"
+    );
+}
+
+/// Regression (issue 23): a statement PostgreSQL did not interrupt at its
+/// `statement_timeout` ran for minutes, and the event's next attempt waited
+/// on the claim it held. A call stuck past its deadline is abandoned: its
+/// backend is terminated and the transaction replaced by a new one, reported
+/// as lost, in which the event can be claimed (or parked) at once.
+#[tokio::test]
+async fn postgres_a_call_stuck_past_every_deadline_is_abandoned_and_its_claim_released() {
+    let Some(db) = crate::db::test_support::postgres_db().await else {
+        return;
+    };
+    let h = handler(&db, "wt_stuck").await;
+    let mut tx = db.begin_guest(h.handler()).await.unwrap();
+    assert!(claim(&mut tx, "wt_stuck", "e1").await.unwrap());
+    tx.enter_guest(CALL, &h).await.unwrap();
+    // As a statement the database does not interrupt would behave: no
+    // timeout stops it (sent past the guard, which refuses both).
+    tx.guest_execute("SELECT set_config('statement_timeout', '0', true)", &[])
+        .await
+        .unwrap();
+    let marker = format!("wt_stuck_{}", uuid::Uuid::new_v4().simple());
+    let sleep = format!("SELECT pg_sleep(60) /* {marker} */");
+    let stuck = tokio::time::timeout(Duration::from_secs(1), tx.guest_execute(&sleep, &[])).await;
+    assert!(stuck.is_err(), "the statement should still be running");
+    let started = std::time::Instant::now();
+    tx.abandon_stuck_call().await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    tx.exit_guest(CALL, false).await.unwrap();
+    assert!(tx.take_lost(), "the caller is told the transaction was replaced");
+    // The old transaction's claim went with it: claimed again at once.
+    assert!(claim(&mut tx, "wt_stuck", "e1").await.unwrap());
+    tx.commit().await.unwrap();
+    assert_eq!(claims(&db).await, ["e1"]);
+    let running = format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%{marker}%' AND pid <> pg_backend_pid()"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = db.query_i64(&running, &[]).await.unwrap();
+        if left == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stuck statement is still running"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A handler's role is shared by every database on the server, so another
+/// database's host may have set a new password (here: taken its login away):
+/// the first failed login sets this database's anew, and the next one works.
+#[tokio::test]
+async fn postgres_a_login_that_no_longer_works_is_renewed_once() {
+    let Some(url) = crate::db::test_support::postgres_url().await else {
+        return;
+    };
+    let first = OneConnection::new(&url, None).await;
+    let h = handler(&first, "wt_renew_login").await;
+    // A host that has no connection of the handler's open yet.
+    let db = Database::connect(&url, 2).await.unwrap();
+    let password = "SELECT password FROM handler_logins WHERE handler = 'wt_renew_login'";
+    let before = db.query(password, &[]).await.unwrap();
+    let mut host = db.begin().await.unwrap();
+    host.execute("ALTER ROLE inboxd_handler_wt_renew_login NOLOGIN", &[])
+        .await
+        .unwrap();
+    host.commit().await.unwrap();
+    let mut tx = db.begin_guest(h.handler()).await.unwrap();
+    tx.enter_guest(CALL, &h).await.unwrap();
+    guest_insert(&mut tx, &h, 1).await.unwrap();
+    tx.exit_guest(CALL, true).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(rows(&db, &h).await, [1]);
+    assert_ne!(
+        db.query(password, &[]).await.unwrap(),
+        before,
+        "a new password was set"
     );
 }
