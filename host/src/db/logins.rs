@@ -35,7 +35,7 @@ use tokio::sync::OnceCell;
 /// the host's are prepared over the protocol and not counted. Sent by the
 /// host alone, outside any transaction.
 const RESET_SESSION: &str = "RESET ALL; CLOSE ALL; UNLISTEN *; DISCARD TEMP; DISCARD SEQUENCES; \
-     SELECT pg_catalog.pg_advisory_unlock_all()::text, \
+     SELECT pg_catalog.pg_advisory_unlock_all()::pg_catalog.text, \
      (SELECT pg_catalog.count(*) FROM pg_catalog.pg_prepared_statements WHERE from_sql)";
 
 /// The host's key to the gates: random per process, registered (its SHA-256

@@ -115,12 +115,19 @@ impl Tx {
         let (Some(session), Some(gate)) = (&self.session_of, &self.gate) else {
             return Err(DbError::TransactionLost);
         };
-        let ended: Option<bool> = sqlx::query_scalar("SELECT pg_catalog.pg_terminate_backend($1, $2)")
-            .bind(session.pid)
-            .bind(TERMINATE_WAIT_MS)
-            .fetch_one(&gate.host)
-            .await
-            .ok();
+        // Only while that pid is still a session of the handler's role: a
+        // pid the server gave to another connection since is left alone.
+        let ended: Option<bool> = sqlx::query_scalar(
+            "SELECT pg_catalog.pg_terminate_backend(pid, $2) FROM pg_catalog.pg_stat_activity \
+             WHERE pid = $1 AND usename = $3",
+        )
+        .bind(session.pid)
+        .bind(TERMINATE_WAIT_MS)
+        .bind(super::handler_role(&session.handler))
+        .fetch_optional(&gate.host)
+        .await
+        .ok()
+        .flatten();
         tracing::warn!(
             handler = session.handler,
             pid = session.pid,

@@ -55,6 +55,7 @@ pub fn split(backend: Backend, sql: &str) -> Result<Vec<Piece>, Refusal> {
 
 fn split_checked(backend: Backend, sql: &str) -> Result<Vec<Piece>, Refusal> {
     let dialect = dialect(backend);
+    refuse_deferred(backend, sql)?;
     let statements =
         Parser::parse_sql(dialect, sql).map_err(|e| forbidden(format!("cannot parse the migration: {e}")))?;
     for statement in &statements {
@@ -200,6 +201,26 @@ fn check_kind(statement: &Statement) -> Result<(), Refusal> {
              and SELECT are allowed in a handler's migrations",
         )),
     }
+}
+
+/// Regression (an adversarial read, issue 23): a constraint checked only at
+/// COMMIT fails the host's COMMIT, after every savepoint of the guest's call
+/// succeeded, so the event can be neither applied nor parked by the host's
+/// own means. Refused wherever the words stand outside strings and comments.
+fn refuse_deferred(backend: Backend, sql: &str) -> Result<(), Refusal> {
+    let tokens = Tokenizer::new(dialect(backend), sql)
+        .tokenize()
+        .map_err(|e| forbidden(format!("cannot read the migration: {e}")))?;
+    let deferred = tokens
+        .iter()
+        .any(|t| matches!(t, Token::Word(w) if matches!(w.keyword, Keyword::DEFERRABLE | Keyword::DEFERRED)));
+    if deferred {
+        return Err(forbidden(
+            "DEFERRABLE and INITIALLY DEFERRED constraints are not allowed: a constraint checked at COMMIT \
+             would fail the host's commit instead of the handler's statement",
+        ));
+    }
+    Ok(())
 }
 
 /// SQLite's `ON CONFLICT ROLLBACK` on a column would roll back the host's
@@ -488,6 +509,14 @@ mod tests {
                 "",
             ),
             ("CREATE TABLE t (a TEXT);\0", "NUL"),
+            (
+                "CREATE TABLE t (a TEXT REFERENCES invoices (order_id) DEFERRABLE INITIALLY DEFERRED)",
+                "DEFERRABLE",
+            ),
+            (
+                "ALTER TABLE invoices ADD CONSTRAINT u UNIQUE (order_id) DEFERRABLE",
+                "DEFERRABLE",
+            ),
         ] {
             refused(sql, because);
         }

@@ -108,11 +108,11 @@ const MIGRATION_NODES: &[&str] = &[
 
 /// The `pg_catalog` functions PostgreSQL's grammar calls for SQL-standard
 /// syntax the guard allows: `TRIM(x)` (one argument, see below),
-/// `EXTRACT(f FROM x)`, `SUBSTRING(x FROM a FOR b)` and `LIKE ... ESCAPE e`.
+/// `EXTRACT(f FROM x)` and `SUBSTRING(x FROM a FOR b)`.
 /// Each is linear in its input. Not here, so refused: `position` (from
 /// `POSITION(a IN b)`, quadratic and not interruptible), `timezone`
 /// (`AT TIME ZONE`), `overlay`, `normalize`, `pg_collation_for`, `xml*`.
-pub const STANDARD_FORM_FUNCTIONS: &[&str] = &["btrim", "extract", "like_escape", "substring"];
+pub const STANDARD_FORM_FUNCTIONS: &[&str] = &["btrim", "extract", "substring"];
 
 /// Functions allowed with at most one argument: with a second (characters to
 /// trim) each call's time grows with both lengths, in one step no deadline
@@ -120,14 +120,15 @@ pub const STANDARD_FORM_FUNCTIONS: &[&str] = &["btrim", "extract", "like_escape"
 const SINGLE_ARGUMENT: &[&str] = &["btrim", "ltrim", "rtrim", "trim"];
 
 /// Operators (all PostgreSQL's own, in `pg_catalog`): comparison,
-/// arithmetic, bitwise, concatenation, LIKE's, and JSON field access. Not
-/// here: array and JSON containment and overlap (`@>`, `<@`, `&&`, `?|`,
-/// `?&`: nested loops over both sides that no deadline interrupts),
+/// arithmetic, bitwise, concatenation and JSON field access. Not
+/// here: LIKE's (`~~` and kin), array and JSON containment and overlap
+/// (`@>`, `<@`, `&&`, `?|`, `?&`): nested loops over both sides that no
+/// deadline interrupts,
 /// regular expressions (`~`, `~*`, `!~`, `SIMILAR TO`), text search (`@@`),
 /// geometric and network operators.
 pub const OPERATORS: &[&str] = &[
     "=", "<>", "<", ">", "<=", ">=", "+", "-", "*", "/", "%", "^", "||", "&", "|", "#", "<<", ">>", "->",
-    "->>", "#>", "#>>", "?", "~~", "!~~", "~~*", "!~~*",
+    "->>", "#>", "#>>", "?",
 ];
 
 /// PostgreSQL's internal names of the types [`CAST_TYPES`] spells out.
@@ -299,7 +300,28 @@ fn check_node(kind: &str, node: &Value, place: Place, mode: Mode) -> Result<Plac
                 ));
             }
         }
-        "RangeFunction" => return Ok(Place::TableFunction),
+        "RangeFunction" => {
+            // Only a call: `FROM current_user` and the like are values too.
+            let calls = node.get("functions").and_then(Value::as_array);
+            let all_calls = calls.into_iter().flatten().all(|call| {
+                let items = call
+                    .get("node")
+                    .and_then(|n| n.get("List"))
+                    .and_then(|l| l.get("items"));
+                let first = items.and_then(Value::as_array).and_then(|i| i.first());
+                first
+                    .and_then(|f| f.get("node"))
+                    .and_then(|n| n.get("FuncCall"))
+                    .is_some()
+            });
+            if !all_calls {
+                return Err(forbidden("only function calls may stand in FROM as functions"));
+            }
+            return Ok(Place::TableFunction);
+        }
+        // A column's type runs its input function on every value written to
+        // it (a `regclass` column looks up any name it is given).
+        "ColumnDef" => check_type_name(node.get("type_name"), "a column of type")?,
         "List" => return Ok(place),
         _ => {}
     }
@@ -385,9 +407,11 @@ fn check_operator_expr(node: &Value) -> Result<(), Refusal> {
         .and_then(|k| pg_query::protobuf::AExprKind::try_from(k).ok());
     use pg_query::protobuf::AExprKind as K;
     match kind {
-        Some(K::AexprOp | K::AexprOpAny | K::AexprOpAll | K::AexprLike | K::AexprIlike) => {
-            check_operator_name(node.get("name"))
-        }
+        Some(K::AexprOp | K::AexprOpAny | K::AexprOpAll) => check_operator_name(node.get("name")),
+        Some(K::AexprLike | K::AexprIlike) => Err(forbidden(
+            "LIKE and ILIKE are not allowed: one call's time grows with both lengths and PostgreSQL does not \
+             interrupt it at the event's deadline",
+        )),
         // Their operator is the grammar's `=` or `<>`, or BETWEEN's own word.
         Some(
             K::AexprDistinct
@@ -421,7 +445,10 @@ fn check_operator_name(name: Option<&Value>) -> Result<(), Refusal> {
 }
 
 fn check_cast(node: &Value) -> Result<(), Refusal> {
-    let type_name = node.get("type_name");
+    check_type_name(node.get("type_name"), "a cast to")
+}
+
+fn check_type_name(type_name: Option<&Value>, what: &str) -> Result<(), Refusal> {
     let parts = strings(type_name.and_then(|t| t.get("names")));
     let flag = |f: &str| type_name.and_then(|t| t.get(f)).and_then(Value::as_bool) == Some(true);
     let plain = catalog_name(&parts).filter(|name| {
@@ -429,8 +456,8 @@ fn check_cast(node: &Value) -> Result<(), Refusal> {
     });
     if plain.is_none() {
         return Err(forbidden(format!(
-            "a cast to {} is not allowed: casts may name only plain types ({}); PostgreSQL runs a type's \
-             input function on the cast",
+            "{what} {} is not allowed: only plain types ({}); PostgreSQL runs a type's input function on \
+             every value it reads (for a generated key, use an identity column)",
             parts.join("."),
             CAST_TYPES.join(", ")
         )));
@@ -479,9 +506,11 @@ mod tests {
             "WITH recent AS (SELECT * FROM invoices ORDER BY created DESC LIMIT 10) \
              SELECT count(*), max(amount_cents), coalesce(sum(amount_cents), 0) FROM recent r JOIN customers c ON c.id = r.customer_id",
         );
-        allowed(
-            "SELECT i.* FROM invoices i WHERE i.order_id LIKE $1 ESCAPE '!' AND lower(i.customer_email) = $2",
-        );
+        refused("SELECT a FROM t WHERE a LIKE $1", "LIKE");
+        refused("SELECT a FROM t WHERE a ILIKE $1", "LIKE");
+        refused("SELECT a FROM t WHERE a OPERATOR(pg_catalog.~~) $1", "operator");
+        refused("SELECT string_agg(a, '') FROM t", "string_agg");
+        allowed("SELECT i.* FROM invoices i WHERE left(i.order_id, 3) = $1 AND lower(i.customer_email) = $2");
         allowed(
             "SELECT trim(order_id), substring(order_id FROM 2 FOR 3), extract(year FROM now()) FROM invoices",
         );
@@ -542,6 +571,7 @@ mod tests {
         refused("SELECT $1::int[] && $2::int[]", "operator &&");
         refused("SELECT $1::jsonb @> $2::jsonb", "operator @>");
         refused("SELECT * INTO t2 FROM t", "INTO");
+        refused("SELECT x FROM current_user", "function calls");
         refused("SET ROLE postgres", "session settings");
         refused("COMMIT", "transaction control");
     }
@@ -576,6 +606,10 @@ mod tests {
             "set_config",
         );
         refused("CREATE INDEX i ON t (('x'::regclass))", "regclass");
+        refused("CREATE TABLE t (a regclass)", "a column of type");
+        refused("CREATE TABLE t (id SERIAL PRIMARY KEY)", "identity column");
+        refused("ALTER TABLE t ADD COLUMN a tsquery", "a column of type");
+        ok("CREATE TABLE t (a TIMESTAMPTZ, b NUMERIC(10, 2), c VARCHAR(20)[], d JSONB, e UUID, f BYTEA)");
         assert!(check("CREATE TABLE t (a TEXT)", Mode::RunTime).is_err());
     }
 

@@ -24,6 +24,11 @@ const ATTACKS: &[&str] = &[
     "GRANT ALL ON invoices TO PUBLIC;",
     "CREATE TABLE notes (a TEXT);\nDELETE FROM handler_tables;",
     "CREATE TABLE outbox_mine (a TEXT);",
+    // Issue 23: PostgreSQL reads attribute notation as a call (ts_stat runs
+    // its text as a query); the guard's parser read a field access.
+    "CREATE TABLE loot AS SELECT ('SELECT to_tsvector(event_id) FROM inboxd.inbox'::text).ts_stat;",
+    "CREATE TABLE notes (a TEXT DEFAULT (('SELECT 1'::text).ts_stat));",
+    "CREATE INDEX i ON invoices ((order_id::regclass));",
 ];
 
 crate::on_both_backends!(hostile_migrations_are_refused_and_change_nothing);

@@ -38,20 +38,17 @@ pub enum Scope {
 
 /// SQLite implements these operators as functions and asks the authorizer
 /// about them by these names (`x LIKE y` is `like(y, x)`).
-const OPERATOR_FUNCTIONS: &[&str] = &[
-    "like",
-    "glob",
-    "->",
-    "->>",
-    "current_timestamp",
-    "current_date",
-    "current_time",
-];
+///
+/// Not `like` and `glob`: one call's time grows with both lengths inside one
+/// VM step, which the deadline's progress handler never interrupts (the
+/// guard refuses LIKE and GLOB; this is the second wall).
+const OPERATOR_FUNCTIONS: &[&str] = &["->", "->>", "current_timestamp", "current_date", "current_time"];
 
 /// The functions SQLite's own ALTER TABLE code calls while it rewrites the
 /// schema (its nested statements pass the authorizer too). A migration's own
 /// statements cannot name them: the migration guard allows only pure functions.
 const ALTER_FUNCTIONS: &[&str] = &[
+    "like",
     "printf",
     "sqlite_rename_column",
     "sqlite_rename_table",
