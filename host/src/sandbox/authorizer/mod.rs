@@ -292,9 +292,13 @@ fn nanos(at: Instant) -> u64 {
 /// of host memory in a few hundred steps, before any deadline look.
 const GUEST_MAX_LENGTH: c_int = 64 << 20;
 
-/// Virtual-machine steps between two looks at the clock: a few hundred
-/// microseconds of work, so a statement overruns its deadline by about that.
-const PROGRESS_STEPS: c_int = 10_000;
+/// Virtual-machine steps between two looks at the clock. Most steps take
+/// nanoseconds, but one function call over a value at [`GUEST_MAX_LENGTH`]
+/// is one step of tens of milliseconds, and a row can hold thousands of
+/// them (an adversarial read, issue 23: at 10,000 steps a statement could
+/// overrun its deadline by minutes). A look is an atomic load and a vDSO
+/// clock read, so looking every 100 steps costs nothing measurable.
+const PROGRESS_STEPS: c_int = 100;
 
 fn text<'a>(ptr: *const c_char) -> Option<&'a str> {
     // SAFETY: SQLite passes NUL-terminated strings (or NULL) valid for the callback.
