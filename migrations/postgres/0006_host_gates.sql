@@ -39,11 +39,26 @@ BEGIN
     END IF;
 END $$;
 
+-- Defence in depth, should the key ever leak: a handler's own session may
+-- write only that handler's rows, key or not (the host's own sessions, as
+-- its login, any handler's).
+CREATE FUNCTION inboxd_gate.require_handler(p_handler TEXT) RETURNS void
+LANGUAGE plpgsql STABLE SET search_path = inboxd, pg_catalog, pg_temp AS $$
+BEGIN
+    IF session_user::text LIKE 'inboxd\_handler\_%'
+       AND session_user::text IS DISTINCT FROM 'inboxd_handler_' || p_handler THEN
+        RAISE EXCEPTION 'inboxd: a session of % may not write the rows of handler %', session_user, p_handler
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+END $$;
+
 -- inbox.rs: claim_many (and claim, one row). Returns the ids claimed now.
 CREATE FUNCTION inboxd_gate.claim(host_key TEXT, claims JSON, claim_status TEXT) RETURNS SETOF TEXT
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = inboxd, pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM inboxd_gate.require_host(host_key);
+    PERFORM inboxd_gate.require_handler(d.handler)
+    FROM (SELECT DISTINCT c.handler FROM json_to_recordset(claims) AS c(handler TEXT)) AS d;
     RETURN QUERY WITH claimed AS (
     INSERT INTO inboxd.inbox
     (handler, event_id, status, topic, partition, "offset", handler_version, processed_at, id_day)
@@ -62,6 +77,7 @@ CREATE FUNCTION inboxd_gate.mark_dead(host_key TEXT, p_handler TEXT, p_event_id 
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = inboxd, pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM inboxd_gate.require_host(host_key);
+    PERFORM inboxd_gate.require_handler(p_handler);
     UPDATE inboxd.inbox SET status = 'dead' WHERE handler = p_handler AND event_id = p_event_id;
 END $$;
 
@@ -72,6 +88,7 @@ DECLARE
     deleted BIGINT;
 BEGIN
     PERFORM inboxd_gate.require_host(host_key);
+    PERFORM inboxd_gate.require_handler(p_handler);
     DELETE FROM inboxd.inbox WHERE handler = p_handler AND event_id = p_event_id AND status = p_status;
     GET DIAGNOSTICS deleted = ROW_COUNT;
     RETURN deleted;
@@ -82,6 +99,7 @@ CREATE FUNCTION inboxd_gate.claim_status(host_key TEXT, p_handler TEXT, p_event_
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = inboxd, pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM inboxd_gate.require_host(host_key);
+    PERFORM inboxd_gate.require_handler(p_handler);
     RETURN (SELECT status FROM inboxd.inbox WHERE handler = p_handler AND event_id = p_event_id);
 END $$;
 
@@ -91,6 +109,7 @@ RETURNS TABLE (intact BIGINT, next_offset BIGINT)
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = inboxd, pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM inboxd_gate.require_host(host_key);
+    PERFORM inboxd_gate.require_handler(p_handler);
     RETURN QUERY SELECT
         (SELECT COUNT(*) FROM json_to_recordset(ids) AS e(id TEXT, id_day INTEGER)
          CROSS JOIN LATERAL (SELECT 1 FROM inboxd.inbox i
@@ -108,6 +127,7 @@ DECLARE
     changed BIGINT;
 BEGIN
     PERFORM inboxd_gate.require_host(host_key);
+    PERFORM inboxd_gate.require_handler(p_handler);
     IF p_expected IS NULL THEN
         INSERT INTO inboxd.offsets (handler, topic, partition, next_offset, records_committed, updated_at)
         VALUES (p_handler, p_topic, p_partition, p_next_offset, p_records, p_updated_at)
@@ -129,6 +149,7 @@ RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = inboxd, pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM inboxd_gate.require_host(host_key);
+    PERFORM inboxd_gate.require_handler(p_handler);
     INSERT INTO inboxd.outbox (id, handler, topic, key, payload, headers, bucket, created_at)
     SELECT m.id, p_handler, m.topic, decode(m.key, 'hex'), decode(m.payload, 'hex'), m.headers, m.bucket,
            p_created_at
@@ -145,6 +166,7 @@ CREATE FUNCTION inboxd_gate.dead_letter(host_key TEXT, p_handler TEXT, p_event_i
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = inboxd, pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM inboxd_gate.require_host(host_key);
+    PERFORM inboxd_gate.require_handler(p_handler);
     INSERT INTO inboxd.dead_letters
     (handler, event_id, topic, partition, "offset", key, payload, headers, reason_kind, reason,
      attempts, handler_version, first_failed_at, last_failed_at)
@@ -160,6 +182,7 @@ DECLARE
     changed BIGINT;
 BEGIN
     PERFORM inboxd_gate.require_host(host_key);
+    PERFORM inboxd_gate.require_handler((SELECT d.handler FROM inboxd.dead_letters d WHERE d.id = p_id));
     UPDATE inboxd.dead_letters SET resolution = p_resolution, resolved_at = p_at
     WHERE id = p_id AND resolution IS NULL;
     GET DIAGNOSTICS changed = ROW_COUNT;
@@ -171,6 +194,7 @@ CREATE FUNCTION inboxd_gate.migration_checksum(host_key TEXT, p_handler TEXT, p_
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = inboxd, pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM inboxd_gate.require_host(host_key);
+    PERFORM inboxd_gate.require_handler(p_handler);
     RETURN (SELECT checksum FROM inboxd.handler_migrations WHERE handler = p_handler AND version = p_version);
 END $$;
 
@@ -179,6 +203,7 @@ CREATE FUNCTION inboxd_gate.record_migration(host_key TEXT, p_handler TEXT, p_ve
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = inboxd, pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM inboxd_gate.require_host(host_key);
+    PERFORM inboxd_gate.require_handler(p_handler);
     INSERT INTO inboxd.handler_migrations (handler, version, name, checksum, applied_at)
     VALUES (p_handler, p_version, p_name, p_checksum, p_applied_at);
 END $$;

@@ -681,3 +681,30 @@ async fn postgres_a_login_that_no_longer_works_is_renewed_once() {
         "a new password was set"
     );
 }
+
+/// Defence in depth: even with the host's key (here, the host's own gate
+/// calls), a handler's session writes only that handler's rows.
+#[tokio::test]
+async fn postgres_a_handlers_session_cannot_write_another_handlers_rows_through_the_gates() {
+    let Some(db) = crate::db::test_support::postgres_db().await else {
+        return;
+    };
+    let a = handler(&db, "wt_gate_a").await;
+    handler(&db, "wt_gate_b").await;
+    let mut tx = db.begin_guest(a.handler()).await.unwrap();
+    let err = claim(&mut tx, "wt_gate_b", "e1").await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("may not write the rows of handler wt_gate_b"),
+        "{err}"
+    );
+    tx.rollback().await.unwrap();
+    let mut tx = db.begin_guest(a.handler()).await.unwrap();
+    assert!(claim(&mut tx, "wt_gate_a", "e1").await.unwrap());
+    tx.commit().await.unwrap();
+    // The host's own session may write any handler's.
+    let mut host = db.begin().await.unwrap();
+    assert!(claim(&mut host, "wt_gate_b", "e2").await.unwrap());
+    host.commit().await.unwrap();
+    assert_eq!(claims(&db).await, ["e1", "e2"]);
+}
