@@ -123,12 +123,12 @@ pub async fn insert(tx: &mut Tx, letter: &DeadLetter<'_>) -> Result<(), DbError>
         letter.first_failed_at.into(),
         now_ms().into(),
     ];
-    if tx.backend() == super::Backend::Postgres {
-        let gate = "SELECT inboxd_gate.dead_letter($1, $2, $3, $4, $5::pg_catalog.int4, $6, $7, $8, $9, $10, $11, $12::pg_catalog.int4, $13, $14, $15)";
-        return tx.gate_void(gate, &params).await;
-    }
-    tx.execute(INSERT, &params).await.map(drop)
+    tx.host_write(INSERT, INSERT_GATE, &params).await
 }
+
+/// [`INSERT`] through its PostgreSQL gate (`$1` is the host's key).
+const INSERT_GATE: &str = "SELECT inboxd_gate.dead_letter($1, $2, $3, $4, $5::pg_catalog.int4, $6, $7, $8, \
+     $9, $10, $11, $12::pg_catalog.int4, $13, $14, $15)";
 
 /// A dead letter as stored, for inspection (`inboxd dlq`) and replay.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -289,16 +289,13 @@ pub async fn find(db: &Database, filter: &Filter<'_>) -> Result<Vec<Row>, DbErro
 /// operator got there first).
 pub async fn resolve(tx: &mut Tx, id: i64, resolution: &str) -> Result<bool, DbError> {
     let params = [id.into(), resolution.into(), now_ms().into()];
-    let changed = if tx.backend() == super::Backend::Postgres {
-        tx.gate_count("SELECT inboxd_gate.resolve_dead_letter($1, $2, $3, $4)", &params)
-            .await?
-    } else {
-        tx.execute(
+    let changed = tx
+        .host_count(
             "UPDATE dead_letters SET resolution = $2, resolved_at = $3 WHERE id = $1 AND resolution IS NULL",
+            "SELECT inboxd_gate.resolve_dead_letter($1, $2, $3, $4)",
             &params,
         )
-        .await?
-    };
+        .await?;
     Ok(changed == 1)
 }
 

@@ -148,13 +148,9 @@ pub async fn release_dead(tx: &mut Tx, handler: &str, event_id: &str) -> Result<
 
 async fn delete_claim(tx: &mut Tx, handler: &str, event_id: &str, status: &str) -> Result<u64, DbError> {
     let params = [handler.into(), event_id.into(), status.into()];
-    if tx.backend() == Backend::Postgres {
-        return tx
-            .gate_count("SELECT inboxd_gate.unclaim($1, $2, $3, $4)", &params)
-            .await;
-    }
-    tx.execute(
+    tx.host_count(
         "DELETE FROM inbox WHERE handler = $1 AND event_id = $2 AND status = $3",
+        "SELECT inboxd_gate.unclaim($1, $2, $3, $4)",
         &params,
     )
     .await
@@ -186,16 +182,13 @@ pub async fn mark_dead(tx: &mut Tx, claim: &Claim<'_>) -> Result<(), DbError> {
 /// The status of an event for a handler, if it has one (tests and tooling).
 pub async fn status(tx: &mut Tx, handler: &str, event_id: &str) -> Result<Option<String>, DbError> {
     let params = [handler.into(), event_id.into()];
-    let rows = if tx.backend() == Backend::Postgres {
-        tx.gate("SELECT inboxd_gate.claim_status($1, $2, $3)", &params)
-            .await?
-    } else {
-        tx.query(
+    let rows = tx
+        .host_rows(
             "SELECT status FROM inbox WHERE handler = $1 AND event_id = $2",
+            "SELECT inboxd_gate.claim_status($1, $2, $3)",
             &params,
         )
-        .await?
-    };
+        .await?;
     Ok(rows.into_iter().next().and_then(|mut r| match r.pop() {
         Some(SqlValue::Text(s)) => Some(s),
         _ => None,

@@ -178,6 +178,47 @@ impl Tx {
         self.execute(sql, &params).await.map(drop)
     }
 
+    /// One of the host's statements on a table of its own, as each backend
+    /// runs it: `sqlite` on SQLite, its `gate` on PostgreSQL (which names the
+    /// key `$1` and `params` from `$2`). Rows, as [`Tx::query`].
+    pub(super) async fn host_rows(
+        &mut self,
+        sqlite: &str,
+        gate: &str,
+        params: &[SqlValue],
+    ) -> Result<Vec<Vec<SqlValue>>, DbError> {
+        match self.backend() {
+            Backend::Postgres => self.gate(gate, params).await,
+            Backend::Sqlite => self.query(sqlite, params).await,
+        }
+    }
+
+    /// As [`Tx::host_rows`], for a write: rows changed (the gate returns them).
+    pub(super) async fn host_count(
+        &mut self,
+        sqlite: &str,
+        gate: &str,
+        params: &[SqlValue],
+    ) -> Result<u64, DbError> {
+        match self.backend() {
+            Backend::Postgres => self.gate_count(gate, params).await,
+            Backend::Sqlite => self.execute(sqlite, params).await,
+        }
+    }
+
+    /// As [`Tx::host_rows`], for a write whose count nobody needs (a `void` gate).
+    pub(super) async fn host_write(
+        &mut self,
+        sqlite: &str,
+        gate: &str,
+        params: &[SqlValue],
+    ) -> Result<(), DbError> {
+        match self.backend() {
+            Backend::Postgres => self.gate_void(gate, params).await,
+            Backend::Sqlite => self.execute(sqlite, params).await.map(drop),
+        }
+    }
+
     /// The host's key, then `params`.
     async fn keyed(&self, params: &[SqlValue]) -> Result<Vec<SqlValue>, DbError> {
         let Some(gate) = &self.gate else {

@@ -360,19 +360,12 @@ pub async fn apply_one(tx: &mut Tx, handler: &str, migration: &Migration) -> Res
         checksum.into(),
         now_ms().into(),
     ];
-    if tx.backend() == Backend::Postgres {
-        tx.gate_void(
-            "SELECT inboxd_gate.record_migration($1, $2, $3, $4, $5, $6)",
-            &record,
-        )
-        .await?;
-    } else {
-        tx.execute(
-            "INSERT INTO handler_migrations (handler, version, name, checksum, applied_at) VALUES ($1, $2, $3, $4, $5)",
-            &record,
-        )
-        .await?;
-    }
+    tx.host_write(
+        "INSERT INTO handler_migrations (handler, version, name, checksum, applied_at) VALUES ($1, $2, $3, $4, $5)",
+        "SELECT inboxd_gate.record_migration($1, $2, $3, $4, $5, $6)",
+        &record,
+    )
+    .await?;
     tracing::info!(handler, migration = %migration.name, "applied handler migration");
     Ok(true)
 }
@@ -380,16 +373,13 @@ pub async fn apply_one(tx: &mut Tx, handler: &str, migration: &Migration) -> Res
 /// The checksum recorded for a migration the handler already applied.
 async fn recorded_checksum(tx: &mut Tx, handler: &str, version: i64) -> Result<Option<String>, DbError> {
     let params = [handler.into(), version.into()];
-    let rows = if tx.backend() == Backend::Postgres {
-        tx.gate("SELECT inboxd_gate.migration_checksum($1, $2, $3)", &params)
-            .await?
-    } else {
-        tx.query(
+    let rows = tx
+        .host_rows(
             "SELECT checksum FROM handler_migrations WHERE handler = $1 AND version = $2",
+            "SELECT inboxd_gate.migration_checksum($1, $2, $3)",
             &params,
         )
-        .await?
-    };
+        .await?;
     Ok(rows
         .into_iter()
         .next()
