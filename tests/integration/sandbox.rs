@@ -578,6 +578,7 @@ async fn every_host_table_is_behind_both_walls(backend: Backend) {
         &migrate::own_schema(db.backend(), "hostile"),
         &["hostile_effects".to_owned()],
         4096,
+        1 << 20,
     );
     let walls = Walls::load(&db, "hostile", Duration::from_secs(5)).await.unwrap();
     for table in &tables {

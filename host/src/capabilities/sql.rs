@@ -143,8 +143,8 @@ fn to_sql_error(err: &DbError, timeout: Duration) -> SqlError {
 
 impl SqlView<'_> {
     /// The walls before any statement: the event's deadline, the per-event
-    /// statement budget, the parameter count, then the guard.
-    fn admit(&mut self, statement: &str, params: usize) -> Result<Ctes, SqlError> {
+    /// statement budget, the parameters' count and sizes, then the guard.
+    fn admit(&mut self, statement: &str, params: &[Value]) -> Result<Ctes, SqlError> {
         if self.state.host_error.is_some() {
             return Err(SqlError::Database(
                 "the database connection failed; the host will retry this event".into(),
@@ -157,10 +157,27 @@ impl SqlView<'_> {
                 self.state.timeout.as_millis()
             )));
         }
-        if params > MAX_PARAMS {
+        if params.len() > MAX_PARAMS {
             return Err(SqlError::Limit(format!(
-                "the statement binds {params} parameters; at most {MAX_PARAMS} are allowed"
+                "the statement binds {} parameters; at most {MAX_PARAMS} are allowed",
+                params.len()
             )));
+        }
+        let max_row_bytes = self.state.guard.max_row_bytes();
+        for (i, param) in params.iter().enumerate() {
+            // As text: what the statement guard counts it at (`sandbox::work`).
+            let bytes = match param {
+                Value::Text(text) => text.len(),
+                Value::Blob(blob) => blob.len().saturating_mul(2),
+                _ => 0,
+            };
+            if bytes > max_row_bytes {
+                return Err(SqlError::Limit(format!(
+                    "limits.max_row_bytes: parameter {} is {bytes} bytes as text (a blob counts twice, as \
+                     hex); the limit is {max_row_bytes}",
+                    i + 1
+                )));
+            }
         }
         if self.state.statements_left == 0 {
             return Err(SqlError::Limit(format!(
@@ -209,7 +226,7 @@ impl sql_api::Host for SqlView<'_> {
     }
 
     async fn execute(&mut self, statement: String, params: Vec<Value>) -> Result<u64, SqlError> {
-        let ctes = self.admit(&statement, params.len())?;
+        let ctes = self.admit(&statement, &params)?;
         let params: Vec<SqlValue> = params.into_iter().map(to_sql).collect();
         let tx = self.tx()?;
         tx.set_ctes(ctes);
@@ -220,7 +237,7 @@ impl sql_api::Host for SqlView<'_> {
     }
 
     async fn query(&mut self, statement: String, params: Vec<Value>) -> Result<Vec<Vec<Value>>, SqlError> {
-        let ctes = self.admit(&statement, params.len())?;
+        let ctes = self.admit(&statement, &params)?;
         let params: Vec<SqlValue> = params.into_iter().map(to_sql).collect();
         let (max_rows, max_bytes) = (self.state.max_rows, self.state.max_result_bytes);
         let tx = self.tx()?;

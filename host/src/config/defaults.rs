@@ -23,6 +23,13 @@ pub const MAX_STATEMENT_BYTES: usize = 64 * 1024;
 pub const MAX_RESULT_BYTES: usize = 16 * 1024 * 1024;
 /// Larger events are dead-lettered without running the handler.
 pub const MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
+/// The largest row a handler's table may hold, and the largest value its SQL
+/// may bind or build, in bytes of text (a `bytea` counts twice, as hex). This
+/// is what bounds the work PostgreSQL does on one row without looking at the
+/// deadline (`sandbox::work`: the larger it is, the fewer operations a
+/// statement may have), and it is SQLite's `SQLITE_LIMIT_LENGTH` inside the
+/// walls. A handler that stores whole payloads of `max_payload_bytes` raises it.
+pub const MAX_ROW_BYTES: usize = 1024 * 1024;
 pub const MAX_OUTBOX_MESSAGES: usize = 100;
 pub const MAX_OUTBOX_BYTES: usize = 1024 * 1024;
 /// Published outbox rows are kept this long for inspection, then purged.
@@ -93,6 +100,13 @@ pub const TEAM_CEILING_MAX_STATEMENT_BYTES: u64 = 1024 * 1024;
 /// 4x the default (Kafka's own default message limit is 1 MB); a batch's
 /// records are held in memory together.
 pub const TEAM_CEILING_MAX_PAYLOAD_BYTES: u64 = 4 * 1024 * 1024;
+/// 8x the default (room for a payload at the team ceiling, as hex): the
+/// statement guard counts every value at this size, so past it a statement
+/// may hold only a few operations.
+pub const TEAM_CEILING_MAX_ROW_BYTES: u64 = 8 * 1024 * 1024;
+/// At this size one call of the costliest allowed function takes seconds,
+/// so the statement guard's row bound admits no more than one.
+pub const GLOBAL_MAX_ROW_BYTES: u64 = 64 * 1024 * 1024;
 /// 10x the default: outbox rows are written in the event's transaction.
 pub const TEAM_CEILING_MAX_OUTBOX_MESSAGES: u64 = 1_000;
 pub const TEAM_CEILING_MAX_OUTBOX_BYTES: u64 = 8 * 1024 * 1024;

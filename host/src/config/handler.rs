@@ -148,6 +148,10 @@ pub struct LimitsConfig {
     pub max_result_bytes: usize,
     #[serde(default = "default_max_payload_bytes")]
     pub max_payload_bytes: usize,
+    /// Largest row of the handler's tables and largest value its SQL binds or
+    /// builds, in bytes of text (see `defaults::MAX_ROW_BYTES`).
+    #[serde(default = "default_max_row_bytes")]
+    pub max_row_bytes: usize,
     #[serde(default = "default_max_outbox_messages")]
     pub max_outbox_messages: usize,
     #[serde(default = "default_max_outbox_bytes")]
@@ -165,6 +169,7 @@ impl Default for LimitsConfig {
             max_statement_bytes: defaults::MAX_STATEMENT_BYTES,
             max_result_bytes: defaults::MAX_RESULT_BYTES,
             max_payload_bytes: defaults::MAX_PAYLOAD_BYTES,
+            max_row_bytes: defaults::MAX_ROW_BYTES,
             max_outbox_messages: defaults::MAX_OUTBOX_MESSAGES,
             max_outbox_bytes: defaults::MAX_OUTBOX_BYTES,
         }
@@ -281,6 +286,9 @@ fn default_max_statement_bytes() -> usize {
 fn default_max_payload_bytes() -> usize {
     defaults::MAX_PAYLOAD_BYTES
 }
+fn default_max_row_bytes() -> usize {
+    defaults::MAX_ROW_BYTES
+}
 fn default_max_outbox_messages() -> usize {
     defaults::MAX_OUTBOX_MESSAGES
 }
@@ -378,6 +386,12 @@ impl HandlerConfig {
             return Err(invalid(
                 format!("{key}.limits.memory_mb"),
                 format!("must be between 1 and {}", defaults::GLOBAL_MAX_MEMORY_MB),
+            ));
+        }
+        if !(1024..=defaults::GLOBAL_MAX_ROW_BYTES).contains(&(limits.max_row_bytes as u64)) {
+            return Err(invalid(
+                format!("{key}.limits.max_row_bytes"),
+                format!("must be between 1024 and {}", defaults::GLOBAL_MAX_ROW_BYTES),
             ));
         }
         for (value, name) in [

@@ -38,6 +38,9 @@ const RESET_SESSION: &str = "RESET ALL; CLOSE ALL; UNLISTEN *; DISCARD TEMP; DIS
      SELECT pg_catalog.pg_advisory_unlock_all()::pg_catalog.text, \
      (SELECT pg_catalog.count(*) FROM pg_catalog.pg_prepared_statements WHERE from_sql)";
 
+/// `work_mem` of a handler's sessions.
+const GUEST_WORK_MEM: &str = "4MB";
+
 /// The host's key to the gates: random per process, registered (its SHA-256
 /// only) in `inboxd.handler_gate_keys` on first use.
 pub struct HostKey {
@@ -133,6 +136,10 @@ impl GuestPools {
                     format!("{},{HANDLER_SEARCH_PATH_TAIL}", handler_schema(handler)),
                 ),
                 ("lock_timeout", format!("{}ms", HOST_LOCK_TIMEOUT.as_millis())),
+                // A sort's comparisons run without an interrupt check, over
+                // what fits in work_mem: PostgreSQL's default, whatever the
+                // server's, bounds them (see `sandbox::work`).
+                ("work_mem", GUEST_WORK_MEM.to_owned()),
             ]);
         let pool = PgPoolOptions::new()
             .max_connections(self.max_connections)

@@ -31,17 +31,26 @@ pub async fn load_handler(
                 handler: handler.name.clone(),
                 source,
             })?;
+    // Before any event: the guard's work bound counts every row at this size.
+    migrate::bound_rows(db, &handler.name, handler.limits.max_row_bytes)
+        .await
+        .map_err(|source| RegistryError::RowBound {
+            handler: handler.name.clone(),
+            source,
+        })?;
     let own_schema = migrate::own_schema(db.backend(), &handler.name);
     let guard = Guard::new(
         db.backend(),
         &own_schema,
         &own_tables,
         handler.limits.max_statement_bytes,
+        handler.limits.max_row_bytes,
     );
     tracing::debug!(handler = handler.name, tables = ?own_tables, "handler's own tables");
     let limits = Limits::from(&handler.limits);
     // A statement may run as long as the whole event may.
-    let walls = Walls::new(&handler.name, Scope::Guest, &own_tables, limits.timeout);
+    let walls = Walls::new(&handler.name, Scope::Guest, &own_tables, limits.timeout)
+        .with_max_row_bytes(handler.limits.max_row_bytes);
     let load_error = |source| RegistryError::Load {
         handler: handler.name.clone(),
         source,

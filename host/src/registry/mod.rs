@@ -41,6 +41,8 @@ use tokio_util::sync::CancellationToken;
 pub enum RegistryError {
     #[error("handler {handler}: cannot read the tables its migrations created: {source}")]
     Tables { handler: String, source: DbError },
+    #[error("handler {handler}: cannot bound its tables' rows to limits.max_row_bytes: {source}")]
+    RowBound { handler: String, source: DbError },
     #[error("handler {handler}: {source}")]
     Load {
         handler: String,

@@ -119,6 +119,8 @@ pub struct Guard {
     verdicts: Mutex<Verdicts>,
     owned: Owned,
     max_statement_bytes: usize,
+    /// `limits.max_row_bytes`: the largest row and bound value (see `super::work`).
+    max_row_bytes: usize,
 }
 
 impl Guard {
@@ -127,13 +129,20 @@ impl Guard {
         own_schema: &str,
         own_tables: &[String],
         max_statement_bytes: usize,
+        max_row_bytes: usize,
     ) -> Self {
         Self {
             backend,
             verdicts: Mutex::default(),
             owned: Owned::new(own_schema, own_tables),
             max_statement_bytes,
+            max_row_bytes,
         }
+    }
+
+    /// `limits.max_row_bytes`, which also bounds each value a statement binds.
+    pub fn max_row_bytes(&self) -> usize {
+        self.max_row_bytes
     }
 
     /// Ok if the statement may run for this handler.
@@ -195,7 +204,7 @@ impl Guard {
         let ctes = check_dml(statement, &self.owned, self.backend)?;
         if self.backend == Backend::Postgres {
             // The same text as PostgreSQL itself reads it (see `super::postgres`).
-            match super::postgres::check(sql, super::postgres::Mode::RunTime)? {
+            match super::postgres::check(sql, super::postgres::Mode::RunTime, self.max_row_bytes as u64)? {
                 1 => {}
                 n => {
                     return Err(forbidden(format!(
@@ -273,6 +282,7 @@ mod tests {
             schema,
             &["invoices".to_owned(), "customers".to_owned()],
             4096,
+            1 << 20,
         )
     }
 
@@ -347,7 +357,7 @@ mod tests {
     fn a_cte_name_covers_only_the_queries_that_can_see_it() {
         let other = |sql: &str| {
             for backend in [Backend::Sqlite, Backend::Postgres] {
-                let g = Guard::new(backend, "main", &["emails".to_owned()], 4096);
+                let g = Guard::new(backend, "main", &["emails".to_owned()], 4096, 1 << 20);
                 match g.check(sql) {
                     Err(Refusal::Forbidden(m)) => assert!(m.contains("invoices"), "{backend:?}: {m}"),
                     other => panic!("{backend:?} allowed {sql}: {other:?}"),
@@ -363,7 +373,7 @@ mod tests {
         // `TABLE name` is read as what it is (PostgreSQL), or not parsed at all (SQLite).
         for sql in ["SELECT 1 UNION TABLE invoices", "TABLE invoices", "TABLE inbox"] {
             for backend in [Backend::Sqlite, Backend::Postgres] {
-                let g = Guard::new(backend, "main", &["emails".to_owned()], 4096);
+                let g = Guard::new(backend, "main", &["emails".to_owned()], 4096, 1 << 20);
                 assert!(
                     matches!(g.check(sql), Err(Refusal::Forbidden(_))),
                     "{backend:?}: {sql}"
@@ -371,7 +381,7 @@ mod tests {
             }
         }
         // Still allowed: a CTE seen where it is in scope, a recursive one inside itself.
-        let g = Guard::new(Backend::Sqlite, "main", &["emails".to_owned()], 4096);
+        let g = Guard::new(Backend::Sqlite, "main", &["emails".to_owned()], 4096, 1 << 20);
         g.check(
             "WITH invoices AS (SELECT 1 AS a) SELECT * FROM invoices WHERE EXISTS (SELECT 1 FROM invoices)",
         )
@@ -415,7 +425,7 @@ mod tests {
             .check("SELECT * FROM invoices WHERE order_id = $1::text")
             .unwrap();
         // A CTE named with the Kelvin sign is `k`... only to a Unicode fold.
-        let g = Guard::new(Backend::Sqlite, "main", &["emails".to_owned()], 4096);
+        let g = Guard::new(Backend::Sqlite, "main", &["emails".to_owned()], 4096, 1 << 20);
         assert!(
             g.check("WITH \u{212a}eys AS (SELECT 1) SELECT count(*) FROM keys")
                 .is_err()
@@ -529,7 +539,7 @@ mod tests {
         }
         pg.check(
             "SELECT $1::text, CAST($2 AS bigint), $3::numeric(10, 2), DATE '2020-01-01', \
-             $4::timestamp(3) with time zone, $5::text[], i.order_id FROM invoices i",
+             $4::timestamp(3) with time zone, i.order_id FROM invoices i WHERE i.order_id = ANY($5::text[])",
         )
         .unwrap();
     }
@@ -562,7 +572,7 @@ mod tests {
     #[test]
     fn a_statement_nested_past_the_bound_is_refused_and_nothing_overflows() {
         for backend in [Backend::Sqlite, Backend::Postgres] {
-            let g = Guard::new(backend, "main", &["invoices".to_owned()], 64 << 10);
+            let g = Guard::new(backend, "main", &["invoices".to_owned()], 64 << 10, 1 << 20);
             let chain = format!("SELECT 1{}", "+1".repeat((64 << 10) / 2 - 5));
             assert!(chain.len() <= 64 << 10);
             match g.check(&chain) {
@@ -577,7 +587,13 @@ mod tests {
     /// Regression (issue 23): the verdict memory had no byte bound.
     #[test]
     fn the_verdict_memory_is_bounded_in_bytes() {
-        let g = Guard::new(Backend::Sqlite, "main", &["invoices".to_owned()], 1 << 20);
+        let g = Guard::new(
+            Backend::Sqlite,
+            "main",
+            &["invoices".to_owned()],
+            1 << 20,
+            1 << 20,
+        );
         for i in 0..64 {
             let sql = format!("SELECT '{i}{}'", "x".repeat(512 << 10));
             assert!(g.check(&sql).is_ok());

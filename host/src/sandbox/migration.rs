@@ -85,7 +85,7 @@ fn split_checked(backend: Backend, sql: &str) -> Result<Vec<Piece>, Refusal> {
             }
             // And, on PostgreSQL, as PostgreSQL itself reads it.
             if backend == Backend::Postgres {
-                match super::postgres::check(&text, super::postgres::Mode::Migration) {
+                match super::postgres::check(&text, super::postgres::Mode::Migration, SCHEMA_ROW_BYTES) {
                     Ok(1) => {}
                     Ok(n) => {
                         let n = forbidden(format!("PostgreSQL reads {n} statements in its text"));
@@ -102,6 +102,11 @@ fn split_checked(backend: Backend, sql: &str) -> Result<Vec<Piece>, Refusal> {
         })
         .collect()
 }
+
+/// The row bound a migration's expressions are counted at (see
+/// `super::work`): the default of `limits.max_row_bytes`, since a migration
+/// is checked before any handler's limits apply to it.
+const SCHEMA_ROW_BYTES: u64 = crate::config::defaults::MAX_ROW_BYTES as u64;
 
 /// Checks a statement against the tables the handler owns right before it runs.
 pub fn check(piece: &Piece, owned: &Owned) -> Result<(), Refusal> {

@@ -15,6 +15,7 @@ pub mod migration;
 pub mod nesting;
 pub mod postgres;
 mod walk;
+pub mod work;
 
 pub use guard::{Guard, Refusal};
 

@@ -126,10 +126,18 @@ const SINGLE_ARGUMENT: &[&str] = &["btrim", "ltrim", "rtrim", "trim"];
 /// deadline interrupts,
 /// regular expressions (`~`, `~*`, `!~`, `SIMILAR TO`), text search (`@@`),
 /// geometric and network operators.
+/// Not `^` either: on numeric it builds a number of up to 131,072 digits.
 pub const OPERATORS: &[&str] = &[
-    "=", "<>", "<", ">", "<=", ">=", "+", "-", "*", "/", "%", "^", "||", "&", "|", "#", "<<", ">>", "->",
-    "->>", "#>", "#>>", "?",
+    "=", "<>", "<", ">", "<=", ">=", "+", "-", "*", "/", "%", "||", "&", "|", "#", "<<", ">>", "->", "->>",
+    "#>", "#>>", "?",
 ];
+
+/// Functions of [`PURE_FUNCTIONS`] that PostgreSQL may not call, and why.
+const REFUSED_HERE: &[(&str, &str)] = &[(
+    "power",
+    "on numeric it builds a number of up to 131,072 digits, whose arithmetic then takes seconds PostgreSQL \
+     does not interrupt",
+)];
 
 /// PostgreSQL's internal names of the types [`CAST_TYPES`] spells out.
 const INTERNAL_TYPES: &[&str] = &[
@@ -155,8 +163,9 @@ const INTERNAL_TYPES: &[&str] = &[
     "varchar",
 ];
 
-/// Checks `sql` as PostgreSQL reads it; `Ok`: how many statements it holds.
-pub fn check(sql: &str, mode: Mode) -> Result<usize, Refusal> {
+/// Checks `sql` as PostgreSQL reads it, with every row and bound value at
+/// most `row_bytes` (see [`super::work`]); `Ok`: how many statements it holds.
+pub fn check(sql: &str, mode: Mode, row_bytes: u64) -> Result<usize, Refusal> {
     let parsed = pg_query::parse(sql, pg_query::ParserOptions::DEFAULT).map_err(|e| match e {
         pg_query::Error::Decode(_) => Refusal::Limit(
             "PostgreSQL's parse tree of this statement is nested too deeply for the statement guard \
@@ -172,7 +181,27 @@ pub fn check(sql: &str, mode: Mode) -> Result<usize, Refusal> {
         ))
     })?;
     walk(&tree, mode)?;
+    let view = parsed.protobuf.stmts.iter().any(|s| {
+        matches!(
+            s.stmt.as_ref().and_then(|n| n.node.as_ref()),
+            Some(pg_query::NodeEnum::ViewStmt(_))
+        )
+    });
+    if view {
+        super::work::check_view(&tree, row_bytes)?;
+    } else {
+        super::work::check(&tree, row_bytes)?;
+    }
     Ok(statements)
+}
+
+/// The work of one row of `sql` by [`super::work`]'s weights, in nanoseconds
+/// (tests measure the weights against a real server with it).
+pub fn row_work_ns(sql: &str, row_bytes: u64) -> Result<u64, Refusal> {
+    let parsed = pg_query::parse(sql, pg_query::ParserOptions::DEFAULT)
+        .map_err(|e| forbidden(format!("PostgreSQL cannot parse this statement ({e})")))?;
+    let tree = serde_json::to_value(&parsed.protobuf).map_err(|e| forbidden(e.to_string()))?;
+    super::work::row_work_ns(&tree, row_bytes)
 }
 
 /// Where a node stands, for the checks that depend on it.
@@ -321,7 +350,15 @@ fn check_node(kind: &str, node: &Value, place: Place, mode: Mode) -> Result<Plac
         }
         // A column's type runs its input function on every value written to
         // it (a `regclass` column looks up any name it is given).
-        "ColumnDef" => check_type_name(node.get("type_name"), "a column of type")?,
+        "ColumnDef" => check_column_type(node.get("type_name"))?,
+        "Constraint" => check_constraint_name(node.get("conname"))?,
+        "AlterTableCmd" if node.get("subtype").and_then(Value::as_i64) == Some(AT_DROP_CONSTRAINT) => {
+            check_constraint_name(node.get("name"))?
+        }
+        "RenameStmt" if node.get("rename_type").and_then(Value::as_i64) == Some(OBJECT_TABCONSTRAINT) => {
+            check_constraint_name(node.get("subname"))?;
+            check_constraint_name(node.get("newname"))?
+        }
         "List" => return Ok(place),
         _ => {}
     }
@@ -385,6 +422,11 @@ fn check_call(node: &Value, place: Place) -> Result<(), Refusal> {
         return Err(forbidden(format!(
             "function {shown} is not allowed: handlers may call only pure functions on their own rows \
              (PostgreSQL's reading of the statement calls it)"
+        )));
+    }
+    if let Some((_, why)) = REFUSED_HERE.iter().find(|(refused, _)| *refused == name) {
+        return Err(forbidden(format!(
+            "function {name} is not allowed on PostgreSQL: {why}"
         )));
     }
     if node.get("func_variadic").and_then(Value::as_bool) == Some(true) {
@@ -465,6 +507,48 @@ fn check_type_name(type_name: Option<&Value>, what: &str) -> Result<(), Refusal>
     Ok(())
 }
 
+/// `pg_query::protobuf::AlterTableType::AtDropConstraint`.
+const AT_DROP_CONSTRAINT: i64 = pg_query::protobuf::AlterTableType::AtDropConstraint as i64;
+/// `pg_query::protobuf::ObjectType::ObjectTabconstraint`.
+const OBJECT_TABCONSTRAINT: i64 = pg_query::protobuf::ObjectType::ObjectTabconstraint as i64;
+
+/// The host keeps constraints of its own on a handler's tables (the row
+/// bound, `db::migrate::bound_rows`) under its reserved names.
+fn check_constraint_name(name: Option<&Value>) -> Result<(), Refusal> {
+    match name.and_then(Value::as_str) {
+        Some(name) if super::is_reserved(name) => Err(forbidden(format!(
+            "constraint name {name} is kept for the host's own constraints (names starting with {})",
+            super::RESERVED_PREFIXES.join(", ")
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// A column's type: a plain type (see [`check_type_name`]), not an array
+/// (see [`super::work`]: an array may stand only where its elements are
+/// visited once), and a numeric with its precision, so that no stored number
+/// has more than [`super::work::COLUMN_DIGITS`] digits.
+fn check_column_type(type_name: Option<&Value>) -> Result<(), Refusal> {
+    check_type_name(type_name, "a column of type")?;
+    let list = |f: &str| {
+        type_name
+            .and_then(|t| t.get(f))
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len)
+    };
+    if list("array_bounds") > 0 {
+        return Err(forbidden(
+            "a column of an array type is not allowed on PostgreSQL: an operator over an array (such as \
+             jsonb - text[]) loops over both sides without interruption; use a table of rows, or jsonb",
+        ));
+    }
+    let parts = strings(type_name.and_then(|t| t.get("names")));
+    if matches!(catalog_name(&parts), Some("numeric" | "decimal")) && list("typmods") == 0 {
+        return Err(super::work::bare_numeric("a column of type"));
+    }
+    Ok(())
+}
+
 fn forbidden(message: impl Into<String>) -> Refusal {
     Refusal::Forbidden(message.into())
 }
@@ -475,7 +559,7 @@ mod tests {
 
     /// As the guard calls it: on its own stack.
     fn checked(sql: &str, mode: Mode) -> Result<usize, Refusal> {
-        super::super::nesting::on_guard_stack(|| check(sql, mode))
+        super::super::nesting::on_guard_stack(|| check(sql, mode, 1 << 20))
     }
 
     fn allowed(sql: &str) {
@@ -578,14 +662,17 @@ mod tests {
 
     #[test]
     fn statements_are_counted_as_postgres_splits_them() {
-        assert_eq!(check("SELECT 1; SELECT 2", Mode::RunTime), Ok(2));
+        assert_eq!(check("SELECT 1; SELECT 2", Mode::RunTime, 1 << 20), Ok(2));
         // A nested block comment is one comment to PostgreSQL.
-        assert_eq!(check("SELECT 1 /* a /* b */ ; SELECT 2 */", Mode::RunTime), Ok(1));
+        assert_eq!(
+            check("SELECT 1 /* a /* b */ ; SELECT 2 */", Mode::RunTime, 1 << 20),
+            Ok(1)
+        );
     }
 
     #[test]
     fn migrations_may_hold_their_ddl_with_the_same_expression_rules() {
-        let ok = |sql: &str| assert_eq!(check(sql, Mode::Migration), Ok(1), "{sql}");
+        let ok = |sql: &str| assert_eq!(check(sql, Mode::Migration, 1 << 20), Ok(1), "{sql}");
         ok(
             "CREATE TABLE emails (id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, body TEXT DEFAULT lower('X') CHECK (length(body) < 100))",
         );
@@ -593,7 +680,7 @@ mod tests {
         ok("ALTER TABLE emails ADD COLUMN extra TEXT DEFAULT ''");
         ok("CREATE VIEW recent AS SELECT * FROM emails");
         ok("DROP TABLE emails");
-        let refused = |sql: &str, because: &str| match check(sql, Mode::Migration) {
+        let refused = |sql: &str, because: &str| match check(sql, Mode::Migration, 1 << 20) {
             Err(Refusal::Forbidden(m)) => assert!(m.contains(because), "{sql}: {m}"),
             other => panic!("{sql}: {other:?}"),
         };
@@ -609,8 +696,8 @@ mod tests {
         refused("CREATE TABLE t (a regclass)", "a column of type");
         refused("CREATE TABLE t (id SERIAL PRIMARY KEY)", "identity column");
         refused("ALTER TABLE t ADD COLUMN a tsquery", "a column of type");
-        ok("CREATE TABLE t (a TIMESTAMPTZ, b NUMERIC(10, 2), c VARCHAR(20)[], d JSONB, e UUID, f BYTEA)");
-        assert!(check("CREATE TABLE t (a TEXT)", Mode::RunTime).is_err());
+        ok("CREATE TABLE t (a TIMESTAMPTZ, b NUMERIC(10, 2), c VARCHAR(20), d JSONB, e UUID, f BYTEA)");
+        assert!(check("CREATE TABLE t (a TEXT)", Mode::RunTime, 1 << 20).is_err());
     }
 
     /// libpg_query and its tree's reader recurse per level, past a
@@ -620,12 +707,14 @@ mod tests {
     #[test]
     fn a_chain_at_the_nesting_bound_is_a_limit_not_a_crash() {
         let chain = format!("SELECT 1{}", "+1".repeat(super::super::nesting::MAX_NESTING - 10));
-        let checked = super::super::nesting::on_guard_stack(|| check(&chain, Mode::RunTime));
+        let checked = super::super::nesting::on_guard_stack(|| check(&chain, Mode::RunTime, 1 << 20));
         assert!(matches!(checked, Err(Refusal::Limit(_))), "{checked:?}");
         // The longest chain it reads.
         let longest = super::super::nesting::on_guard_stack(|| {
             Ok((1..200)
-                .take_while(|n| check(&format!("SELECT 1{}", "+1".repeat(*n)), Mode::RunTime).is_ok())
+                .take_while(|n| {
+                    check(&format!("SELECT 1{}", "+1".repeat(*n)), Mode::RunTime, 1 << 20).is_ok()
+                })
                 .last())
         })
         .unwrap();

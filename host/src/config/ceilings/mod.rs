@@ -47,6 +47,9 @@ pub struct CeilingsConfig {
     /// `limits.max_payload_bytes`; team default 4194304.
     #[serde(default)]
     pub max_payload_bytes: Option<u64>,
+    /// `limits.max_row_bytes`; team default 8388608.
+    #[serde(default)]
+    pub max_row_bytes: Option<u64>,
     /// `limits.max_outbox_messages`; team default 1000.
     #[serde(default)]
     pub max_outbox_messages: Option<u64>,
@@ -162,6 +165,15 @@ const CEILINGS: &[Ceiling] = &[
         team: defaults::TEAM_CEILING_MAX_PAYLOAD_BYTES,
         configured: |c| c.max_payload_bytes,
         value: |h| h.limits.max_payload_bytes as u64,
+    },
+    Ceiling {
+        name: "max_row_bytes",
+        setting: "limits.max_row_bytes",
+        min: 1024,
+        global_max: Some(defaults::GLOBAL_MAX_ROW_BYTES),
+        team: defaults::TEAM_CEILING_MAX_ROW_BYTES,
+        configured: |c| c.max_row_bytes,
+        value: |h| h.limits.max_row_bytes as u64,
     },
     Ceiling {
         name: "max_outbox_messages",

@@ -454,5 +454,8 @@ fn short(text: &str) -> String {
     }
 }
 
+mod row_bound;
+pub use row_bound::bound_rows;
+
 #[cfg(test)]
 mod tests;

@@ -70,6 +70,14 @@ impl Walls {
         }
     }
 
+    /// SQLite: the largest string, blob or row the handler's statements may
+    /// make (`limits.max_row_bytes`; PostgreSQL holds its tables to it by a
+    /// `CHECK`, see `migrate::bound_rows`).
+    pub fn with_max_row_bytes(mut self, bytes: usize) -> Self {
+        self.policy = Arc::new(Policy::clone(&self.policy).with_max_length(bytes));
+        self
+    }
+
     /// A handler's run-time walls, with the tables it owns now.
     pub async fn load(db: &Database, handler: &str, statement_timeout: Duration) -> Result<Self, DbError> {
         let own = migrate::own_tables(db, handler).await?;

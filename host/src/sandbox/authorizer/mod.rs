@@ -58,11 +58,13 @@ const ALTER_FUNCTIONS: &[&str] = &[
 ];
 
 /// One handler's allowlist.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Policy {
     scope: Scope,
     /// Lower-case names of the handler's own tables and views.
     own: HashSet<String>,
+    /// SQLITE_LIMIT_LENGTH inside the walls: `limits.max_row_bytes`.
+    max_length: c_int,
 }
 
 impl Policy {
@@ -70,7 +72,14 @@ impl Policy {
         Self {
             scope,
             own: own_tables.iter().map(|t| t.to_ascii_lowercase()).collect(),
+            max_length: crate::config::defaults::MAX_ROW_BYTES as c_int,
         }
+    }
+
+    /// The largest string, blob or row the handler's statements may make.
+    pub fn with_max_length(mut self, bytes: usize) -> Self {
+        self.max_length = c_int::try_from(bytes).unwrap_or(c_int::MAX);
+        self
     }
 
     fn owns(&self, table: Option<&str>) -> bool {
@@ -183,7 +192,7 @@ pub struct ConnectionWalls {
 impl ConnectionWalls {
     /// Puts a handler's walls up until [`ConnectionWalls::leave`].
     pub fn enter(&self, policy: Arc<Policy>, deadline: Instant) {
-        self.set_max_length(GUEST_MAX_LENGTH);
+        self.set_max_length(policy.max_length);
         *self.policy.lock().unwrap_or_else(|p| p.into_inner()) = Some(policy);
         *self.creating.lock().unwrap_or_else(|p| p.into_inner()) = Creating::default();
         self.interrupted.store(false, Ordering::Relaxed);
@@ -287,14 +296,11 @@ fn nanos(at: Instant) -> u64 {
     at.saturating_duration_since(clock()).as_nanos() as u64
 }
 
-/// The largest string or blob a handler's statement may make (SQLite's own
-/// default is 1 GB): doubling a string in a recursive CTE reached gigabytes
-/// of host memory in a few hundred steps, before any deadline look.
-const GUEST_MAX_LENGTH: c_int = 64 << 20;
-
 /// Virtual-machine steps between two looks at the clock. Most steps take
-/// nanoseconds, but one function call over a value at [`GUEST_MAX_LENGTH`]
-/// is one step of tens of milliseconds, and a row can hold thousands of
+/// nanoseconds, but one function call over a value at the policy's
+/// `max_length` (`limits.max_row_bytes`; SQLite's own default is 1 GB, and
+/// doubling a string in a recursive CTE reached gigabytes of host memory in a
+/// few hundred steps) is one step of tens of milliseconds, and a row can hold thousands of
 /// them (an adversarial read, issue 23: at 10,000 steps a statement could
 /// overrun its deadline by minutes). A look is an atomic load and a vDSO
 /// clock read, so looking every 100 steps costs nothing measurable.

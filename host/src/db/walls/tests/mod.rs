@@ -11,6 +11,7 @@ use crate::sandbox::authorizer::Scope;
 use std::time::Duration;
 
 mod handler_sessions;
+mod row_work;
 
 /// The pipeline's savepoint name for a guest call; replay uses another.
 const CALL: &str = "inboxd_guest";

@@ -1,0 +1,233 @@
+//! PostgreSQL's per-row work bound (issue 23): every handler table holds
+//! rows of at most `limits.max_row_bytes`, whatever the handler's SQL does,
+//! and every function and operator the guard allows finishes, at the
+//! limits, within the time the guard counts for it (`sandbox::work`). Each
+//! test returns at once when `INBOXD_TEST_POSTGRES` is not set.
+
+use super::*;
+use crate::sandbox::postgres::row_work_ns;
+use std::time::Instant;
+
+/// Regression (an adversarial read, issue 23): `UPDATE t SET v = v || v`,
+/// event after event, grew a stored value towards PostgreSQL's 1 GB, over
+/// which one row's calls then ran past every deadline.
+#[tokio::test]
+async fn postgres_a_handlers_rows_are_held_to_the_row_bound_whatever_its_sql_does() {
+    let Some(db) = crate::db::test_support::postgres_db().await else {
+        return;
+    };
+    let h = handler(&db, "wt_bound").await;
+    let name = h.handler();
+    assert_eq!(
+        migrate::bound_rows(&db, name, 64 << 10).await.unwrap(),
+        vec![format!("{name}_t")]
+    );
+    assert!(
+        migrate::bound_rows(&db, name, 64 << 10).await.unwrap().is_empty(),
+        "kept, not re-added"
+    );
+    // A second migration adds a text column: the bound covers it unchanged.
+    let more = Migration::new(
+        "0002_more.sql",
+        format!("ALTER TABLE {name}_t ADD COLUMN v TEXT;"),
+    )
+    .unwrap();
+    let mut tx = db.begin_migration(name).await.unwrap();
+    assert!(migrate::apply_one(&mut tx, name, &more).await.unwrap());
+    tx.commit().await.unwrap();
+    assert!(migrate::bound_rows(&db, name, 64 << 10).await.unwrap().is_empty());
+
+    let h = Walls::load(&db, name, Duration::from_secs(5)).await.unwrap();
+    let insert = format!("INSERT INTO {name}_t (a, v) VALUES (1, $1)");
+    let grow = format!("UPDATE {name}_t SET v = v || v");
+    let mut tx = db.begin_guest(name).await.unwrap();
+    tx.enter_guest(CALL, &h).await.unwrap();
+    tx.guest_execute(&insert, &["x".repeat(40 << 10).into()])
+        .await
+        .unwrap();
+    let err = tx.guest_execute(&grow, &[]).await.unwrap_err();
+    assert!(err.to_string().contains("inboxd_row_bound"), "{err}");
+    tx.rollback().await.unwrap();
+
+    // Its migrations cannot take the bound off; were one to slip past the
+    // guard, the host puts it back when it next loads the handler.
+    let drop = Migration::new(
+        "0003_drop.sql",
+        format!("ALTER TABLE {name}_t DROP CONSTRAINT inboxd_row_bound;"),
+    )
+    .unwrap();
+    let mut tx = db.begin_migration(name).await.unwrap();
+    let err = migrate::apply_one(&mut tx, name, &drop).await.unwrap_err();
+    assert!(err.to_string().contains("kept for the host"), "{err}");
+    tx.rollback().await.unwrap();
+    let mut tx = db.begin_migration(name).await.unwrap();
+    tx.execute(
+        &format!("ALTER TABLE {name}_t DROP CONSTRAINT inboxd_row_bound"),
+        &[],
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        migrate::bound_rows(&db, name, 64 << 10).await.unwrap(),
+        vec![format!("{name}_t")]
+    );
+
+    // A lower bound than a stored row: refused, naming the table and the limit.
+    let mut tx = db.begin_guest(name).await.unwrap();
+    tx.enter_guest(CALL, &h).await.unwrap();
+    tx.guest_execute(&insert, &["y".repeat(40 << 10).into()])
+        .await
+        .unwrap();
+    tx.exit_guest(CALL, true).await.unwrap();
+    tx.commit().await.unwrap();
+    let err = migrate::bound_rows(&db, name, 16 << 10)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&format!("{name}_t")) && err.contains("16384"),
+        "{err}"
+    );
+    assert_eq!(
+        migrate::bound_rows(&db, name, 1 << 20).await.unwrap(),
+        vec![format!("{name}_t")]
+    );
+}
+
+/// Every function and operator the guard allows on PostgreSQL, over values
+/// at the row bound, finishes within the time the guard counts for it (its
+/// weights are upper bounds, or a statement the guard admits could run past
+/// its deadline). Each statement repeats its call so the call's time, not
+/// the round trip's, is what is measured; `SLACK` covers the round trip and
+/// reading the row.
+#[tokio::test]
+async fn postgres_every_function_at_the_limits_finishes_within_its_counted_time() {
+    let Some(db) = crate::db::test_support::postgres_db().await else {
+        return;
+    };
+    const ROW: u64 = 1 << 20;
+    const SLACK: Duration = Duration::from_millis(40);
+    // One row per column at the limit: multibyte text, JSON with many
+    // members (as jsonb and as text), bytes, and the widest numeric.
+    db.query(
+        "CREATE TABLE IF NOT EXISTS public.wt_limits AS SELECT
+           repeat('aé€', 100000)::text AS v,
+           (SELECT jsonb_object_agg('k' || g, g) FROM generate_series(1, 60000) g) AS j,
+           (SELECT json_object_agg('k' || g, g)::text FROM generate_series(1, 60000) g) AS jt,
+           decode(repeat('ab', 500000), 'hex') AS b,
+           repeat('9', 1000)::numeric(1000, 0) AS n,
+           now() AS ts",
+        &[],
+    )
+    .await
+    .unwrap();
+    let cases: Vec<String> = [
+        "md5(v)",
+        "length(upper(v))",
+        "length(lower(v))",
+        "char_length(v)",
+        "length(v)",
+        "length(substr(v, 200000, 10))",
+        "length(substring(v FROM 200000 FOR 10))",
+        "length(left(v, -10))",
+        "length(right(v, 10))",
+        "length(trim(v))",
+        "length(ltrim(v))",
+        "length(rtrim(v))",
+        "length(concat(v, v))",
+        "length(concat_ws(',', v, v))",
+        "length(coalesce(v, v))",
+        "length(nullif(v, v || 'x'))",
+        "length(greatest(v, v || 'x'))",
+        "length(least(v, v || 'x'))",
+        "v = v || ''",
+        "v <> v || 'x'",
+        "v < v || 'x'",
+        "v >= v || 'x'",
+        "length(v || v)",
+        "jt::json ->> 'k59999'",
+        "jt::jsonb ? 'k1'",
+        "length(j::text)",
+        "(j -> 'k59999') IS NULL",
+        "j ->> 'k59999'",
+        "(j #> '{k59999}') IS NULL",
+        "j #>> '{k59999}'",
+        "j ? 'k59999'",
+        "length((j - 'k5')::text)",
+        "length((j || j)::text)",
+        "j = j",
+        "length(json_build_object('a', v)::text)",
+        "length(jsonb_build_object('a', v)::text)",
+        "length(json_build_array(v, v)::text)",
+        "length(jsonb_build_array(v)::text)",
+        "length(b::text)",
+        "length(v::bytea)",
+        "md5(b)",
+        "length((n * n)::text)",
+        "length((n / 7)::text)",
+        "length((n % 7)::text)",
+        "length(mod(n, n)::text)",
+        "length(sqrt(n)::text)",
+        "length(round(n, -500)::text)",
+        "length(trunc(n)::text)",
+        "abs(n) > 0",
+        "ceil(n) > 0",
+        "floor(n) > 0",
+        "sign(n) > 0",
+        "length((n + n)::text)",
+        "length((n - n)::text)",
+        "length(to_char(ts, repeat('YYYY ', 1000)))",
+        "date_part('year', ts) > 0",
+        "date_trunc('day', ts) IS NULL",
+        "length(v::varchar)",
+        "length(CASE WHEN v = v THEN v END)",
+    ]
+    .iter()
+    .map(|call| {
+        // Twice where the guard admits it, so the calls dominate the round trip.
+        let twice = format!("SELECT {call}, {call} FROM public.wt_limits");
+        match row_work_ns(&twice, ROW) {
+            Ok(ns) if ns <= crate::sandbox::work::ROW_WORK_NS => twice,
+            _ => format!("SELECT {call} FROM public.wt_limits"),
+        }
+    })
+    .chain([
+        "SELECT count(v), length(max(v)), length(min(v)), sum(n) > 0, avg(n) > 0 FROM public.wt_limits"
+            .to_owned(),
+        "SELECT v IN ($1, $2, $3) FROM public.wt_limits".to_owned(),
+        "SELECT v BETWEEN $1 AND $2 FROM public.wt_limits".to_owned(),
+        "SELECT lag(v) OVER (ORDER BY ts), row_number() OVER () FROM public.wt_limits".to_owned(),
+        format!("SELECT length(({0} * {0})::text)", "7".repeat(40_000)),
+        format!(
+            "SELECT length(({} / {})::text)",
+            "7".repeat(80_000),
+            "3".repeat(40_000)
+        ),
+    ])
+    .collect();
+    let params: Vec<SqlValue> = (0..3).map(|_| "aé€".repeat(100_000).into()).collect();
+    let mut worst = (0.0, String::new());
+    for sql in &cases {
+        let counted = Duration::from_nanos(row_work_ns(sql, ROW).unwrap_or_else(|e| panic!("{sql}: {e}")));
+        assert!(
+            counted.as_nanos() <= u128::from(crate::sandbox::work::ROW_WORK_NS),
+            "{sql}"
+        );
+        let used = params[..sql.matches('$').count()].to_vec();
+        let started = Instant::now();
+        db.query(sql, &used)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let took = started.elapsed();
+        let share = took.as_secs_f64() / (counted + SLACK).as_secs_f64();
+        if share > worst.0 {
+            worst = (share, sql.chars().take(120).collect());
+        }
+        assert!(
+            took <= counted + SLACK,
+            "{sql:.200}\n  took {took:?}; the guard counts {counted:?} (+{SLACK:?})"
+        );
+    }
+    eprintln!("worst share of the counted time: {:.2} ({})", worst.0, worst.1);
+}

@@ -1,0 +1,747 @@
+//! The work PostgreSQL may do on one row of a handler's statement without
+//! looking at the deadline, bounded before the statement runs.
+//!
+//! PostgreSQL acts on a cancel (`statement_timeout`, `pg_cancel_backend`, even
+//! `pg_terminate_backend`) only at its interrupt checks, which fall between
+//! rows, not inside the evaluation of one row's expressions. So a statement
+//! that calls `md5(v)` a thousand times over a large `v` runs past every
+//! deadline (an adversarial read, issue 23). This module bounds that work:
+//! every call, operator and cast costs its measured time per byte of input
+//! ([`LIGHT`], [`HEAVY`]), and numeric multiplication and division cost per
+//! pair of digit groups ([`DIGIT_PAIR`]), over sizes that the limits bound:
+//!
+//! - a column, a whole row or `*` is at most `limits.max_row_bytes` as text:
+//!   the host holds every table of a handler to it with a `CHECK` on the whole
+//!   row (`db::migrate::bound_rows`); a bound parameter is held to it by the
+//!   SQL capability;
+//! - a value a subquery or CTE computes is bounded by its expression, and the
+//!   bound is carried to every reference of a derived column until it is
+//!   stable (a recursive CTE whose values grow never is, and is refused);
+//! - a numeric column has at most 1,000 digits: a migration must say
+//!   `numeric(p, s)`, and a cast to numeric must too (`sandbox::postgres`);
+//! - an array may stand only where its elements are visited once each
+//!   (`unnest(...)`, `= ANY(...)`), so no operator meets one (`jsonb - text[]`
+//!   is a nested loop over both).
+//!
+//! The work of one *query block* (one SELECT's target list, filters and
+//! aggregates, or one row of VALUES) must stay within [`ROW_WORK_NS`]: a
+//! statement past it is refused with the bound named. The weights are this
+//! machine's measured costs with a margin (`tests::every_function_at_the_limits`
+//! in `db::walls` checks them on a real server); what is not per row (a sort's
+//! comparisons) is bounded by the session's `work_mem`.
+
+use super::guard::Refusal;
+use serde_json::{Map, Value};
+
+/// One row's uninterruptible work may take this long, by the weights below.
+pub const ROW_WORK_NS: u64 = 1_000_000_000;
+
+/// Nanoseconds per byte of input of the cheap calls, operators and casts:
+/// `=`, `<>`, arithmetic, `md5`, `length`, `substr`, `trim`, `left`, `right`,
+/// casts to anything but JSON (measured at most 6 ns per byte on 6 MiB values).
+const LIGHT: u64 = 12;
+/// Nanoseconds per byte of collation-aware work: `<` and kin, `upper`,
+/// `lower`, `concat` (measured at most 12 ns per byte, with an ICU collation).
+const COLLATED: u64 = 32;
+/// Nanoseconds per byte of everything else: JSON parsing (`->>` on text,
+/// casts to json and jsonb), `||` (on jsonb: measured 34 ns per byte).
+const HEAVY: u64 = 64;
+/// Nanoseconds per pair of base-10,000 digit groups of a numeric
+/// multiplication, division or remainder (measured 1.5).
+const DIGIT_PAIR: u64 = 3;
+
+/// Digits of a number from a column: `numeric(p, s)` has p <= 1000.
+pub const COLUMN_DIGITS: u64 = 1_000;
+/// Digits of an integer or floating-point value.
+const NUMBER_DIGITS: u64 = 20;
+/// PostgreSQL's own bound on a numeric's digits (131,072 before the point,
+/// 16,383 after).
+const MAX_DIGITS: u64 = 147_455;
+
+/// Calls that cost [`LIGHT`] per byte.
+const LIGHT_CALLS: &[&str] = &[
+    "abs",
+    "avg",
+    "btrim",
+    "ceil",
+    "ceiling",
+    "char_length",
+    "coalesce",
+    "count",
+    "floor",
+    "gen_random_uuid",
+    "left",
+    "length",
+    "ltrim",
+    "md5",
+    "mod",
+    "nullif",
+    "right",
+    "round",
+    "rtrim",
+    "sign",
+    "sqrt",
+    "substr",
+    "substring",
+    "sum",
+    "trim",
+    "trunc",
+];
+/// Calls that cost [`COLLATED`] per byte.
+const COLLATED_CALLS: &[&str] = &[
+    "concat",
+    "concat_ws",
+    "date_part",
+    "date_trunc",
+    "extract",
+    "greatest",
+    "least",
+    "lower",
+    "max",
+    "min",
+    "to_char",
+    "to_timestamp",
+    "upper",
+];
+/// Operators that cost [`LIGHT`] per byte.
+const LIGHT_OPERATORS: &[&str] = &["=", "<>", "+", "-", "*", "/", "%", "&", "|", "#", "<<", ">>", "?"];
+/// Operators that cost [`COLLATED`] per byte.
+const COLLATED_OPERATORS: &[&str] = &["<", ">", "<=", ">="];
+/// Calls whose result can be as long as all their arguments together.
+const CONCATENATING: &[&str] = &["concat", "concat_ws"];
+/// Calls that write their arguments as JSON: an escaped character takes up
+/// to six bytes (`\u0001`).
+const JSON_BUILDING: &[&str] = &[
+    "json_array",
+    "json_build_array",
+    "json_build_object",
+    "json_object",
+    "jsonb_build_array",
+    "jsonb_build_object",
+];
+
+/// Upper bounds of one value: bytes as text, and digits if it is a number.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Size {
+    bytes: u64,
+    digits: u64,
+}
+
+impl Size {
+    const SMALL: Size = Size {
+        bytes: 32,
+        digits: NUMBER_DIGITS,
+    };
+
+    fn max(self, other: Size) -> Size {
+        Size {
+            bytes: self.bytes.max(other.bytes),
+            digits: self.digits.max(other.digits),
+        }
+    }
+}
+
+/// Checks the work of one row of the statement `tree` (PostgreSQL's parse
+/// tree as JSON), with every stored row and bound value at most `row_bytes`.
+pub fn check(tree: &Value, row_bytes: u64) -> Result<(), Refusal> {
+    let ns = row_work_ns(tree, row_bytes)?;
+    if ns > ROW_WORK_NS {
+        return Err(too_much(ns, row_bytes));
+    }
+    Ok(())
+}
+
+/// The most work, in nanoseconds by the weights, that one row of one block
+/// of the statement may take.
+pub fn row_work_ns(tree: &Value, row_bytes: u64) -> Result<u64, Refusal> {
+    let mut derived = row_bytes;
+    // Each round carries the largest value a subquery or CTE computes to
+    // every reference of a derived column; a chain of n queries is stable
+    // after n + 1 rounds, so a bound that still grows then grows by recursion.
+    let queries = count_queries(tree);
+    for _ in 0..=queries + 1 {
+        let mut walk = Walk {
+            row_bytes,
+            derived,
+            ..Walk::default()
+        };
+        walk.open();
+        walk.visit(tree)?;
+        walk.close();
+        if walk.worst_block > ROW_WORK_NS {
+            return Ok(walk.worst_block);
+        }
+        let next = walk.inner_output.max(row_bytes);
+        if next == derived {
+            return Ok(walk.worst_block);
+        }
+        derived = next;
+    }
+    Err(Refusal::Limit(format!(
+        "a subquery or CTE of this statement builds values that grow without a bound PostgreSQL would \
+         interrupt (concatenation in a recursive CTE, or repeated through derived tables); the statement \
+         guard counts every value at up to limits.max_row_bytes ({row_bytes} bytes): build the value in \
+         steps, one statement each"
+    )))
+}
+
+/// Checks a view's query: PostgreSQL runs a view's output expressions
+/// inside the statements that read it (where several views' add up in one
+/// row, unseen by [`check`]), so a view may only select and rename columns.
+/// Its filters and joins run in nodes of their own, row by row, and are
+/// held to [`check`]'s bound.
+pub fn check_view(tree: &Value, row_bytes: u64) -> Result<(), Refusal> {
+    let mut stack = vec![tree];
+    while let Some(value) = stack.pop() {
+        match value {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(fields) => {
+                if let Some(targets) = fields.get("target_list") {
+                    let mut walk = Walk {
+                        row_bytes,
+                        derived: row_bytes,
+                        ..Walk::default()
+                    };
+                    walk.open();
+                    walk.visit(targets)?;
+                    walk.close();
+                    if walk.worst_block > 0 {
+                        return Err(Refusal::Forbidden(
+                            "a view on PostgreSQL may only select and rename columns (no calls, operators \
+                             or casts in its SELECT list): PostgreSQL runs those expressions inside the \
+                             statements that read the view, where the statement guard cannot count their \
+                             work; compute them in the handler's statements"
+                                .into(),
+                        ));
+                    }
+                }
+                stack.extend(fields.values());
+            }
+            _ => {}
+        }
+    }
+    check(tree, row_bytes)
+}
+
+fn too_much(ns: u64, row_bytes: u64) -> Refusal {
+    Refusal::Limit(format!(
+        "this statement may work up to {} ms on one row, which PostgreSQL does not interrupt at the \
+         event's deadline (the bound is {} ms, counting every column and parameter at up to \
+         limits.max_row_bytes = {row_bytes} bytes and every numeric column at {COLUMN_DIGITS} digits): \
+         split it into smaller statements, or lower limits.max_row_bytes",
+        ns / 1_000_000,
+        ROW_WORK_NS / 1_000_000
+    ))
+}
+
+fn count_queries(value: &Value) -> u64 {
+    let mut stack = vec![value];
+    let mut n = 0;
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(fields) => {
+                n += u64::from(fields.contains_key("target_list") || fields.contains_key("values_lists"));
+                stack.extend(fields.values());
+            }
+            _ => {}
+        }
+    }
+    n
+}
+
+#[derive(Default)]
+struct Walk {
+    row_bytes: u64,
+    /// The bound of a column reference this round.
+    derived: u64,
+    /// Work of the query blocks being visited, innermost last.
+    blocks: Vec<u64>,
+    worst_block: u64,
+    /// Nesting of subqueries and CTEs around the node being visited.
+    depth: u32,
+    /// The largest value a nested query outputs.
+    inner_output: u64,
+    /// The next node may be an array: it is the argument of a function in
+    /// FROM, or the array of `= ANY (...)`.
+    array_ok: bool,
+    /// The next call is a function in FROM.
+    from_function: bool,
+}
+
+impl Walk {
+    fn charge(&mut self, ns: u64) {
+        if let Some(block) = self.blocks.last_mut() {
+            *block = block.saturating_add(ns);
+        }
+    }
+
+    fn open(&mut self) {
+        self.blocks.push(0);
+    }
+
+    fn close(&mut self) {
+        let work = self.blocks.pop().unwrap_or_default();
+        self.worst_block = self.worst_block.max(work);
+    }
+
+    /// Visits anything: a node, a list or a plain message.
+    fn visit(&mut self, value: &Value) -> Result<Size, Refusal> {
+        match value {
+            Value::Array(items) => {
+                let mut size = Size::default();
+                for item in items {
+                    size = size.max(self.visit(item)?);
+                }
+                Ok(size)
+            }
+            Value::Object(fields) => match node(fields) {
+                Some((kind, inner)) => self.node(kind, inner),
+                None => self.fields(fields),
+            },
+            _ => Ok(Size::default()),
+        }
+    }
+
+    fn fields(&mut self, fields: &Map<String, Value>) -> Result<Size, Refusal> {
+        if fields.contains_key("target_list") || fields.contains_key("values_lists") {
+            return self.query(fields);
+        }
+        let mut size = Size::default();
+        for value in fields.values() {
+            size = size.max(self.visit(value)?);
+        }
+        Ok(size)
+    }
+
+    fn field(&mut self, fields: &Map<String, Value>, name: &str) -> Result<Size, Refusal> {
+        fields.get(name).map_or(Ok(Size::default()), |v| self.visit(v))
+    }
+
+    /// A list field's items, each sized.
+    fn items(&mut self, fields: &Map<String, Value>, name: &str) -> Result<Vec<Size>, Refusal> {
+        match fields.get(name) {
+            Some(Value::Array(items)) => items.iter().map(|item| self.visit(item)).collect(),
+            Some(other) => Ok(vec![self.visit(other)?]),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// A SELECT (or INSERT/UPDATE/DELETE with RETURNING): one block, each
+    /// VALUES row a block of its own; returns its largest output value.
+    fn query(&mut self, fields: &Map<String, Value>) -> Result<Size, Refusal> {
+        let mut output = Size::default();
+        self.open();
+        for (name, value) in fields {
+            match name.as_str() {
+                "target_list" | "returning_list" => output = output.max(self.visit(value)?),
+                "values_lists" => {
+                    for row in value.as_array().into_iter().flatten() {
+                        self.open();
+                        output = output.max(self.visit(row)?);
+                        self.close();
+                    }
+                }
+                _ => {
+                    self.visit(value)?;
+                }
+            }
+        }
+        self.close();
+        if self.depth > 0 {
+            self.inner_output = self.inner_output.max(output.bytes);
+        }
+        Ok(output)
+    }
+
+    fn nested(&mut self, value: Option<&Value>) -> Result<Size, Refusal> {
+        self.depth += 1;
+        let size = value.map_or(Ok(Size::default()), |v| self.visit(v));
+        self.depth -= 1;
+        size
+    }
+
+    fn node(&mut self, kind: &str, n: &Map<String, Value>) -> Result<Size, Refusal> {
+        if !std::mem::take(&mut self.array_ok) && is_array(kind, n) {
+            return Err(Refusal::Forbidden(
+                "an array is allowed only as the argument of a function in FROM (unnest(...)) and in \
+                 = ANY (...) / <> ALL (...): anywhere else it can reach an operator that loops over both \
+                 sides (jsonb - text[]), which PostgreSQL does not interrupt"
+                    .into(),
+            ));
+        }
+        let from_function = std::mem::take(&mut self.from_function);
+        let column = Size {
+            bytes: self.derived,
+            digits: COLUMN_DIGITS,
+        };
+        Ok(match kind {
+            "ColumnRef" | "AStar" => column,
+            "ParamRef" => Size {
+                bytes: self.row_bytes,
+                digits: NUMBER_DIGITS,
+            },
+            "AConst" => literal(n),
+            "TypeCast" => {
+                let arg = self.field(n, "arg")?;
+                let (size, weight) = cast(n.get("type_name"), arg)?;
+                self.charge(weight.saturating_mul(arg.bytes));
+                size
+            }
+            "FuncCall" => self.call(n, from_function)?,
+            "RangeFunction" => {
+                for (name, value) in n {
+                    if name == "functions" {
+                        // Each is a List of the call and its column definitions.
+                        for list in value.as_array().into_iter().flatten() {
+                            let items = list.pointer("/node/List/items").and_then(Value::as_array);
+                            for (i, item) in items.into_iter().flatten().enumerate() {
+                                self.from_function = i == 0;
+                                self.visit(item)?;
+                            }
+                        }
+                    } else {
+                        self.visit(value)?;
+                    }
+                }
+                Size::default()
+            }
+            "AExpr" => self.operator(n)?,
+            "MinMaxExpr" => {
+                let args = self.items(n, "args")?;
+                self.charge(COLLATED.saturating_mul(total(&args)));
+                args.iter().fold(Size::default(), |a, b| a.max(*b))
+            }
+            "CaseExpr" => {
+                let arg = self.field(n, "arg")?;
+                let mut result = self.field(n, "defresult")?;
+                for when in n.get("args").and_then(Value::as_array).into_iter().flatten() {
+                    let Some(("CaseWhen", when)) = when.as_object().and_then(node) else {
+                        continue;
+                    };
+                    let test = self.field(when, "expr")?;
+                    if arg.bytes > 0 {
+                        self.charge(LIGHT.saturating_mul(arg.bytes.saturating_add(test.bytes)));
+                    }
+                    result = result.max(self.field(when, "result")?);
+                }
+                result
+            }
+            "RowExpr" | "AArrayExpr" => {
+                let items = self.items(n, if kind == "RowExpr" { "args" } else { "elements" })?;
+                Size {
+                    bytes: total(&items).saturating_add(8 * items.len() as u64),
+                    digits: NUMBER_DIGITS,
+                }
+            }
+            "SubLink" => self.sublink(n)?,
+            "RangeSubselect" | "CommonTableExpr" => {
+                let query = if kind == "RangeSubselect" {
+                    "subquery"
+                } else {
+                    "ctequery"
+                };
+                for (name, value) in n {
+                    if name == query {
+                        self.nested(Some(value))?;
+                    } else {
+                        self.visit(value)?;
+                    }
+                }
+                Size::default()
+            }
+            "NullTest" | "BooleanTest" | "BoolExpr" => {
+                self.fields(n)?;
+                Size::SMALL
+            }
+            "SqlvalueFunction" => Size::SMALL,
+            _ => self.fields(n)?,
+        })
+    }
+
+    fn call(&mut self, n: &Map<String, Value>, from_function: bool) -> Result<Size, Refusal> {
+        let name = last_name(n.get("funcname")).unwrap_or_default();
+        let mut args = Vec::new();
+        for arg in n.get("args").and_then(Value::as_array).into_iter().flatten() {
+            self.array_ok = from_function;
+            args.push(self.visit(arg)?);
+        }
+        self.array_ok = false;
+        for clause in ["agg_order", "agg_filter", "over"] {
+            self.field(n, clause)?;
+        }
+        let weight = if LIGHT_CALLS.contains(&name) {
+            LIGHT
+        } else if COLLATED_CALLS.contains(&name) {
+            COLLATED
+        } else {
+            HEAVY
+        };
+        self.charge(weight.saturating_mul(total(&args)));
+        let widest = args.iter().fold(Size::default(), |a, b| a.max(*b));
+        Ok(match name {
+            "mod" => {
+                let (l, r) = pair(&args);
+                self.charge(digit_pairs(l, r));
+                Size {
+                    bytes: r.bytes.max(l.bytes),
+                    digits: r.digits,
+                }
+            }
+            "sqrt" => {
+                self.charge(digit_pairs(widest, widest));
+                widest
+            }
+            "sum" | "avg" => Size {
+                bytes: widest.bytes.max(Size::SMALL.bytes),
+                digits: (widest.digits + NUMBER_DIGITS).min(MAX_DIGITS),
+            },
+            "abs" | "ceil" | "ceiling" | "coalesce" | "floor" | "greatest" | "lag" | "lead" | "least"
+            | "max" | "min" | "nullif" | "round" | "trunc" | "sign" => widest,
+            _ if CONCATENATING.contains(&name) => Size {
+                bytes: total(&args),
+                digits: NUMBER_DIGITS,
+            },
+            _ if JSON_BUILDING.contains(&name) => Size {
+                bytes: total(&args).saturating_mul(6).saturating_add(16),
+                digits: NUMBER_DIGITS,
+            },
+            // Case mapping can lengthen a character by a byte (`ɐ` to `Ɐ`); hex doubles.
+            "upper" | "lower" | "hex" => Size {
+                bytes: widest.bytes.saturating_mul(2),
+                digits: NUMBER_DIGITS,
+            },
+            "substr" | "substring" | "left" | "right" | "trim" | "btrim" | "ltrim" | "rtrim" => Size {
+                bytes: widest.bytes,
+                digits: NUMBER_DIGITS,
+            },
+            // Its output is its format's, each pattern a few characters wider at most.
+            "to_char" => Size {
+                bytes: widest.bytes.saturating_mul(4),
+                digits: NUMBER_DIGITS,
+            },
+            _ => Size::SMALL,
+        })
+    }
+
+    fn operator(&mut self, n: &Map<String, Value>) -> Result<Size, Refusal> {
+        let op = last_name(n.get("name")).unwrap_or_default();
+        let kind = n.get("kind").and_then(Value::as_i64).unwrap_or_default();
+        let kind = i32::try_from(kind)
+            .ok()
+            .and_then(|k| pg_query::protobuf::AExprKind::try_from(k).ok());
+        use pg_query::protobuf::AExprKind as K;
+        let l = self.field(n, "lexpr")?;
+        self.array_ok = matches!(kind, Some(K::AexprOpAny | K::AexprOpAll));
+        let r = if kind == Some(K::AexprIn) {
+            Size::default()
+        } else {
+            self.field(n, "rexpr")?
+        };
+        self.array_ok = false;
+        let (lb, rb) = (l.bytes, r.bytes);
+        let both = lb.saturating_add(rb);
+        match kind {
+            // `a IN (x, y, ...)`: the list's items, each compared.
+            Some(K::AexprIn) => {
+                let items = match n.get("rexpr").and_then(|r| r.as_object()).and_then(node) {
+                    Some(("List", list)) => self.items(list, "items")?,
+                    _ => vec![self.field(n, "rexpr")?],
+                };
+                let compared = lb
+                    .saturating_mul(items.len() as u64)
+                    .saturating_add(total(&items));
+                self.charge(LIGHT.saturating_mul(compared));
+                return Ok(Size::SMALL);
+            }
+            Some(K::AexprOp | K::AexprOpAny | K::AexprOpAll) => {}
+            _ => {
+                // DISTINCT, NULLIF, BETWEEN: comparisons.
+                self.charge(COLLATED.saturating_mul(both.saturating_mul(2)));
+                return Ok(l.max(r));
+            }
+        }
+        let weight = if LIGHT_OPERATORS.contains(&op) {
+            LIGHT
+        } else if COLLATED_OPERATORS.contains(&op) {
+            COLLATED
+        } else {
+            HEAVY
+        };
+        self.charge(weight.saturating_mul(both));
+        Ok(match op {
+            "||" => Size {
+                bytes: both,
+                digits: NUMBER_DIGITS,
+            },
+            "*" => {
+                self.charge(digit_pairs(l, r));
+                Size {
+                    bytes: both,
+                    digits: (l.digits.saturating_add(r.digits)).min(MAX_DIGITS),
+                }
+            }
+            "/" | "%" => {
+                self.charge(digit_pairs(l, r));
+                Size {
+                    bytes: both,
+                    digits: (l.digits.saturating_add(r.digits).saturating_add(NUMBER_DIGITS)).min(MAX_DIGITS),
+                }
+            }
+            // No byte added: a recursive CTE's counter must keep a stable bound.
+            "+" | "-" => Size {
+                bytes: lb.max(rb),
+                digits: (l.digits.max(r.digits) + 1).min(MAX_DIGITS),
+            },
+            "->" | "->>" | "#>" | "#>>" | "&" | "|" | "#" | "<<" | ">>" => l.max(r),
+            _ => Size::SMALL,
+        })
+    }
+
+    fn sublink(&mut self, n: &Map<String, Value>) -> Result<Size, Refusal> {
+        use pg_query::protobuf::SubLinkType as T;
+        let kind = n.get("sub_link_type").and_then(Value::as_i64).unwrap_or_default();
+        let kind = i32::try_from(kind).ok().and_then(|k| T::try_from(k).ok());
+        if kind == Some(T::ArraySublink) {
+            return Err(Refusal::Forbidden(
+                "ARRAY(subquery) is not allowed: it builds one value from any number of rows, which \
+                 PostgreSQL then works on without interruption; join or use = ANY (subquery)"
+                    .into(),
+            ));
+        }
+        let test = self.field(n, "testexpr")?;
+        let output = self.nested(n.get("subselect"))?;
+        if test.bytes > 0 {
+            // `x = ANY (subquery)`: one comparison per row of the subquery.
+            self.charge(COLLATED.saturating_mul(test.bytes.saturating_add(output.bytes)));
+        }
+        Ok(match kind {
+            Some(T::ExprSublink | T::MultiexprSublink) => Size {
+                bytes: self.derived.max(output.bytes),
+                digits: COLUMN_DIGITS.max(output.digits),
+            },
+            _ => Size::SMALL,
+        })
+    }
+}
+
+/// True for a node that makes an array: `ARRAY[...]`, `ARRAY(...)` or a cast to an array type.
+pub fn is_array(kind: &str, n: &Map<String, Value>) -> bool {
+    match kind {
+        "AArrayExpr" => true,
+        "SubLink" => n.get("sub_link_type").and_then(Value::as_i64) == Some(7),
+        "TypeCast" => n
+            .get("type_name")
+            .and_then(|t| t.get("array_bounds"))
+            .and_then(Value::as_array)
+            .is_some_and(|b| !b.is_empty()),
+        _ => false,
+    }
+}
+
+/// `{"node": {Kind: {...}}}` as (Kind, fields).
+fn node(fields: &Map<String, Value>) -> Option<(&str, &Map<String, Value>)> {
+    if fields.len() != 1 {
+        return None;
+    }
+    let (kind, inner) = fields.get("node")?.as_object()?.iter().next()?;
+    Some((kind.as_str(), inner.as_object()?))
+}
+
+fn last_name(list: Option<&Value>) -> Option<&str> {
+    list?
+        .as_array()?
+        .last()?
+        .get("node")?
+        .get("String")?
+        .get("sval")?
+        .as_str()
+}
+
+fn literal(n: &Map<String, Value>) -> Size {
+    let text = |v: &Value| {
+        v.as_object()
+            .and_then(|o| o.values().next())
+            .and_then(Value::as_str)
+            .map_or(8, |s| s.len() as u64)
+    };
+    match n
+        .get("val")
+        .and_then(Value::as_object)
+        .and_then(|v| v.iter().next())
+        .map(|(k, v)| (k.as_str(), v))
+    {
+        // An unknown-typed string may become a number; its digits are its bytes.
+        Some(("Sval" | "Fval" | "Bsval", v)) => {
+            let bytes = text(v);
+            Size {
+                bytes,
+                digits: bytes.min(MAX_DIGITS),
+            }
+        }
+        _ => Size::SMALL,
+    }
+}
+
+/// The size of `arg` cast to `type_name`, and the cast's cost per byte of `arg`.
+fn cast(type_name: Option<&Value>, arg: Size) -> Result<(Size, u64), Refusal> {
+    let name = last_name(type_name.and_then(|t| t.get("names"))).unwrap_or_default();
+    let typmods = type_name
+        .and_then(|t| t.get("typmods"))
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    // As text, a bytea doubles (hex) and jsonb gains a space per member.
+    let bytes = arg.bytes.saturating_mul(2).saturating_add(32);
+    let weight = if matches!(name, "json" | "jsonb") {
+        HEAVY
+    } else {
+        LIGHT
+    };
+    let digits = match name {
+        "numeric" | "decimal" if typmods == 0 => return Err(bare_numeric("a cast to")),
+        "numeric" | "decimal" => precision(type_name).min(MAX_DIGITS),
+        _ => NUMBER_DIGITS,
+    };
+    Ok((Size { bytes, digits }, weight))
+}
+
+/// The refusal of a numeric without a precision.
+pub fn bare_numeric(what: &str) -> Refusal {
+    Refusal::Forbidden(format!(
+        "{what} numeric without a precision is not allowed: write numeric(p, s) (p at most 1000); a bare \
+         numeric holds up to 147,455 digits, and one multiplication or division of two of them takes \
+         seconds that PostgreSQL does not interrupt"
+    ))
+}
+
+/// The precision of `numeric(p, s)`.
+fn precision(type_name: Option<&Value>) -> u64 {
+    type_name
+        .and_then(|t| t.get("typmods"))
+        .and_then(Value::as_array)
+        .and_then(|m| m.first())
+        .and_then(|p| p.pointer("/node/AConst/val/Ival/ival"))
+        .and_then(Value::as_u64)
+        .unwrap_or(MAX_DIGITS)
+}
+
+fn total(sizes: &[Size]) -> u64 {
+    sizes.iter().fold(0u64, |sum, s| sum.saturating_add(s.bytes))
+}
+
+fn pair(args: &[Size]) -> (Size, Size) {
+    (
+        args.first().copied().unwrap_or_default(),
+        args.get(1).copied().unwrap_or_default(),
+    )
+}
+
+/// Nanoseconds of a numeric multiplication or division of `l` by `r`.
+fn digit_pairs(l: Size, r: Size) -> u64 {
+    (l.digits / 4 + 1)
+        .saturating_mul(r.digits / 4 + 1)
+        .saturating_mul(DIGIT_PAIR)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,187 @@
+use super::*;
+
+/// Checks `sql` as the run-time guard does, with rows of `row_bytes`.
+fn judged(sql: &str, row_bytes: u64) -> Result<(), Refusal> {
+    crate::sandbox::nesting::on_guard_stack(|| {
+        crate::sandbox::postgres::check(sql, crate::sandbox::postgres::Mode::RunTime, row_bytes).map(drop)
+    })
+}
+
+fn migration(sql: &str) -> Result<(), Refusal> {
+    crate::sandbox::nesting::on_guard_stack(|| {
+        crate::sandbox::postgres::check(sql, crate::sandbox::postgres::Mode::Migration, 1 << 20).map(drop)
+    })
+}
+
+fn allowed(sql: &str) {
+    assert_eq!(judged(sql, 1 << 20), Ok(()), "{sql}");
+}
+
+fn refused(sql: &str, because: &str) {
+    refused_at(sql, 1 << 20, because);
+}
+
+fn refused_at(sql: &str, row_bytes: u64, because: &str) {
+    match judged(sql, row_bytes) {
+        Err(Refusal::Forbidden(m) | Refusal::Limit(m)) => {
+            assert!(
+                m.contains(because),
+                "{sql}\n  refused with {m:?}, expected {because:?}"
+            )
+        }
+        Ok(()) => panic!("allowed: {sql}"),
+    }
+}
+
+fn calls(call: &str, n: usize) -> String {
+    format!("SELECT {} FROM t", vec![call; n].join(", "))
+}
+
+#[test]
+fn ordinary_statements_fit_the_row_bound() {
+    allowed(
+        "INSERT INTO invoices (order_id, customer, amount_cents, event_id) VALUES ($1, $2, $3::bigint, $4) \
+         ON CONFLICT (order_id) DO UPDATE SET amount_cents = invoices.amount_cents + excluded.amount_cents",
+    );
+    allowed("UPDATE accounts SET balance = balance + $1 WHERE id = $2 AND version = $3 RETURNING balance");
+    allowed(
+        "SELECT id, payload ->> 'kind', lower(email), md5(body) FROM docs \
+         WHERE created > $1::timestamptz AND id = ANY($2::text[]) ORDER BY created DESC LIMIT 10",
+    );
+    allowed("INSERT INTO docs (id, body) VALUES ($1, $2::jsonb)");
+    allowed("SELECT price * quantity, round(price * $1::numeric(12, 4), 2) FROM lines WHERE order_id = $2");
+    allowed(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 100) SELECT sum(i) FROM n",
+    );
+    allowed("SELECT * FROM unnest($1::text[], $2::bigint[]) AS u(id, n)");
+    // Each row of VALUES is a block of its own.
+    let rows: Vec<String> = (0..200)
+        .map(|i| format!("(${}::bigint, ${}::text)", 2 * i + 1, 2 * i + 2))
+        .collect();
+    allowed(&format!("INSERT INTO t (a, b) VALUES {}", rows.join(", ")));
+}
+
+/// Regression (an adversarial read, issue 23): one row's calls over a large
+/// value ran past every deadline, and `pg_terminate_backend` did not stop them.
+#[test]
+fn many_calls_over_one_row_are_refused_with_the_bound_named() {
+    refused(&calls("md5(v)", 200), "limits.max_row_bytes = 1048576");
+    refused(&calls("upper(v)", 40), "may work up to");
+    refused(&calls("v::jsonb", 20), "ms on one row");
+    // The same statement fits rows a team holds small.
+    assert_eq!(judged(&calls("md5(v)", 200), 16 << 10), Ok(()));
+    // In a WHERE clause, a join or a subquery alike.
+    refused(
+        &format!("SELECT 1 FROM t WHERE {}", vec!["md5(v) = $1"; 100].join(" AND ")),
+        "limits.max_row_bytes",
+    );
+    refused(
+        &format!(
+            "SELECT 1 WHERE EXISTS (SELECT {} FROM t)",
+            vec!["md5(v)"; 200].join(", ")
+        ),
+        "limits.max_row_bytes",
+    );
+}
+
+#[test]
+fn values_that_grow_through_derived_tables_are_counted_at_their_size() {
+    // Each level doubles the value its outer level hashes.
+    let mut sql = "SELECT v FROM t".to_owned();
+    for _ in 0..12 {
+        sql = format!("SELECT v || v AS v FROM ({sql}) s");
+    }
+    refused(&format!("SELECT md5(v) FROM ({sql}) s"), "limits.max_row_bytes");
+    let mut ctes = vec!["a0 AS (SELECT v FROM t)".to_owned()];
+    for i in 1..12 {
+        ctes.push(format!("a{i} AS (SELECT v || v AS v FROM a{})", i - 1));
+    }
+    refused(
+        &format!("WITH {} SELECT md5(v) FROM a11", ctes.join(", ")),
+        "limits.max_row_bytes",
+    );
+    refused(
+        "WITH RECURSIVE r(v, i) AS (SELECT $1::text, 0 UNION ALL SELECT v || v, i + 1 FROM r WHERE i < 30) \
+         SELECT md5(v) FROM r",
+        "limits.max_row_bytes",
+    );
+    refused(
+        "WITH RECURSIVE r(v, i) AS (SELECT $1::text, 0 UNION ALL SELECT ROW(v, v)::text, i + 1 FROM r \
+         WHERE i < 30) SELECT count(*) FROM r",
+        "limits.max_row_bytes",
+    );
+}
+
+#[test]
+fn unbounded_numerics_are_refused() {
+    refused("SELECT $1::numeric * $2::numeric FROM t", "numeric(p, s)");
+    refused("SELECT CAST(v AS decimal) FROM t", "numeric(p, s)");
+    assert!(
+        matches!(migration("CREATE TABLE t (a numeric)"), Err(Refusal::Forbidden(m)) if m.contains("numeric(p, s)"))
+    );
+    assert_eq!(
+        migration("CREATE TABLE t (a numeric(12, 2), b decimal(1000, 0))"),
+        Ok(())
+    );
+    // Two operations on literals of 60,000 digits: 1.4 s by the weights.
+    let big = "9".repeat(60_000);
+    refused(&format!("SELECT {big} * {big} / {big}"), "may work up to");
+    refused("SELECT power(2.0, 100000)", "power");
+    refused("SELECT 2.0 ^ 100000", "operator ^");
+}
+
+#[test]
+fn arrays_stand_only_where_each_element_is_visited_once() {
+    refused("SELECT doc - $1::text[] FROM t", "an array is allowed only");
+    refused("SELECT doc - ARRAY['a', 'b'] FROM t", "an array is allowed only");
+    refused(
+        "SELECT doc - x FROM t, (SELECT $1::text[] AS x) s",
+        "an array is allowed only",
+    );
+    refused(
+        "SELECT id FROM t WHERE id = ANY(ARRAY(SELECT id FROM t))",
+        "ARRAY(subquery)",
+    );
+    allowed("SELECT id FROM t WHERE id <> ALL(ARRAY[$1, $2]) AND id = ANY($3::bigint[])");
+    allowed("SELECT u.id FROM unnest(ARRAY[$1::text, $2::text]) AS u(id)");
+    assert!(
+        matches!(migration("CREATE TABLE t (tags text[])"), Err(Refusal::Forbidden(m)) if m.contains("array"))
+    );
+}
+
+#[test]
+fn a_views_expressions_are_refused_and_its_columns_allowed() {
+    assert_eq!(migration("CREATE VIEW v AS SELECT a, b AS c FROM t"), Ok(()));
+    assert_eq!(
+        migration("CREATE VIEW v AS SELECT t.*, u.b FROM t JOIN u ON u.a = t.a WHERE t.a > 0"),
+        Ok(())
+    );
+    for view in [
+        "CREATE VIEW v AS SELECT md5(a) AS h FROM t",
+        "CREATE VIEW v AS SELECT a || a AS aa FROM t",
+        "CREATE VIEW v AS SELECT a::text AS a FROM t",
+    ] {
+        assert!(
+            matches!(migration(view), Err(Refusal::Forbidden(m)) if m.contains("a view on PostgreSQL")),
+            "{view}"
+        );
+    }
+}
+
+#[test]
+fn the_hosts_row_bound_cannot_be_dropped_renamed_or_squatted() {
+    for sql in [
+        "ALTER TABLE t DROP CONSTRAINT inboxd_row_bound",
+        "ALTER TABLE t DROP CONSTRAINT IF EXISTS inboxd_row_bound",
+        "ALTER TABLE t RENAME CONSTRAINT inboxd_row_bound TO mine",
+        "ALTER TABLE t RENAME CONSTRAINT mine TO inboxd_row_bound",
+        "ALTER TABLE t ADD CONSTRAINT inboxd_row_bound CHECK (true)",
+        "CREATE TABLE t (a bigint CONSTRAINT inboxd_row_bound CHECK (a > 0))",
+    ] {
+        assert!(
+            matches!(migration(sql), Err(Refusal::Forbidden(m)) if m.contains("kept for the host")),
+            "{sql}"
+        );
+    }
+    assert_eq!(migration("ALTER TABLE t DROP CONSTRAINT t_a_check"), Ok(()));
+}
