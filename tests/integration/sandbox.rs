@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use std::time::Duration;
 
 /// (attack payload, text its dead letter's reason must contain)
-fn attacks(brokers: &str) -> Vec<(Value, &'static str)> {
+fn attacks(brokers: &str, backend: Backend) -> Vec<(Value, &'static str)> {
     let sql = |statement: &str| json!({ "attack": "sql", "statement": statement });
     let forbidden = "Forbidden";
     let mut list = vec![
@@ -163,6 +163,35 @@ fn attacks(brokers: &str) -> Vec<(Value, &'static str)> {
             "limits.max_payload_bytes",
         ),
     ];
+    // Regression (issue 23): a stored value doubled event after event
+    // towards 1 GB, and one row's calls over it outlived every deadline. (The
+    // longest row is the greatest: each starts with 'zz' and the last.)
+    let too_big = match backend {
+        Backend::Sqlite => "string or blob too big",
+        Backend::Postgres => "inboxd_row_bound",
+    };
+    list.push((
+        json!({ "attack": "repeat", "statement": "INSERT INTO hostile_effects SELECT 'zz' || coalesce(max(event_id), '') || coalesce(max(event_id), '') FROM hostile_effects", "times": 40 }),
+        too_big,
+    ));
+    if backend == Backend::Postgres {
+        let upper = vec!["upper(event_id)"; 60].join(", ");
+        list.extend([
+            (
+                json!({ "attack": "query", "statement": format!("SELECT {upper} FROM hostile_effects") }),
+                "limits.max_row_bytes",
+            ),
+            (
+                json!({ "attack": "query", "statement": "SELECT event_id::jsonb - ARRAY['a'] FROM hostile_effects" }),
+                "an array is allowed only",
+            ),
+            (
+                json!({ "attack": "query", "statement": "SELECT length((event_id::numeric * 2)::text) FROM hostile_effects" }),
+                "numeric(p, s)",
+            ),
+            (json!({ "attack": "query", "statement": "SELECT 2.0 ^ 100000" }), "operator ^"),
+        ]);
+    }
     list.shrink_to_fit();
     list
 }
@@ -194,7 +223,7 @@ max_attempts = 1
     let orders: Vec<Send> = (0..3).map(|i| Send::order(&new_id(), &format!("o{i}"))).collect();
     let order_ends = produce(&order_topic, &orders).await;
 
-    let attacks = attacks(&brokers());
+    let attacks = attacks(&brokers(), backend);
     let mut records: Vec<(String, Value)> = attacks
         .iter()
         .map(|(payload, _)| (new_id(), payload.clone()))
