@@ -12,8 +12,8 @@
 use crate::bindings::{Message, outbox_api};
 use crate::config::defaults::EVENT_ID_HEADER;
 use crate::db::outbox::NewMessage;
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, LazyLock, RwLock};
 use wasmtime::component::HasData;
 
 pub struct OutboxState {
@@ -132,6 +132,13 @@ impl outbox_api::Host for OutboxView<'_> {
             headers.push(("traceparent".into(), child.into_bytes()));
         }
         let id = uuid::Uuid::now_v7().to_string();
+        // Under every other name a consumer may read it from, too (the relay
+        // writes `event_id`).
+        headers.extend(
+            id_headers()
+                .into_iter()
+                .map(|name| (name, id.clone().into_bytes())),
+        );
         let payload = stamp_json_id(message.payload, &id);
         state.bytes += size;
         state.messages.push(NewMessage {
@@ -163,9 +170,60 @@ fn refused_topic(topic: &str, allowed: &BTreeMap<String, String>) -> String {
     )
 }
 
-/// Whether a header name reads as the event id: `event_id` in any case, with
-/// `-`, `.` or ` ` for `_`, and with an `x-` prefix. Such headers are the host's.
+/// The headers and top-level JSON fields the handlers this host runs take
+/// their event id from (`[handlers.event_id]` of the config file and of every
+/// upload it has loaded), besides `event_id`. A message's consumer may be any
+/// of them, so the host alone writes these: a guest's own are dropped or
+/// overwritten with the message's id (issue 23: the relay stamped only
+/// `event_id`, and a consumer reading another name deduplicated on a value
+/// the publisher chose).
+#[derive(Default)]
+struct IdNames {
+    /// Header names as configured (a consumer matches its header exactly).
+    headers: BTreeSet<String>,
+    fields: BTreeSet<String>,
+}
+
+static ID_NAMES: LazyLock<RwLock<IdNames>> = LazyLock::new(RwLock::default);
+
+/// Registers where a handler takes its event id from (see [`IdNames`]); kept
+/// for the life of the process.
+pub fn register_id_source(header: &str, json_field: &str) {
+    let mut names = ID_NAMES.write().unwrap_or_else(|p| p.into_inner());
+    if !is_default_id_header(header) {
+        names.headers.insert(header.to_owned());
+    }
+    if json_field != EVENT_ID_HEADER {
+        names.fields.insert(json_field.to_owned());
+    }
+}
+
+/// Registered header names, as [`IdNames`] holds them.
+fn id_headers() -> Vec<String> {
+    let names = ID_NAMES.read().unwrap_or_else(|p| p.into_inner());
+    names.headers.iter().cloned().collect()
+}
+
+/// Registered JSON field names besides `event_id`.
+fn id_fields() -> Vec<String> {
+    let names = ID_NAMES.read().unwrap_or_else(|p| p.into_inner());
+    names.fields.iter().cloned().collect()
+}
+
+/// Whether a header name is one a consumer may take the event id from: a
+/// spelling of `event_id` (see [`is_default_id_header`]) or a registered one.
+/// Such headers are the host's.
 pub fn is_id_header(name: &str) -> bool {
+    is_default_id_header(name) || {
+        let name = name.trim();
+        let names = ID_NAMES.read().unwrap_or_else(|p| p.into_inner());
+        names.headers.iter().any(|h| h.trim().eq_ignore_ascii_case(name))
+    }
+}
+
+/// Whether a header name reads as the event id: `event_id` in any case, with
+/// `-`, `.` or ` ` for `_`, and with an `x-` prefix.
+fn is_default_id_header(name: &str) -> bool {
     let name = name.trim();
     let bare = name
         .get(..2)
@@ -184,8 +242,14 @@ pub fn is_id_header(name: &str) -> bool {
 /// The payload with its top-level JSON `event_id` field set to `id`, if it is
 /// a JSON object; anything else is returned untouched. Every top-level copy of
 /// the field is removed (a consumer may keep the first or the last) and one
-/// is written first; the other members keep their text.
+/// is written first; so are the registered fields (see [`IdNames`]) that the
+/// payload has. The other members keep their text.
 pub fn stamp_json_id(payload: Vec<u8>, id: &str) -> Vec<u8> {
+    stamp_json_fields(payload, id, &id_fields())
+}
+
+/// [`stamp_json_id`] with `others` as the registered fields.
+fn stamp_json_fields(payload: Vec<u8>, id: &str, others: &[String]) -> Vec<u8> {
     // Cheap for what is not a JSON object: one look at the first byte.
     let start = payload.iter().position(|b| !b.is_ascii_whitespace());
     if start.is_none_or(|i| payload[i] != b'{') {
@@ -197,17 +261,37 @@ pub fn stamp_json_id(payload: Vec<u8>, id: &str) -> Vec<u8> {
     let Some(members) = json::object_members(&payload) else {
         return payload;
     };
-    let field = serde_json::to_string(EVENT_ID_HEADER).expect("a string serializes");
+    let names: Vec<Option<String>> = members
+        .iter()
+        .map(|m| serde_json::from_slice(&payload[m.key.clone()]).ok())
+        .collect();
+    let is_id = |name: &Option<String>| {
+        name.as_deref()
+            .is_some_and(|n| n == EVENT_ID_HEADER || others.iter().any(|o| o == n))
+    };
+    let mut stamped: Vec<&str> = vec![EVENT_ID_HEADER];
+    for name in names.iter().flatten() {
+        if name != EVENT_ID_HEADER && others.contains(name) && !stamped.contains(&name.as_str()) {
+            stamped.push(name);
+        }
+    }
     let value = serde_json::to_string(id).expect("a string serializes");
-    let mut out = Vec::with_capacity(payload.len() + field.len() + value.len() + 2);
+    let mut out = Vec::with_capacity(payload.len() + stamped.len() * (value.len() + 16) + 2);
     out.push(b'{');
-    out.extend_from_slice(field.as_bytes());
-    out.push(b':');
-    out.extend_from_slice(value.as_bytes());
-    for member in members {
-        let key = &payload[member.key.clone()];
-        let name: Option<String> = serde_json::from_slice(key).ok();
-        if name.as_deref() == Some(EVENT_ID_HEADER) {
+    for (i, field) in stamped.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(
+            serde_json::to_string(field)
+                .expect("a string serializes")
+                .as_bytes(),
+        );
+        out.push(b':');
+        out.extend_from_slice(value.as_bytes());
+    }
+    for (member, name) in members.iter().zip(&names) {
+        if is_id(name) {
             continue;
         }
         out.push(b',');
@@ -441,7 +525,9 @@ mod tests {
         .collect();
         let id = view.publish(sent).unwrap();
         let out = state.take().remove(0);
-        assert_eq!(out.headers, [("kept".to_owned(), forged.as_bytes().to_vec())]);
+        // (Besides the names other tests registered, each carrying the host's id.)
+        let guests: Vec<_> = out.headers.iter().filter(|(_, v)| v != id.as_bytes()).collect();
+        assert_eq!(guests, [&("kept".to_owned(), forged.as_bytes().to_vec())]);
         let payload: serde_json::Value = serde_json::from_slice(&out.payload).unwrap();
         assert_eq!(payload["event_id"], serde_json::json!(id));
         assert_eq!(payload["a"], 1);
@@ -452,6 +538,41 @@ mod tests {
             2,
             "one top-level copy: {text}"
         );
+    }
+
+    /// Regression (issue 23): only `event_id` was the host's, so a guest
+    /// could set the header or JSON field another consumer takes its id from.
+    #[test]
+    fn every_name_a_consumer_takes_its_id_from_is_the_hosts() {
+        register_id_source("X-Test-Order-Ref", "test_order_ref");
+        let mut state = OutboxState::new(10, 10_000, topics(&[("t", "t")]), &[]);
+        let mut view = OutboxView { state: &mut state };
+        let forged = "forged";
+        let mut sent = message(
+            "t",
+            format!(r#"{{"test_order_ref": "{forged}", "n": 1, "test_order_ref": "again"}}"#).as_bytes(),
+        );
+        sent.headers = vec![("x-test-order-ref".to_owned(), forged.as_bytes().to_vec())];
+        let id = view.publish(sent).unwrap();
+        let out = state.take().remove(0);
+        let header: Vec<_> = out
+            .headers
+            .iter()
+            .filter(|(name, _)| name.eq_ignore_ascii_case("x-test-order-ref"))
+            .collect();
+        assert_eq!(
+            header,
+            [&("X-Test-Order-Ref".to_owned(), id.clone().into_bytes())]
+        );
+        let text = String::from_utf8(out.payload).unwrap();
+        let payload: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(payload["test_order_ref"], serde_json::json!(id));
+        assert_eq!(payload["event_id"], serde_json::json!(id));
+        assert_eq!(payload["n"], 1);
+        assert_eq!(text.matches("test_order_ref").count(), 1, "{text}");
+        // A field the payload does not have is not added.
+        let other = stamp_json_fields(b"{\"n\": 1}".to_vec(), &id, &["absent".to_owned()]);
+        assert!(!String::from_utf8(other).unwrap().contains("absent"));
     }
 
     #[test]
