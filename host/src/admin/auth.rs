@@ -32,11 +32,20 @@ pub struct Tokens(Vec<Token>);
 
 impl Tokens {
     pub fn new(configured: &[TokenConfig]) -> Self {
+        let reserved: Vec<_> = configured
+            .iter()
+            .flat_map(|t| t.table_patterns().into_iter().map(|p| (p, t.name.clone())))
+            .collect();
         Self(
             configured
                 .iter()
                 .enumerate()
                 .filter_map(|(index, t)| {
+                    let elsewhere = reserved
+                        .iter()
+                        .filter(|(_, name)| *name != t.name)
+                        .cloned()
+                        .collect();
                     let secret = t.token.as_deref()?;
                     Some(Token {
                         name: t.name.clone(),
@@ -46,7 +55,7 @@ impl Tokens {
                         } else {
                             TokenScope::Handlers(t.handlers.clone())
                         },
-                        policy: Arc::new(t.policy(index)),
+                        policy: Arc::new(t.policy(index).with_reservations(elsewhere)),
                     })
                 })
                 .collect(),

@@ -144,7 +144,7 @@ fn to_sql_error(err: &DbError, timeout: Duration) -> SqlError {
 impl SqlView<'_> {
     /// The walls before any statement: the event's deadline, the per-event
     /// statement budget, the parameters' count and sizes, then the guard.
-    fn admit(&mut self, statement: &str, params: &[Value]) -> Result<Ctes, SqlError> {
+    async fn admit(&mut self, statement: &str, params: &[Value]) -> Result<Ctes, SqlError> {
         if self.state.host_error.is_some() {
             return Err(SqlError::Database(
                 "the database connection failed; the host will retry this event".into(),
@@ -186,13 +186,27 @@ impl SqlView<'_> {
             )));
         }
         self.state.statements_left -= 1;
-        self.state
-            .guard
-            .approve(statement)
-            .map_err(|refusal| match refusal {
-                Refusal::Forbidden(m) => SqlError::Forbidden(m),
-                Refusal::Limit(m) => SqlError::Limit(m),
-            })
+        let verdict = match self.state.guard.remembered(statement) {
+            Some(verdict) => verdict,
+            // A text the guard has not judged: parsed on a blocking thread,
+            // so no runtime worker (and no other handler's event on it) waits.
+            None => {
+                let (guard, statement) = (self.state.guard.clone(), statement.to_owned());
+                tokio::task::spawn_blocking(move || guard.approve(&statement))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(Refusal::Forbidden(
+                            "the statement guard failed on this statement (a defect of the host); it was \
+                             not run"
+                                .into(),
+                        ))
+                    })
+            }
+        };
+        verdict.map_err(|refusal| match refusal {
+            Refusal::Forbidden(m) => SqlError::Forbidden(m),
+            Refusal::Limit(m) => SqlError::Limit(m),
+        })
     }
 
     fn tx(&mut self) -> Result<&mut Tx, SqlError> {
@@ -226,7 +240,7 @@ impl sql_api::Host for SqlView<'_> {
     }
 
     async fn execute(&mut self, statement: String, params: Vec<Value>) -> Result<u64, SqlError> {
-        let ctes = self.admit(&statement, &params)?;
+        let ctes = self.admit(&statement, &params).await?;
         let params: Vec<SqlValue> = params.into_iter().map(to_sql).collect();
         let tx = self.tx()?;
         tx.set_ctes(ctes);
@@ -237,7 +251,7 @@ impl sql_api::Host for SqlView<'_> {
     }
 
     async fn query(&mut self, statement: String, params: Vec<Value>) -> Result<Vec<Vec<Value>>, SqlError> {
-        let ctes = self.admit(&statement, &params)?;
+        let ctes = self.admit(&statement, &params).await?;
         let params: Vec<SqlValue> = params.into_iter().map(to_sql).collect();
         let (max_rows, max_bytes) = (self.state.max_rows, self.state.max_result_bytes);
         let tx = self.tx()?;

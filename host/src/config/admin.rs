@@ -52,6 +52,13 @@ pub struct TokenConfig {
     /// refused whatever this says.
     #[serde(default)]
     pub group_ids: Option<Vec<String>>,
+    /// Table, view and index names (exact, or prefixes ending in `*`) that
+    /// only this token's uploads may create. SQLite keeps every handler's
+    /// tables in one namespace, so without this a team could take first a
+    /// name another team's migrations need; on PostgreSQL each handler has
+    /// its own schema and this changes nothing.
+    #[serde(default)]
+    pub tables: Option<Vec<String>>,
 }
 
 /// Tokens are secrets: never print them, not even in a `{:?}` of the config.
@@ -66,6 +73,7 @@ impl std::fmt::Debug for TokenConfig {
             .field("ceilings", &self.ceilings)
             .field("topics", &self.topics)
             .field("group_ids", &self.group_ids)
+            .field("tables", &self.tables)
             .finish()
     }
 }
@@ -150,6 +158,24 @@ impl AdminConfig {
             patterns(&token.topics, ceilings::topic_char).map_err(|p| invalid(format!("{key}.topics"), p))?;
             patterns(&token.group_ids, ceilings::group_char)
                 .map_err(|p| invalid(format!("{key}.group_ids"), p))?;
+            patterns(&token.tables, ceilings::table_char).map_err(|p| invalid(format!("{key}.tables"), p))?;
+        }
+        // A name two tokens reserve would be neither's.
+        for (i, a) in self.tokens.iter().enumerate() {
+            for b in &self.tokens[i + 1..] {
+                let overlap = a.table_patterns().into_iter().find_map(|p| {
+                    b.table_patterns()
+                        .into_iter()
+                        .find(|q| p.overlaps(q))
+                        .map(|q| (p, q))
+                });
+                if let Some((p, q)) = overlap {
+                    return Err(invalid(
+                        format!("admin.tokens[{i}].tables"),
+                        format!("{p} of token {:?} overlaps {q} of token {:?}", a.name, b.name),
+                    ));
+                }
+            }
         }
         if self
             .tokens
@@ -166,6 +192,18 @@ impl AdminConfig {
 }
 
 impl TokenConfig {
+    /// Its `tables` patterns, lower-case (SQLite's names are not case-sensitive).
+    /// Call after validation.
+    pub fn table_patterns(&self) -> Vec<ceilings::Pattern> {
+        let lower = self
+            .tables
+            .as_ref()
+            .map(|list| list.iter().map(|t| t.to_ascii_lowercase()).collect());
+        patterns(&lower, ceilings::table_char)
+            .expect("patterns validated by AdminConfig::validate")
+            .unwrap_or_default()
+    }
+
     /// What uploads with this token may ask for; `index` is its place in
     /// `[[admin.tokens]]`, which refusals name. Call after validation.
     pub fn policy(&self, index: usize) -> TokenPolicy {

@@ -326,9 +326,50 @@ fn bad_ceilings_and_patterns_name_their_key() {
         ("topics = []", "`admin.tokens[1].topics` must list at least one"),
         ("group_ids = [\"*x\"]", "`admin.tokens[1].group_ids`"),
         ("topicz = [\"a\"]", "unknown field `topicz`"),
+        ("tables = [\"bad-name\"]", "`admin.tokens[1].tables`"),
+        ("tables = []", "`admin.tokens[1].tables` must list at least one"),
     ];
     for (extra, says) in cases {
         let err = with_admin(&format!("{TEAM}{extra}\n")).unwrap_err();
         assert!(err.contains(says), "{extra:?}: {err}");
+    }
+}
+
+/// Regression (issue 23): on SQLite one team could create first a table name
+/// another team's migrations need. Reserved names are one token's alone.
+#[test]
+fn table_reservations_are_one_tokens_and_may_not_overlap() {
+    let three = format!(
+        "{TEAM}tables = [\"Invoices\", \"billing_*\"]\n\
+         [[admin.tokens]]\nname = \"other\"\ntoken = \"aaaabbbbccccdddd\"\nhandlers = [\"notifier\"]\n"
+    );
+    let config = with_admin(&three).unwrap();
+    let tokens = &config.admin.expect("admin").tokens;
+    let reserved: Vec<_> = tokens
+        .iter()
+        .flat_map(|t| t.table_patterns().into_iter().map(|p| (p, t.name.clone())))
+        .collect();
+    let policy = |i: usize| {
+        let elsewhere = reserved
+            .iter()
+            .filter(|(_, n)| *n != tokens[i].name)
+            .cloned()
+            .collect();
+        tokens[i].policy(i).with_reservations(elsewhere)
+    };
+    assert_eq!(policy(2).reserved_by_other("INVOICES"), Some("team"));
+    assert_eq!(policy(2).reserved_by_other("billing_audit"), Some("team"));
+    assert_eq!(policy(2).reserved_by_other("emails"), None);
+    assert_eq!(policy(1).reserved_by_other("billing_audit"), None, "its own");
+    for (a, b) in [("billing_*", "billing_x"), ("bill*", "billing_*"), ("t", "t")] {
+        let overlapping = format!(
+            "{TEAM}tables = [\"{a}\"]\n[[admin.tokens]]\nname = \"other\"\ntoken = \"aaaabbbbccccdddd\"\n\
+             handlers = [\"notifier\"]\ntables = [\"{b}\"]\n"
+        );
+        let err = with_admin(&overlapping).unwrap_err();
+        assert!(
+            err.contains("overlaps") && err.contains("\"other\""),
+            "{a} {b}: {err}"
+        );
     }
 }

@@ -144,8 +144,10 @@ pub async fn upload(
         }
         migrating.commit().await.map_err(UploadError::Database)?;
     } else {
+        // One namespace for every handler's tables: names another token reserved are not this one's.
+        let reserved = |table: &str| rules.policy.reserved_by_other(table).map(str::to_owned);
         for migration in &migrations {
-            migrate::apply_one(&mut tx, name, migration)
+            migrate::apply_one_reserving(&mut tx, name, migration, &reserved)
                 .await
                 .map_err(migration_error)?;
         }

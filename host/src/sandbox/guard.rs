@@ -150,8 +150,21 @@ impl Guard {
         self.approve(sql).map(drop)
     }
 
+    /// The verdict on `sql` if the guard has already judged that text (or
+    /// it is too long to judge): no parse, so an async caller may take it inline.
+    pub fn remembered(&self, sql: &str) -> Option<Result<Ctes, Refusal>> {
+        if sql.len() > self.max_statement_bytes {
+            return Some(self.approve(sql));
+        }
+        let verdicts = self.verdicts.lock().unwrap_or_else(|p| p.into_inner());
+        verdicts.by_text.get(sql).cloned()
+    }
+
     /// As [`Guard::check`], returning the names of the statement's CTEs
     /// (SQLite's authorizer sees a read of a CTE as a read of that name).
+    /// A new text is parsed and walked here, which takes up to milliseconds:
+    /// async callers use [`Guard::remembered`] first and run this on a
+    /// blocking thread.
     pub fn approve(&self, sql: &str) -> Result<Ctes, Refusal> {
         if sql.len() > self.max_statement_bytes {
             return Err(Refusal::Limit(format!(

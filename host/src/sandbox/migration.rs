@@ -354,6 +354,32 @@ pub fn creates(piece: &Piece, owned: &Owned) -> Option<String> {
     }
 }
 
+/// Every name a piece gives a new table, view or index (renames included),
+/// in the handler's schema: what a token's `tables` reservation is checked against.
+pub fn names_given(piece: &Piece, owned: &Owned) -> Vec<String> {
+    match &piece.statement {
+        Statement::CreateTable(table) => owned.own_name(&table.name).into_iter().collect(),
+        Statement::CreateView(view) => owned.own_name(&view.name).into_iter().collect(),
+        Statement::CreateIndex(index) => index
+            .name
+            .as_ref()
+            .and_then(|n| owned.own_name(n))
+            .into_iter()
+            .collect(),
+        Statement::AlterTable(alter) => alter
+            .operations
+            .iter()
+            .filter_map(|operation| match operation {
+                AlterTableOperation::RenameTable {
+                    table_name: RenameTableNameKind::As(to) | RenameTableNameKind::To(to),
+                } => owned.own_name(to),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 fn new_name(owned: &Owned, name: &ObjectName) -> Result<String, Refusal> {
     let Some(table) = owned.own_name(name) else {
         return Err(forbidden(format!(

@@ -58,6 +58,7 @@ admin = true
 name = "billing-team"
 token_env = "TEST_BILLING_TOKEN"
 handlers = ["billing"]
+tables = ["billing_*"]
 
 [[admin.tokens]]
 name = "notify-team"

@@ -133,3 +133,61 @@ async fn hostile_migrations_are_refused_and_change_nothing(backend: Backend) {
         .await;
     admin.env.assert_exactly_once("invoices", 6, &ends).await;
 }
+
+crate::on_both_backends!(a_table_name_another_team_reserved_is_refused_on_sqlite);
+
+/// Regression (issue 23): on SQLite every handler's tables share one
+/// namespace, so one team could create first a name another team's
+/// migrations need. `billing-team` reserves `billing_*` (see `start`):
+/// another team's upload may not take such a name, billing's may. On
+/// PostgreSQL each handler has its own schema and both may.
+async fn a_table_name_another_team_reserved_is_refused_on_sqlite(backend: Backend) {
+    let topic = unique("admin-reserved");
+    create_topic(&topic, 1).await;
+    let admin = start(backend, &topic, "").await;
+    let with_squat = |handler: &str, file: &str| {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::copy(guest_migrations(handler).join(file), dir.path().join(file)).unwrap();
+        std::fs::write(
+            dir.path().join("0002_audit.sql"),
+            "CREATE TABLE billing_audit (a TEXT);",
+        )
+        .unwrap();
+        dir
+    };
+    let notifier = std::fs::read(guest_wasm("notifier")).expect("notifier.wasm");
+    let dir = with_squat("notifier", "0001_emails.sql");
+    let settings = json!({ "topics": [topic], "group_id": team_group("notifier") });
+    let (status, body) = admin
+        .upload("notifier", notifier, settings, Some(dir.path()), NOTIFY_TOKEN)
+        .await;
+    let error = body["error"].as_str().unwrap_or_default();
+    match backend {
+        Backend::Sqlite => {
+            assert_eq!(status, 422, "{body}");
+            assert!(
+                error.contains("0002_audit.sql")
+                    && error.contains("reserved")
+                    && error.contains("billing-team"),
+                "{error}"
+            );
+            let db = admin.env.db().await;
+            assert!(
+                db.query("SELECT * FROM billing_audit", &[]).await.is_err(),
+                "nothing was created"
+            );
+        }
+        Backend::Postgres => assert_eq!(status, 201, "{body}"),
+    }
+    let billing = std::fs::read(guest_wasm("billing")).expect("billing.wasm");
+    let dir = with_squat("billing", "0001_invoices.sql");
+    let settings = json!({
+        "topics": [topic],
+        "group_id": team_group("billing"),
+        "outbox_topics": { "invoices.created": unique("invoices") },
+    });
+    let (status, body) = admin
+        .upload("billing", billing, settings, Some(dir.path()), BILLING_TOKEN)
+        .await;
+    assert_eq!(status, 201, "billing's own reserved name: {body}");
+}

@@ -277,6 +277,16 @@ impl CeilingsConfig {
 pub struct Pattern(String);
 
 impl Pattern {
+    /// True if some name matches both.
+    pub fn overlaps(&self, other: &Pattern) -> bool {
+        match (self.0.strip_suffix('*'), other.0.strip_suffix('*')) {
+            (Some(a), Some(b)) => a.starts_with(b) || b.starts_with(a),
+            (Some(_), None) => self.matches(&other.0),
+            (None, Some(_)) => other.matches(&self.0),
+            (None, None) => self.0 == other.0,
+        }
+    }
+
     pub fn matches(&self, name: &str) -> bool {
         match self.0.strip_suffix('*') {
             Some(prefix) => name.starts_with(prefix),
@@ -313,6 +323,11 @@ pub(super) fn topic_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
 }
 
+/// Characters of a table name a token may reserve.
+pub(super) fn table_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+
 /// Consumer group ids may hold any printable character.
 pub(super) fn group_char(c: char) -> bool {
     !c.is_control()
@@ -337,9 +352,26 @@ pub struct TokenPolicy {
     ceilings: CeilingsConfig,
     topics: Option<Vec<Pattern>>,
     group_ids: Option<Vec<Pattern>>,
+    /// Other tokens' `tables`: (pattern, that token's name).
+    reserved_elsewhere: Vec<(Pattern, String)>,
 }
 
 impl TokenPolicy {
+    /// Other tokens' table reservations (see `TokenConfig::tables`).
+    pub fn with_reservations(mut self, elsewhere: Vec<(Pattern, String)>) -> Self {
+        self.reserved_elsewhere = elsewhere;
+        self
+    }
+
+    /// The token that reserved `table`, if another one did.
+    pub fn reserved_by_other(&self, table: &str) -> Option<&str> {
+        let table = table.to_ascii_lowercase();
+        self.reserved_elsewhere
+            .iter()
+            .find(|(pattern, _)| pattern.matches(&table))
+            .map(|(_, token)| token.as_str())
+    }
+
     /// `key` is `admin.tokens[i]`; patterns have been validated.
     pub(super) fn new(
         name: &str,
@@ -356,6 +388,7 @@ impl TokenPolicy {
             ceilings,
             topics,
             group_ids,
+            reserved_elsewhere: Vec::new(),
         }
     }
 

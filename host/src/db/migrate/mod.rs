@@ -289,6 +289,17 @@ pub async fn apply_handler(db: &Database, handler: &str, dir: &Path) -> Result<u
 /// failing statement fails the whole migration, naming the file and the
 /// statement, and the caller's transaction undoes everything before it.
 pub async fn apply_one(tx: &mut Tx, handler: &str, migration: &Migration) -> Result<bool, DbError> {
+    apply_one_reserving(tx, handler, migration, &|_| None).await
+}
+
+/// As [`apply_one`], refusing on SQLite every name `reserved` says another
+/// token holds (`[[admin.tokens]] tables`; it returns that token's name).
+pub async fn apply_one_reserving(
+    tx: &mut Tx,
+    handler: &str,
+    migration: &Migration,
+    reserved: &(dyn Fn(&str) -> Option<String> + Sync),
+) -> Result<bool, DbError> {
     let checksum = format!("{:x}", Sha256::digest(migration.sql.as_bytes()));
     tx.lock_migrations().await?;
     if let Some(recorded) = recorded_checksum(tx, handler, migration.version).await? {
@@ -314,6 +325,16 @@ pub async fn apply_one(tx: &mut Tx, handler: &str, migration: &Migration) -> Res
             DbError::HandlerMigration(format!("migration {file} of handler {handler} is refused: {why}"))
         };
         migration::check(piece, &owned).map_err(|refusal| refused(refusal.to_string()))?;
+        if tx.backend() == Backend::Sqlite {
+            for name in migration::names_given(piece, &owned) {
+                if let Some(token) = reserved(&name) {
+                    return Err(refused(format!(
+                        "cannot create {name}: the operator reserved that name for token {token:?}'s handlers \
+                         (`[[admin.tokens]] tables`; on SQLite every handler's tables share one namespace)"
+                    )));
+                }
+            }
+        }
         let before = sqlite_tables(tx).await?;
         // SQLite has one namespace: a name another handler holds is not free,
         // even with IF NOT EXISTS (which would do nothing, yet have SQLite
