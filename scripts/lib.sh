@@ -181,6 +181,15 @@ start_postgres() {
     PG_PORT="$(free_port)"
     PG_DATA="$(mktemp -u /tmp/inboxd-pg-XXXXXX)"
     as_postgres "$PG_BIN/initdb" -D "$PG_DATA" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >/dev/null
+    # The host's own login (postgres) is trusted on loopback; every other
+    # login, each handler's own role among them, must give its password
+    # (SCRAM), as on a real server: the tests prove the host's verifiers and
+    # its renewal of a login that stopped working.
+    as_postgres tee "$PG_DATA/pg_hba.conf" >/dev/null <<'HBA'
+local all all                 trust
+host  all postgres 127.0.0.1/32 trust
+host  all all      127.0.0.1/32 scram-sha-256
+HBA
     as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$PG_DATA/server.log" -w -t 60 \
         -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k $PG_DATA -c max_connections=300" start >/dev/null
     PG_URL="postgres://postgres@127.0.0.1:$PG_PORT/postgres"

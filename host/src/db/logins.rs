@@ -38,6 +38,38 @@ const RESET_SESSION: &str = "RESET ALL; CLOSE ALL; UNLISTEN *; DISCARD TEMP; DIS
      SELECT pg_catalog.pg_advisory_unlock_all()::pg_catalog.text, \
      (SELECT pg_catalog.count(*) FROM pg_catalog.pg_prepared_statements WHERE from_sql)";
 
+/// PBKDF2 rounds of a handler login's SCRAM verifier: PostgreSQL's own
+/// default (`scram_iterations`).
+const SCRAM_ITERATIONS: u32 = 4096;
+
+/// The SCRAM-SHA-256 verifier of `password` (RFC 5802, RFC 7677), in the form
+/// PostgreSQL stores and accepts in `ALTER ROLE ... PASSWORD`:
+/// `SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>`, base64.
+/// Its characters are base64's, `$` and `:`: nothing in it ends a literal.
+pub fn scram_verifier(password: &str) -> String {
+    use base64::Engine as _;
+    use hmac::{Hmac, Mac};
+    use sha2::{Digest, Sha256};
+    let salt: [u8; 16] = rand::random();
+    let mut salted = [0u8; 32];
+    pbkdf2::pbkdf2::<Hmac<Sha256>>(password.as_bytes(), &salt, SCRAM_ITERATIONS, &mut salted)
+        .expect("HMAC takes a key of any length");
+    let keyed = |text: &[u8]| {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&salted).expect("HMAC takes a key of any length");
+        mac.update(text);
+        mac.finalize().into_bytes()
+    };
+    let stored = Sha256::digest(keyed(b"Client Key"));
+    let server = keyed(b"Server Key");
+    let b64 = base64::engine::general_purpose::STANDARD;
+    format!(
+        "SCRAM-SHA-256${SCRAM_ITERATIONS}:{}${}:{}",
+        b64.encode(salt),
+        b64.encode(stored),
+        b64.encode(server)
+    )
+}
+
 /// `work_mem` of a handler's sessions.
 const GUEST_WORK_MEM: &str = "4MB";
 

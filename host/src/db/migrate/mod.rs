@@ -191,13 +191,15 @@ async fn prepare_role(db: &Database, handler: &str) -> Result<(), DbError> {
     tx.commit().await
 }
 
-/// A new password for the handler's role, kept in `handler_logins`. Hex:
-/// nothing in it can end the literal. Sent as a host statement on the host's
-/// own session, which no handler's SQL can see.
+/// A new password for the handler's role, kept in `handler_logins`. The
+/// server gets only its SCRAM-SHA-256 verifier (`db::logins::scram_verifier`),
+/// so not even a server log of the statement holds the password; the host's
+/// own session sends it, which no handler's SQL can see.
 async fn set_login(tx: &mut Tx, handler: &str) -> Result<(), DbError> {
     let role = handler_role(handler);
     let password = hex::encode(rand::random::<[u8; 24]>());
-    tx.execute_uncached(&format!("ALTER ROLE {role} LOGIN PASSWORD '{password}'"))
+    let verifier = super::logins::scram_verifier(&password);
+    tx.execute_uncached(&format!("ALTER ROLE {role} LOGIN PASSWORD '{verifier}'"))
         .await?;
     tx.execute(
         "INSERT INTO handler_logins (handler, password) VALUES ($1, $2) \

@@ -189,8 +189,10 @@ async fn postgres_a_login_that_no_longer_works_is_renewed_once() {
     let db = Database::connect(&url, 2).await.unwrap();
     let password = "SELECT password FROM handler_logins WHERE handler = 'wt_renew_login'";
     let before = db.query(password, &[]).await.unwrap();
+    // Under password authentication (the suite's server asks every login but
+    // the host's for one), a password set elsewhere fails as surely.
     let mut host = db.begin().await.unwrap();
-    host.execute("ALTER ROLE inboxd_handler_wt_renew_login NOLOGIN", &[])
+    host.execute("ALTER ROLE inboxd_handler_wt_renew_login NOLOGIN PASSWORD 'elsewhere'", &[])
         .await
         .unwrap();
     host.commit().await.unwrap();
@@ -205,6 +207,20 @@ async fn postgres_a_login_that_no_longer_works_is_renewed_once() {
         before,
         "a new password was set"
     );
+    // The server holds its SCRAM verifier, never the password itself.
+    let stored = db
+        .query(
+            "SELECT rolpassword FROM pg_authid WHERE rolname = 'inboxd_handler_wt_renew_login'",
+            &[],
+        )
+        .await;
+    if let Ok(rows) = stored {
+        let text = format!("{rows:?}");
+        assert!(text.contains("SCRAM-SHA-256$4096:"), "{text}");
+        let kept = format!("{:?}", db.query(password, &[]).await.unwrap());
+        let plain = kept.split('"').nth(1).unwrap_or_default();
+        assert!(!plain.is_empty() && !text.contains(plain), "{text}");
+    }
 }
 
 /// Defence in depth: even with the host's key (here, the host's own gate
