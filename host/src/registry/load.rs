@@ -47,6 +47,14 @@ pub async fn load_handler(
         &own_tables,
         handler.limits.max_statement_bytes,
         handler.limits.max_row_bytes,
+    )
+    .with_hidden_work(
+        migrate::hidden_work(db, &handler.name, handler.limits.max_row_bytes)
+            .await
+            .map_err(|source| RegistryError::RowBound {
+                handler: handler.name.clone(),
+                source,
+            })?,
     );
     tracing::debug!(handler = handler.name, tables = ?own_tables, "handler's own tables");
     let limits = Limits::from(&handler.limits);

@@ -121,6 +121,8 @@ pub struct Guard {
     max_statement_bytes: usize,
     /// `limits.max_row_bytes`: the largest row and bound value (see `super::work`).
     max_row_bytes: usize,
+    /// PostgreSQL: what a write to each own table adds by its own expressions.
+    hidden: super::postgres::Hidden,
 }
 
 impl Guard {
@@ -137,7 +139,15 @@ impl Guard {
             owned: Owned::new(own_schema, own_tables),
             max_statement_bytes,
             max_row_bytes,
+            hidden: Default::default(),
         }
+    }
+
+    /// The work a write to each own table adds by that table's CHECK,
+    /// DEFAULT, generated and index expressions (`db::migrate::hidden_work`).
+    pub fn with_hidden_work(mut self, hidden: super::postgres::Hidden) -> Self {
+        self.hidden = hidden;
+        self
     }
 
     /// `limits.max_row_bytes`, which also bounds each value a statement binds.
@@ -217,7 +227,12 @@ impl Guard {
         let ctes = check_dml(statement, &self.owned, self.backend)?;
         if self.backend == Backend::Postgres {
             // The same text as PostgreSQL itself reads it (see `super::postgres`).
-            match super::postgres::check(sql, super::postgres::Mode::RunTime, self.max_row_bytes as u64)? {
+            match super::postgres::check(
+                sql,
+                super::postgres::Mode::RunTime,
+                self.max_row_bytes as u64,
+                &self.hidden,
+            )? {
                 1 => {}
                 n => {
                     return Err(forbidden(format!(

@@ -85,7 +85,12 @@ fn split_checked(backend: Backend, sql: &str) -> Result<Vec<Piece>, Refusal> {
             }
             // And, on PostgreSQL, as PostgreSQL itself reads it.
             if backend == Backend::Postgres {
-                match super::postgres::check(&text, super::postgres::Mode::Migration, SCHEMA_ROW_BYTES) {
+                match super::postgres::check(
+                    &text,
+                    super::postgres::Mode::Migration,
+                    SCHEMA_ROW_BYTES,
+                    &Default::default(),
+                ) {
                     Ok(1) => {}
                     Ok(n) => {
                         let n = forbidden(format!("PostgreSQL reads {n} statements in its text"));
@@ -376,6 +381,27 @@ pub fn names_given(piece: &Piece, owned: &Owned) -> Vec<String> {
                 _ => None,
             })
             .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The tables a piece makes or changes, by their names after it: what the
+/// host bounds again right after it runs (`db::migrate::bound_table_in`).
+pub fn tables_changed(piece: &Piece, owned: &Owned) -> Vec<String> {
+    match &piece.statement {
+        Statement::CreateTable(table) => owned.own_name(&table.name).into_iter().collect(),
+        Statement::AlterTable(alter) => {
+            let renamed = alter.operations.iter().find_map(|operation| match operation {
+                AlterTableOperation::RenameTable {
+                    table_name: RenameTableNameKind::As(to) | RenameTableNameKind::To(to),
+                } => owned.own_name(to),
+                _ => None,
+            });
+            renamed
+                .or_else(|| owned.own_name(&alter.name))
+                .into_iter()
+                .collect()
+        }
         _ => Vec::new(),
     }
 }

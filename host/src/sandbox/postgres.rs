@@ -163,9 +163,14 @@ const INTERNAL_TYPES: &[&str] = &[
     "varchar",
 ];
 
+/// The work a write to each of a handler's tables adds by the table's own
+/// expressions (see `db::migrate::hidden_work`).
+pub type Hidden = std::collections::BTreeMap<String, u64>;
+
 /// Checks `sql` as PostgreSQL reads it, with every row and bound value at
-/// most `row_bytes` (see [`super::work`]); `Ok`: how many statements it holds.
-pub fn check(sql: &str, mode: Mode, row_bytes: u64) -> Result<usize, Refusal> {
+/// most `row_bytes` and `hidden` the work its tables' own expressions add
+/// (see [`super::work`]); `Ok`: how many statements it holds.
+pub fn check(sql: &str, mode: Mode, row_bytes: u64, hidden: &Hidden) -> Result<usize, Refusal> {
     let parsed = pg_query::parse(sql, pg_query::ParserOptions::DEFAULT).map_err(|e| match e {
         pg_query::Error::Decode(_) => Refusal::Limit(
             "PostgreSQL's parse tree of this statement is nested too deeply for the statement guard \
@@ -190,7 +195,12 @@ pub fn check(sql: &str, mode: Mode, row_bytes: u64) -> Result<usize, Refusal> {
     if view {
         super::work::check_view(&tree, row_bytes)?;
     } else {
-        super::work::check(&tree, row_bytes)?;
+        let written = super::work::written_tables(&tree);
+        let hidden = written
+            .iter()
+            .filter_map(|t| hidden.get(&t.to_ascii_lowercase()).or_else(|| hidden.get(*t)))
+            .fold(0u64, |sum, ns| sum.saturating_add(*ns));
+        super::work::check(&tree, row_bytes, hidden)?;
     }
     Ok(statements)
 }
@@ -201,7 +211,7 @@ pub fn row_work_ns(sql: &str, row_bytes: u64) -> Result<u64, Refusal> {
     let parsed = pg_query::parse(sql, pg_query::ParserOptions::DEFAULT)
         .map_err(|e| forbidden(format!("PostgreSQL cannot parse this statement ({e})")))?;
     let tree = serde_json::to_value(&parsed.protobuf).map_err(|e| forbidden(e.to_string()))?;
-    super::work::row_work_ns(&tree, row_bytes)
+    super::work::row_work_ns(&tree, row_bytes, 0)
 }
 
 /// Where a node stands, for the checks that depend on it.
@@ -350,7 +360,15 @@ fn check_node(kind: &str, node: &Value, place: Place, mode: Mode) -> Result<Plac
         }
         // A column's type runs its input function on every value written to
         // it (a `regclass` column looks up any name it is given).
-        "ColumnDef" => check_column_type(node.get("type_name"))?,
+        "ColumnDef" => {
+            check_column_type(node.get("type_name"))?;
+            // A plain message, not a node: the walk would not see it as COLLATE.
+            if node.get("coll_clause").is_some_and(|c| !c.is_null()) {
+                return Err(forbidden(
+                    "COLLATE on a column is not allowed: a collation changes what comparing its values costs",
+                ));
+            }
+        }
         "Constraint" => check_constraint_name(node.get("conname"))?,
         "AlterTableCmd" if node.get("subtype").and_then(Value::as_i64) == Some(AT_DROP_CONSTRAINT) => {
             check_constraint_name(node.get("name"))?
@@ -559,7 +577,7 @@ mod tests {
 
     /// As the guard calls it: on its own stack.
     fn checked(sql: &str, mode: Mode) -> Result<usize, Refusal> {
-        super::super::nesting::on_guard_stack(|| check(sql, mode, 1 << 20))
+        super::super::nesting::on_guard_stack(|| check(sql, mode, 1 << 20, &Hidden::new()))
     }
 
     fn allowed(sql: &str) {
@@ -662,17 +680,31 @@ mod tests {
 
     #[test]
     fn statements_are_counted_as_postgres_splits_them() {
-        assert_eq!(check("SELECT 1; SELECT 2", Mode::RunTime, 1 << 20), Ok(2));
+        assert_eq!(
+            check("SELECT 1; SELECT 2", Mode::RunTime, 1 << 20, &Hidden::new()),
+            Ok(2)
+        );
         // A nested block comment is one comment to PostgreSQL.
         assert_eq!(
-            check("SELECT 1 /* a /* b */ ; SELECT 2 */", Mode::RunTime, 1 << 20),
+            check(
+                "SELECT 1 /* a /* b */ ; SELECT 2 */",
+                Mode::RunTime,
+                1 << 20,
+                &Hidden::new()
+            ),
             Ok(1)
         );
     }
 
     #[test]
     fn migrations_may_hold_their_ddl_with_the_same_expression_rules() {
-        let ok = |sql: &str| assert_eq!(check(sql, Mode::Migration, 1 << 20), Ok(1), "{sql}");
+        let ok = |sql: &str| {
+            assert_eq!(
+                check(sql, Mode::Migration, 1 << 20, &Hidden::new()),
+                Ok(1),
+                "{sql}"
+            )
+        };
         ok(
             "CREATE TABLE emails (id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, body TEXT DEFAULT lower('X') CHECK (length(body) < 100))",
         );
@@ -680,7 +712,7 @@ mod tests {
         ok("ALTER TABLE emails ADD COLUMN extra TEXT DEFAULT ''");
         ok("CREATE VIEW recent AS SELECT * FROM emails");
         ok("DROP TABLE emails");
-        let refused = |sql: &str, because: &str| match check(sql, Mode::Migration, 1 << 20) {
+        let refused = |sql: &str, because: &str| match check(sql, Mode::Migration, 1 << 20, &Hidden::new()) {
             Err(Refusal::Forbidden(m)) => assert!(m.contains(because), "{sql}: {m}"),
             other => panic!("{sql}: {other:?}"),
         };
@@ -697,7 +729,7 @@ mod tests {
         refused("CREATE TABLE t (id SERIAL PRIMARY KEY)", "identity column");
         refused("ALTER TABLE t ADD COLUMN a tsquery", "a column of type");
         ok("CREATE TABLE t (a TIMESTAMPTZ, b NUMERIC(10, 2), c VARCHAR(20), d JSONB, e UUID, f BYTEA)");
-        assert!(check("CREATE TABLE t (a TEXT)", Mode::RunTime, 1 << 20).is_err());
+        assert!(check("CREATE TABLE t (a TEXT)", Mode::RunTime, 1 << 20, &Hidden::new()).is_err());
     }
 
     /// libpg_query and its tree's reader recurse per level, past a
@@ -707,13 +739,20 @@ mod tests {
     #[test]
     fn a_chain_at_the_nesting_bound_is_a_limit_not_a_crash() {
         let chain = format!("SELECT 1{}", "+1".repeat(super::super::nesting::MAX_NESTING - 10));
-        let checked = super::super::nesting::on_guard_stack(|| check(&chain, Mode::RunTime, 1 << 20));
+        let checked =
+            super::super::nesting::on_guard_stack(|| check(&chain, Mode::RunTime, 1 << 20, &Hidden::new()));
         assert!(matches!(checked, Err(Refusal::Limit(_))), "{checked:?}");
         // The longest chain it reads.
         let longest = super::super::nesting::on_guard_stack(|| {
             Ok((1..200)
                 .take_while(|n| {
-                    check(&format!("SELECT 1{}", "+1".repeat(*n)), Mode::RunTime, 1 << 20).is_ok()
+                    check(
+                        &format!("SELECT 1{}", "+1".repeat(*n)),
+                        Mode::RunTime,
+                        1 << 20,
+                        &Hidden::new(),
+                    )
+                    .is_ok()
                 })
                 .last())
         })

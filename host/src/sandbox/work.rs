@@ -23,9 +23,16 @@
 //!   (`unnest(...)`, `= ANY(...)`), so no operator meets one (`jsonb - text[]`
 //!   is a nested loop over both).
 //!
-//! The work of one *query block* (one SELECT's target list, filters and
-//! aggregates, or one row of VALUES) must stay within [`ROW_WORK_NS`]: a
-//! statement past it is refused with the bound named. The weights are this
+//! The planner merges subqueries and CTEs into the query that reads them,
+//! copying a derived column's expression to every place it is named, and a
+//! table's CHECK, DEFAULT, generated and index expressions run inside every
+//! write (an adversarial read, issue 23). So the work counted is the whole
+//! statement's (one row of VALUES at a time), a reference to a derived
+//! column costs that column's expression again, and a write adds its table's
+//! expressions (`Guard`'s `hidden` work, read from the catalog at load). It
+//! must stay within [`ROW_WORK_NS`], and no value may grow past
+//! [`VALUE_ROWS`] rows' worth: a statement past either is refused with the
+//! bound named. The weights are this
 //! machine's measured costs with a margin (`tests::every_function_at_the_limits`
 //! in `db::walls` checks them on a real server); what is not per row (a sort's
 //! comparisons) is bounded by the session's `work_mem`.
@@ -36,6 +43,11 @@ use serde_json::{Map, Value};
 /// One row's uninterruptible work may take this long, by the weights below.
 pub const ROW_WORK_NS: u64 = 1_000_000_000;
 
+/// No value a statement builds may be larger than this many rows at the
+/// bound: it is held in the backend's memory (and the host's, if returned)
+/// before any limit looks at it.
+pub const VALUE_ROWS: u64 = 64;
+
 /// Nanoseconds per byte of input of the cheap calls, operators and casts:
 /// `=`, `<>`, arithmetic, `md5`, `length`, `substr`, `trim`, `left`, `right`,
 /// casts to anything but JSON (measured at most 6 ns per byte on 6 MiB values).
@@ -44,7 +56,8 @@ const LIGHT: u64 = 12;
 /// `lower`, `concat` (measured at most 12 ns per byte, with an ICU collation).
 const COLLATED: u64 = 32;
 /// Nanoseconds per byte of everything else: JSON parsing (`->>` on text,
-/// casts to json and jsonb), `||` (on jsonb: measured 34 ns per byte).
+/// casts to json and jsonb), `||` (on jsonb: measured 34 ns per byte), casts
+/// to floating point (39), `to_char` and `to_timestamp` formats (53).
 const HEAVY: u64 = 64;
 /// Nanoseconds per pair of base-10,000 digit groups of a numeric
 /// multiplication, division or remainder (measured 1.5).
@@ -99,8 +112,6 @@ const COLLATED_CALLS: &[&str] = &[
     "lower",
     "max",
     "min",
-    "to_char",
-    "to_timestamp",
     "upper",
 ];
 /// Operators that cost [`LIGHT`] per byte.
@@ -142,40 +153,60 @@ impl Size {
 }
 
 /// Checks the work of one row of the statement `tree` (PostgreSQL's parse
-/// tree as JSON), with every stored row and bound value at most `row_bytes`.
-pub fn check(tree: &Value, row_bytes: u64) -> Result<(), Refusal> {
-    let ns = row_work_ns(tree, row_bytes)?;
+/// tree as JSON), with every stored row and bound value at most `row_bytes`;
+/// `hidden`: the work its tables' own expressions add to a write (see the
+/// module docs).
+pub fn check(tree: &Value, row_bytes: u64, hidden: u64) -> Result<(), Refusal> {
+    let ns = row_work_ns(tree, row_bytes, hidden)?;
     if ns > ROW_WORK_NS {
         return Err(too_much(ns, row_bytes));
     }
     Ok(())
 }
 
-/// The most work, in nanoseconds by the weights, that one row of one block
-/// of the statement may take.
-pub fn row_work_ns(tree: &Value, row_bytes: u64) -> Result<u64, Refusal> {
-    let mut derived = row_bytes;
-    // Each round carries the largest value a subquery or CTE computes to
-    // every reference of a derived column; a chain of n queries is stable
-    // after n + 1 rounds, so a bound that still grows then grows by recursion.
+/// What a column reference may stand for: a stored value, or the
+/// expression of a derived column (which the planner may copy in).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Derived {
+    bytes: u64,
+    digits: u64,
+    /// Work of evaluating the expression once.
+    work: u64,
+}
+
+/// The most work, in nanoseconds by the weights, that one row of the
+/// statement may take.
+pub fn row_work_ns(tree: &Value, row_bytes: u64, hidden: u64) -> Result<u64, Refusal> {
+    let stored = Derived {
+        bytes: row_bytes,
+        digits: COLUMN_DIGITS,
+        work: 0,
+    };
+    let mut derived = stored;
+    // Each round carries the largest value (and the costliest expression) a
+    // subquery, CTE or function in FROM computes to every column reference;
+    // a chain of n queries is stable after n + 1 rounds, so a bound that
+    // still grows then grows by recursion.
     let queries = count_queries(tree);
     for _ in 0..=queries + 1 {
         let mut walk = Walk {
             row_bytes,
             derived,
+            inner: stored,
             ..Walk::default()
         };
-        walk.open();
-        walk.visit(tree)?;
-        walk.close();
-        if walk.worst_block > ROW_WORK_NS {
-            return Ok(walk.worst_block);
+        let written = walk.visit(tree)?;
+        // A write past the row bound runs its table's expressions on the
+        // larger values before the bound refuses the row.
+        let scale = written.bytes.div_ceil(row_bytes.max(1)).max(1);
+        let work = walk.work.saturating_add(hidden.saturating_mul(scale));
+        if work > ROW_WORK_NS {
+            return Ok(work);
         }
-        let next = walk.inner_output.max(row_bytes);
-        if next == derived {
-            return Ok(walk.worst_block);
+        if walk.inner == derived {
+            return Ok(work);
         }
-        derived = next;
+        derived = walk.inner;
     }
     Err(Refusal::Limit(format!(
         "a subquery or CTE of this statement builds values that grow without a bound PostgreSQL would \
@@ -197,15 +228,19 @@ pub fn check_view(tree: &Value, row_bytes: u64) -> Result<(), Refusal> {
             Value::Array(items) => stack.extend(items),
             Value::Object(fields) => {
                 if let Some(targets) = fields.get("target_list") {
+                    let stored = Derived {
+                        bytes: row_bytes,
+                        digits: COLUMN_DIGITS,
+                        work: 0,
+                    };
                     let mut walk = Walk {
                         row_bytes,
-                        derived: row_bytes,
+                        derived: stored,
+                        inner: stored,
                         ..Walk::default()
                     };
-                    walk.open();
                     walk.visit(targets)?;
-                    walk.close();
-                    if walk.worst_block > 0 {
+                    if walk.work > 0 {
                         return Err(Refusal::Forbidden(
                             "a view on PostgreSQL may only select and rename columns (no calls, operators \
                              or casts in its SELECT list): PostgreSQL runs those expressions inside the \
@@ -220,7 +255,7 @@ pub fn check_view(tree: &Value, row_bytes: u64) -> Result<(), Refusal> {
             _ => {}
         }
     }
-    check(tree, row_bytes)
+    check(tree, row_bytes, 0)
 }
 
 fn too_much(ns: u64, row_bytes: u64) -> Refusal {
@@ -253,15 +288,18 @@ fn count_queries(value: &Value) -> u64 {
 #[derive(Default)]
 struct Walk {
     row_bytes: u64,
-    /// The bound of a column reference this round.
-    derived: u64,
-    /// Work of the query blocks being visited, innermost last.
-    blocks: Vec<u64>,
-    worst_block: u64,
+    /// What a column reference stands for this round.
+    derived: Derived,
+    /// Work counted so far (one row of VALUES at a time).
+    work: u64,
     /// Nesting of subqueries and CTEs around the node being visited.
     depth: u32,
-    /// The largest value a nested query outputs.
-    inner_output: u64,
+    /// Inside the body of a CTE that reads itself: PostgreSQL materializes
+    /// it (a worktable), so its expressions are not copied into readers.
+    recursive: u32,
+    /// The largest value, digits and costliest expression a nested query
+    /// or function in FROM outputs (at least a stored value's).
+    inner: Derived,
     /// The next node may be an array: it is the argument of a function in
     /// FROM, or the array of `= ANY (...)`.
     array_ok: bool,
@@ -271,18 +309,18 @@ struct Walk {
 
 impl Walk {
     fn charge(&mut self, ns: u64) {
-        if let Some(block) = self.blocks.last_mut() {
-            *block = block.saturating_add(ns);
-        }
+        self.work = self.work.saturating_add(ns);
     }
 
-    fn open(&mut self) {
-        self.blocks.push(0);
-    }
-
-    fn close(&mut self) {
-        let work = self.blocks.pop().unwrap_or_default();
-        self.worst_block = self.worst_block.max(work);
+    /// Records what a nested query's output column (or a FROM function's)
+    /// can be: `work` is what evaluating it once cost.
+    fn output(&mut self, size: Size, work: u64) {
+        let work = if self.recursive > 0 { 0 } else { work };
+        self.inner = Derived {
+            bytes: self.inner.bytes.max(size.bytes),
+            digits: self.inner.digits.max(size.digits),
+            work: self.inner.work.max(work),
+        };
     }
 
     /// Visits anything: a node, a list or a plain message.
@@ -327,29 +365,49 @@ impl Walk {
         }
     }
 
-    /// A SELECT (or INSERT/UPDATE/DELETE with RETURNING): one block, each
-    /// VALUES row a block of its own; returns its largest output value.
+    /// A SELECT (or UPDATE, or ON CONFLICT DO UPDATE): its work counts in
+    /// full, except that of VALUES, whose rows count one at a time; returns
+    /// its largest output value. Inside a subquery or CTE, each output column
+    /// is recorded with the work of its expression (see [`Walk::output`]).
     fn query(&mut self, fields: &Map<String, Value>) -> Result<Size, Refusal> {
         let mut output = Size::default();
-        self.open();
         for (name, value) in fields {
             match name.as_str() {
-                "target_list" | "returning_list" => output = output.max(self.visit(value)?),
-                "values_lists" => {
-                    for row in value.as_array().into_iter().flatten() {
-                        self.open();
-                        output = output.max(self.visit(row)?);
-                        self.close();
+                "target_list" | "returning_list" => {
+                    for target in value.as_array().into_iter().flatten() {
+                        let before = self.work;
+                        let size = self.visit(target)?;
+                        output = output.max(size);
+                        if self.depth > 0 {
+                            self.output(size, self.work - before);
+                        }
                     }
+                }
+                "values_lists" => {
+                    let (before, mut widest) = (self.work, 0);
+                    for row in value.as_array().into_iter().flatten() {
+                        self.work = before;
+                        for item in row
+                            .pointer("/node/List/items")
+                            .and_then(Value::as_array)
+                            .into_iter()
+                            .flatten()
+                        {
+                            let start = self.work;
+                            let size = self.visit(item)?;
+                            output = output.max(size);
+                            if self.depth > 0 {
+                                self.output(size, self.work - start);
+                            }
+                        }
+                        widest = widest.max(self.work - before);
+                    }
+                    self.work = before.saturating_add(widest);
                 }
                 _ => {
                     self.visit(value)?;
                 }
             }
-        }
-        self.close();
-        if self.depth > 0 {
-            self.inner_output = self.inner_output.max(output.bytes);
         }
         Ok(output)
     }
@@ -371,12 +429,30 @@ impl Walk {
             ));
         }
         let from_function = std::mem::take(&mut self.from_function);
-        let column = Size {
-            bytes: self.derived,
-            digits: COLUMN_DIGITS,
-        };
+        let size = self.sized(kind, n, from_function)?;
+        let cap = self.row_bytes.saturating_mul(VALUE_ROWS);
+        if size.bytes > cap {
+            return Err(Refusal::Limit(format!(
+                "this statement may build a value of up to {} MiB, more than {VALUE_ROWS} rows at \
+                 limits.max_row_bytes ({} bytes): PostgreSQL holds it in memory and works on it without \
+                 interruption; build it in smaller steps",
+                size.bytes >> 20,
+                self.row_bytes
+            )));
+        }
+        Ok(size)
+    }
+
+    fn sized(&mut self, kind: &str, n: &Map<String, Value>, from_function: bool) -> Result<Size, Refusal> {
         Ok(match kind {
-            "ColumnRef" | "AStar" => column,
+            "ColumnRef" | "AStar" => {
+                // The planner may copy a derived column's expression here.
+                self.charge(self.derived.work);
+                Size {
+                    bytes: self.derived.bytes,
+                    digits: self.derived.digits,
+                }
+            }
             "ParamRef" => Size {
                 bytes: self.row_bytes,
                 digits: NUMBER_DIGITS,
@@ -397,7 +473,12 @@ impl Walk {
                             let items = list.pointer("/node/List/items").and_then(Value::as_array);
                             for (i, item) in items.into_iter().flatten().enumerate() {
                                 self.from_function = i == 0;
-                                self.visit(item)?;
+                                let before = self.work;
+                                let size = self.visit(item)?;
+                                // Its columns are no larger than its arguments.
+                                if i == 0 {
+                                    self.output(size, self.work - before);
+                                }
                             }
                         }
                     } else {
@@ -441,6 +522,11 @@ impl Walk {
                 } else {
                     "ctequery"
                 };
+                let recursive = kind == "CommonTableExpr"
+                    && n.get("ctename")
+                        .and_then(Value::as_str)
+                        .is_some_and(|name| reads_table(n.get(query), name));
+                self.recursive += u32::from(recursive);
                 for (name, value) in n {
                     if name == query {
                         self.nested(Some(value))?;
@@ -448,6 +534,7 @@ impl Walk {
                         self.visit(value)?;
                     }
                 }
+                self.recursive -= u32::from(recursive);
                 Size::default()
             }
             "NullTest" | "BooleanTest" | "BoolExpr" => {
@@ -506,18 +593,19 @@ impl Walk {
                 bytes: total(&args).saturating_mul(6).saturating_add(16),
                 digits: NUMBER_DIGITS,
             },
-            // Case mapping can lengthen a character by a byte (`ɐ` to `Ɐ`); hex doubles.
+            // Case mapping can triple a character's bytes (ICU: `ΐ` to `Ϊ́`); hex doubles.
             "upper" | "lower" | "hex" => Size {
-                bytes: widest.bytes.saturating_mul(2),
+                bytes: widest.bytes.saturating_mul(3),
                 digits: NUMBER_DIGITS,
             },
             "substr" | "substring" | "left" | "right" | "trim" | "btrim" | "ltrim" | "rtrim" => Size {
                 bytes: widest.bytes,
                 digits: NUMBER_DIGITS,
             },
-            // Its output is its format's, each pattern a few characters wider at most.
+            // Its output is its format's, each pattern at most 8 characters
+            // wider (`J`: a Julian day of 7 digits).
             "to_char" => Size {
-                bytes: widest.bytes.saturating_mul(4),
+                bytes: widest.bytes.saturating_mul(8),
                 digits: NUMBER_DIGITS,
             },
             _ => Size::SMALL,
@@ -588,10 +676,12 @@ impl Walk {
                     digits: (l.digits.saturating_add(r.digits).saturating_add(NUMBER_DIGITS)).min(MAX_DIGITS),
                 }
             }
-            // No byte added: a recursive CTE's counter must keep a stable bound.
+            // Not even the one digit a sum may gain: a counter in a recursive
+            // CTE must keep a stable bound (PostgreSQL's numerics stop at
+            // MAX_DIGITS, and a quadratic cost needs thousands).
             "+" | "-" => Size {
                 bytes: lb.max(rb),
-                digits: (l.digits.max(r.digits) + 1).min(MAX_DIGITS),
+                digits: l.digits.max(r.digits),
             },
             "->" | "->>" | "#>" | "#>>" | "&" | "|" | "#" | "<<" | ">>" => l.max(r),
             _ => Size::SMALL,
@@ -616,10 +706,10 @@ impl Walk {
             self.charge(COLLATED.saturating_mul(test.bytes.saturating_add(output.bytes)));
         }
         Ok(match kind {
-            Some(T::ExprSublink | T::MultiexprSublink) => Size {
-                bytes: self.derived.max(output.bytes),
-                digits: COLUMN_DIGITS.max(output.digits),
-            },
+            Some(T::ExprSublink | T::MultiexprSublink) => output.max(Size {
+                bytes: self.derived.bytes,
+                digits: self.derived.digits,
+            }),
             _ => Size::SMALL,
         })
     }
@@ -663,7 +753,7 @@ fn literal(n: &Map<String, Value>) -> Size {
         v.as_object()
             .and_then(|o| o.values().next())
             .and_then(Value::as_str)
-            .map_or(8, |s| s.len() as u64)
+            .map(str::to_owned)
     };
     match n
         .get("val")
@@ -671,16 +761,79 @@ fn literal(n: &Map<String, Value>) -> Size {
         .and_then(|v| v.iter().next())
         .map(|(k, v)| (k.as_str(), v))
     {
-        // An unknown-typed string may become a number; its digits are its bytes.
+        // An unknown-typed string may become a number, and `1e65000` is
+        // 65,001 digits long: its digits are what it reads as.
         Some(("Sval" | "Fval" | "Bsval", v)) => {
-            let bytes = text(v);
+            let text = text(v).unwrap_or_default();
+            let digits = numeric_digits(&text);
             Size {
-                bytes,
-                digits: bytes.min(MAX_DIGITS),
+                bytes: (text.len() as u64).max(digits),
+                digits,
             }
         }
         _ => Size::SMALL,
     }
+}
+
+/// The digits `text` has as a numeric (at most PostgreSQL's maximum): its
+/// mantissa's, plus what an exponent adds before or after the point.
+fn numeric_digits(text: &str) -> u64 {
+    let text = text.trim();
+    let (mantissa, exponent) = match text.find(['e', 'E']) {
+        Some(at) => (&text[..at], text[at + 1..].trim().parse::<i64>().ok()),
+        None => (text, Some(0)),
+    };
+    let digits = mantissa.bytes().filter(u8::is_ascii_digit).count() as u64;
+    let shift = exponent.map_or(MAX_DIGITS, |e| e.unsigned_abs());
+    digits
+        .max(text.len() as u64)
+        .saturating_add(shift)
+        .min(MAX_DIGITS)
+}
+
+/// The tables the statement inserts into or updates (anywhere, CTEs too).
+pub fn written_tables(tree: &Value) -> Vec<&str> {
+    let mut stack = vec![tree];
+    let mut written = Vec::new();
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(fields) => {
+                if let Some(("InsertStmt" | "UpdateStmt", stmt)) = node(fields)
+                    && let Some(name) = stmt
+                        .get("relation")
+                        .and_then(|r| r.get("relname"))
+                        .and_then(Value::as_str)
+                    && !written.contains(&name)
+                {
+                    written.push(name);
+                }
+                stack.extend(fields.values());
+            }
+            _ => {}
+        }
+    }
+    written
+}
+
+/// Whether the query `value` names the table `name` (a CTE that reads itself).
+fn reads_table(value: Option<&Value>, name: &str) -> bool {
+    let mut stack: Vec<&Value> = value.into_iter().collect();
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(fields) => {
+                if let Some(("RangeVar", range)) = node(fields)
+                    && range.get("relname").and_then(Value::as_str) == Some(name)
+                {
+                    return true;
+                }
+                stack.extend(fields.values());
+            }
+            _ => {}
+        }
+    }
+    false
 }
 
 /// The size of `arg` cast to `type_name`, and the cast's cost per byte of `arg`.
@@ -692,7 +845,7 @@ fn cast(type_name: Option<&Value>, arg: Size) -> Result<(Size, u64), Refusal> {
         .map_or(0, Vec::len);
     // As text, a bytea doubles (hex) and jsonb gains a space per member.
     let bytes = arg.bytes.saturating_mul(2).saturating_add(32);
-    let weight = if matches!(name, "json" | "jsonb") {
+    let weight = if matches!(name, "json" | "jsonb" | "float4" | "float8") {
         HEAVY
     } else {
         LIGHT

@@ -368,6 +368,18 @@ pub async fn apply_one_reserving(
             ))
         })?;
         tx.leave_walls().await?;
+        if tx.backend() == Backend::Postgres {
+            for table in migration::tables_changed(piece, &owned) {
+                row_bound::bound_table_in(tx, handler, &table)
+                    .await
+                    .map_err(|e| {
+                        DbError::HandlerMigration(format!(
+                            "migration {file} of handler {handler} is refused: after `{}`, {e}",
+                            short(&piece.text)
+                        ))
+                    })?;
+            }
+        }
         own = record_tables(tx, handler, &own, &before).await?;
         if let Some(reference) = foreign_reference(tx, &own).await? {
             return Err(DbError::HandlerMigration(format!(
@@ -478,7 +490,7 @@ fn short(text: &str) -> String {
 }
 
 mod row_bound;
-pub use row_bound::bound_rows;
+pub use row_bound::{CONSTRAINT as ROW_BOUND, bound_rows, hidden_work};
 
 #[cfg(test)]
 mod tests;

@@ -12,7 +12,8 @@
 //! SQLite needs none of this: `SQLITE_LIMIT_LENGTH` bounds every value and
 //! row inside the walls (`sandbox::authorizer`).
 
-use super::{Backend, Database, DbError, handler_schema};
+use super::{Backend, Database, DbError, SqlValue, Tx, handler_schema};
+use crate::config::defaults::MAX_ROW_BYTES;
 
 /// The constraint's name: under the host's reserved `inbox` prefix.
 pub const CONSTRAINT: &str = "inboxd_row_bound";
@@ -67,6 +68,109 @@ pub async fn bound_rows(db: &Database, handler: &str, max_row_bytes: usize) -> R
         );
     }
     Ok(tables)
+}
+
+/// Within a migration, right after a statement that made or changed
+/// `table`: puts the bound on it again, checked against every row. Without
+/// this, a table the migration made would be unbounded for the rest of it,
+/// and PostgreSQL does not check a whole-row constraint again when a column
+/// changes type (`ALTER ... TYPE ... USING`) or gains a default. The bound is
+/// the one the table has, else the largest the handler's tables have, else
+/// the default; `bound_rows` sets the handler's own when it loads.
+pub async fn bound_table_in(tx: &mut Tx, handler: &str, table: &str) -> Result<(), DbError> {
+    let schema = handler_schema(handler);
+    let rows = tx
+        .query(
+            "SELECT c.relkind::pg_catalog.text,
+                    (SELECT pg_catalog.max(pg_catalog.substring(pg_catalog.pg_get_constraintdef(k.oid),
+                                '<= ([0-9]+)')::pg_catalog.int8)
+                       FROM pg_catalog.pg_constraint k
+                      WHERE k.conname = $3 AND k.conrelid = c.oid),
+                    (SELECT pg_catalog.max(pg_catalog.substring(pg_catalog.pg_get_constraintdef(k.oid),
+                                '<= ([0-9]+)')::pg_catalog.int8)
+                       FROM pg_catalog.pg_constraint k JOIN pg_catalog.pg_class o ON o.oid = k.conrelid
+                      WHERE k.conname = $3 AND o.relnamespace = c.relnamespace)
+             FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = $1 AND c.relname = $2",
+            &[schema.as_str().into(), table.into(), CONSTRAINT.into()],
+        )
+        .await?;
+    let Some(row) = rows.into_iter().next() else {
+        return Ok(());
+    };
+    if !matches!(row.first().and_then(SqlValue::as_str), Some("r" | "p")) {
+        return Ok(());
+    }
+    let limit = row
+        .get(1)
+        .and_then(SqlValue::as_i64)
+        .or_else(|| row.get(2).and_then(SqlValue::as_i64))
+        .unwrap_or(MAX_ROW_BYTES as i64);
+    let name = quote(table);
+    let sql = format!(
+        "ALTER TABLE {schema}.{name} DROP CONSTRAINT IF EXISTS {CONSTRAINT}, \
+         ADD CONSTRAINT {CONSTRAINT} CHECK (octet_length(({name}.*)::text) <= {limit})"
+    );
+    tx.execute(&sql, &[]).await.map_err(|e| {
+        DbError::HandlerMigration(format!(
+            "table {table} would hold a row larger than its bound ({limit} bytes as text, \
+             limits.max_row_bytes): {e}"
+        ))
+    })?;
+    Ok(())
+}
+
+/// PostgreSQL: the work, by the statement guard's weights, that the
+/// handler's own CHECK, DEFAULT, generated-column and index expressions add
+/// to one row written to each of its tables (`sandbox::work`): they run
+/// inside every INSERT and UPDATE, where the guard does not see them. The
+/// host's own row bound is not counted: one cast of the row to text, a few
+/// milliseconds at the bound, which the weights would count at 150.
+pub async fn hidden_work(
+    db: &Database,
+    handler: &str,
+    max_row_bytes: usize,
+) -> Result<std::collections::BTreeMap<String, u64>, DbError> {
+    let mut work = std::collections::BTreeMap::new();
+    if db.backend() != Backend::Postgres {
+        return Ok(work);
+    }
+    let rows = db
+        .query(
+            "SELECT c.relname::pg_catalog.text, 'SELECT ' || pg_catalog.pg_get_expr(k.conbin, k.conrelid)
+               FROM pg_catalog.pg_constraint k JOIN pg_catalog.pg_class c ON c.oid = k.conrelid
+               JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+              WHERE n.nspname = $1 AND k.contype = 'c' AND k.conname <> $2
+             UNION ALL
+             SELECT c.relname::pg_catalog.text, 'SELECT ' || pg_catalog.pg_get_expr(d.adbin, d.adrelid)
+               FROM pg_catalog.pg_attrdef d JOIN pg_catalog.pg_class c ON c.oid = d.adrelid
+               JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+              WHERE n.nspname = $1
+             UNION ALL
+             SELECT c.relname::pg_catalog.text, pg_catalog.pg_get_indexdef(i.indexrelid)
+               FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class c ON c.oid = i.indrelid
+               JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+              WHERE n.nspname = $1 AND (i.indexprs IS NOT NULL OR i.indpred IS NOT NULL)",
+            &[handler_schema(handler).as_str().into(), CONSTRAINT.into()],
+        )
+        .await?;
+    let row_bytes = max_row_bytes as u64;
+    for row in rows {
+        let (Some(table), Some(sql)) = (
+            row.first().and_then(SqlValue::as_str),
+            row.get(1).and_then(SqlValue::as_str),
+        ) else {
+            continue;
+        };
+        // What the guard cannot read is counted as a costly call over a
+        // whole row, not as nothing.
+        let ns =
+            crate::sandbox::nesting::on_guard_stack(|| crate::sandbox::postgres::row_work_ns(sql, row_bytes))
+                .unwrap_or(64 * row_bytes);
+        let total: &mut u64 = work.entry(table.to_owned()).or_default();
+        *total = total.saturating_add(ns);
+    }
+    Ok(work)
 }
 
 /// An identifier, quoted as PostgreSQL reads it.

@@ -3,13 +3,25 @@ use super::*;
 /// Checks `sql` as the run-time guard does, with rows of `row_bytes`.
 fn judged(sql: &str, row_bytes: u64) -> Result<(), Refusal> {
     crate::sandbox::nesting::on_guard_stack(|| {
-        crate::sandbox::postgres::check(sql, crate::sandbox::postgres::Mode::RunTime, row_bytes).map(drop)
+        crate::sandbox::postgres::check(
+            sql,
+            crate::sandbox::postgres::Mode::RunTime,
+            row_bytes,
+            &Default::default(),
+        )
+        .map(drop)
     })
 }
 
 fn migration(sql: &str) -> Result<(), Refusal> {
     crate::sandbox::nesting::on_guard_stack(|| {
-        crate::sandbox::postgres::check(sql, crate::sandbox::postgres::Mode::Migration, 1 << 20).map(drop)
+        crate::sandbox::postgres::check(
+            sql,
+            crate::sandbox::postgres::Mode::Migration,
+            1 << 20,
+            &Default::default(),
+        )
+        .map(drop)
     })
 }
 
@@ -184,4 +196,78 @@ fn the_hosts_row_bound_cannot_be_dropped_renamed_or_squatted() {
         );
     }
     assert_eq!(migration("ALTER TABLE t DROP CONSTRAINT t_a_check"), Ok(()));
+}
+
+/// Regression (an adversarial read, issue 23): the planner pulls a subquery
+/// up into the query that reads it, copying a derived column's expression
+/// to every place it is named; bounding each query on its own let 29^3
+/// copies of 60 md5 calls through.
+#[test]
+fn a_derived_column_costs_its_expression_at_every_reference() {
+    let leaf = format!(
+        "SELECT greatest(t.v, {}) AS v FROM t WHERE t.id = $1",
+        vec!["md5(t.v)"; 60].join(", ")
+    );
+    let mut sql = leaf;
+    for level in 1..4 {
+        let refs = vec![format!("x{level}.v"); 29].join(", ");
+        sql = format!("SELECT greatest({refs}) AS v FROM ({sql}) x{level}");
+    }
+    refused(
+        &format!("SELECT md5(x4.v) FROM ({sql}) x4"),
+        "limits.max_row_bytes",
+    );
+    // One CTE read once is inlined the same way.
+    refused(
+        &format!(
+            "WITH c AS (SELECT {} AS h FROM t) SELECT {} FROM c",
+            vec!["md5(v)"; 40].join(" || "),
+            vec!["c.h"; 3].join(", ")
+        ),
+        "limits.max_row_bytes",
+    );
+    // A subquery's cheap columns stay cheap to name.
+    allowed("SELECT s.a, s.b, s.a FROM (SELECT a, b FROM t WHERE a = $1) s WHERE s.b > 0");
+}
+
+/// Regression (an adversarial read, issue 23): `1e65000` was sized by its
+/// seven characters, not its 65,001 digits.
+#[test]
+fn a_numeric_literal_counts_the_digits_its_exponent_adds() {
+    let products = vec!["(1e65000/7)*(1e65000/7)"; 3].join(", ");
+    refused(&format!("SELECT {products}"), "may work up to");
+    refused(
+        &format!("SELECT md5(concat({}))", vec!["1e131000"; 700].join(", ")),
+        "limits.max_row_bytes",
+    );
+    // Digits a CTE computes reach its readers.
+    let nines = "9".repeat(60_000);
+    refused(
+        &format!("WITH c(n) AS (SELECT {nines}) SELECT c.n * c.n, c.n * c.n FROM c"),
+        "may work up to",
+    );
+    allowed("SELECT 1.5e3 * amount, 2e-2 FROM t");
+}
+
+/// Regression (an adversarial read, issue 23): a function in FROM returned
+/// values as large as its arguments (841 MiB through two `unnest`s), which
+/// the guard then counted as stored ones.
+#[test]
+fn a_function_in_from_passes_its_arguments_size_to_its_columns() {
+    let concat = |x: &str| format!("concat({})", vec![x; 29].join(", "));
+    let inner = format!("SELECT u.v FROM unnest(ARRAY[{}]) AS u(v)", concat("$1"));
+    let sql = format!(
+        "SELECT {} FROM (SELECT w.v FROM ({inner}) a, unnest(ARRAY[{}]) AS w(v)) b",
+        vec!["md5(b.v)"; 79].join(", "),
+        concat("a.v")
+    );
+    refused(&sql, "limits.max_row_bytes");
+}
+
+#[test]
+fn a_column_collation_is_refused() {
+    assert!(matches!(
+        migration("CREATE TABLE t (v text COLLATE \"und-x-icu\")"),
+        Err(Refusal::Forbidden(m)) if m.contains("COLLATE")
+    ));
 }

@@ -192,9 +192,12 @@ async fn postgres_a_login_that_no_longer_works_is_renewed_once() {
     // Under password authentication (the suite's server asks every login but
     // the host's for one), a password set elsewhere fails as surely.
     let mut host = db.begin().await.unwrap();
-    host.execute("ALTER ROLE inboxd_handler_wt_renew_login NOLOGIN PASSWORD 'elsewhere'", &[])
-        .await
-        .unwrap();
+    host.execute(
+        "ALTER ROLE inboxd_handler_wt_renew_login NOLOGIN PASSWORD 'elsewhere'",
+        &[],
+    )
+    .await
+    .unwrap();
     host.commit().await.unwrap();
     let mut tx = db.begin_guest(h.handler()).await.unwrap();
     tx.enter_guest(CALL, &h).await.unwrap();

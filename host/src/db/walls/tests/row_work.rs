@@ -231,3 +231,98 @@ async fn postgres_every_function_at_the_limits_finishes_within_its_counted_time(
     }
     eprintln!("worst share of the counted time: {:.2} ({})", worst.0, worst.1);
 }
+
+/// Regression (an adversarial read, issue 23): a table a migration made had
+/// no bound until the handler's next load, so the same migration could grow
+/// its values to hundreds of MiB; and PostgreSQL does not check a whole-row
+/// constraint again when a column changes type or gains a default.
+#[tokio::test]
+async fn postgres_a_migration_cannot_grow_rows_past_the_bound() {
+    let Some(db) = crate::db::test_support::postgres_db().await else {
+        return;
+    };
+    let name = "wt_bound_mig";
+    migrate::prepare_handler(&db, name).await.unwrap();
+    let big = "x".repeat(600 << 10);
+    let cases = [
+        format!("CREATE TABLE g (v TEXT);\nINSERT INTO g VALUES ('{big}');\nUPDATE g SET v = v || v;"),
+        format!(
+            "CREATE TABLE h (v TEXT);\nINSERT INTO h VALUES ('{big}');\nALTER TABLE h ALTER COLUMN v TYPE TEXT USING v || v;"
+        ),
+        format!(
+            "CREATE TABLE k (v TEXT);\nINSERT INTO k VALUES ('{big}');\nALTER TABLE k ADD COLUMN w TEXT DEFAULT '{big}';"
+        ),
+        format!("CREATE TABLE m AS SELECT '{big}' || '{big}' AS v;"),
+    ];
+    for (i, sql) in cases.iter().enumerate() {
+        let migration = Migration::new(&format!("{:04}_grow.sql", i + 1), sql.clone()).unwrap();
+        let mut tx = db.begin_migration(name).await.unwrap();
+        let err = migrate::apply_one(&mut tx, name, &migration)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("inboxd_row_bound") || err.contains("row bound"),
+            "{}: {err:.300}",
+            &sql[..40]
+        );
+        tx.rollback().await.unwrap();
+    }
+    // Within the bound, the same steps are fine, and the table is bounded at once.
+    let ok = Migration::new(
+        "0001_ok.sql",
+        "CREATE TABLE g (v TEXT);\nINSERT INTO g VALUES ('small');".into(),
+    )
+    .unwrap();
+    let mut tx = db.begin_migration(name).await.unwrap();
+    assert!(migrate::apply_one(&mut tx, name, &ok).await.unwrap());
+    tx.commit().await.unwrap();
+    let bounded = db
+        .query(
+            "SELECT count(*) FROM pg_constraint WHERE conname = 'inboxd_row_bound' \
+             AND conrelid = 'handler_wt_bound_mig.g'::regclass",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(bounded[0][0], SqlValue::Int64(1));
+}
+
+/// Regression (an adversarial read, issue 23): a table's CHECK, DEFAULT,
+/// generated and index expressions run inside every write to it, where the
+/// statement guard did not count them.
+#[tokio::test]
+async fn postgres_a_tables_own_expressions_count_in_every_write_to_it() {
+    let Some(db) = crate::db::test_support::postgres_db().await else {
+        return;
+    };
+    let name = "wt_hidden";
+    migrate::prepare_handler(&db, name).await.unwrap();
+    let checks: String = (0..12)
+        .map(|i| format!("ALTER TABLE t ADD CONSTRAINT c{i} CHECK (upper(v) || upper(v) <> '');\n"))
+        .collect();
+    let sql = format!("CREATE TABLE t (v TEXT, n BIGINT);\nCREATE TABLE u (v TEXT);\n{checks}");
+    let migration = Migration::new("0001_init.sql", sql).unwrap();
+    let mut tx = db.begin_migration(name).await.unwrap();
+    assert!(migrate::apply_one(&mut tx, name, &migration).await.unwrap());
+    tx.commit().await.unwrap();
+    let hidden = migrate::hidden_work(&db, name, 1 << 20).await.unwrap();
+    assert!(hidden["t"] > crate::sandbox::work::ROW_WORK_NS, "{hidden:?}");
+    assert!(hidden.get("u").is_none_or(|ns| *ns < 50_000_000), "{hidden:?}");
+    let guard = crate::sandbox::Guard::new(
+        Backend::Postgres,
+        "handler_wt_hidden",
+        &["t".to_owned(), "u".to_owned()],
+        64 << 10,
+        1 << 20,
+    )
+    .with_hidden_work(hidden);
+    let err = guard
+        .check("INSERT INTO t (v) VALUES ($1)")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("limits.max_row_bytes"), "{err}");
+    guard.check("UPDATE t SET n = 1 WHERE n = 2").unwrap_err();
+    guard.check("SELECT v, n FROM t WHERE n = $1").unwrap();
+    guard.check("INSERT INTO u (v) VALUES ($1)").unwrap();
+}
