@@ -222,7 +222,7 @@ fn a_derived_column_costs_its_expression_at_every_reference() {
         &format!(
             "WITH c AS (SELECT {} AS h FROM t) SELECT {} FROM c",
             vec!["md5(v)"; 40].join(" || "),
-            vec!["c.h"; 3].join(", ")
+            ["c.h"; 3].join(", ")
         ),
         "limits.max_row_bytes",
     );
@@ -234,7 +234,7 @@ fn a_derived_column_costs_its_expression_at_every_reference() {
 /// seven characters, not its 65,001 digits.
 #[test]
 fn a_numeric_literal_counts_the_digits_its_exponent_adds() {
-    let products = vec!["(1e65000/7)*(1e65000/7)"; 3].join(", ");
+    let products = ["(1e65000/7)*(1e65000/7)"; 3].join(", ");
     refused(&format!("SELECT {products}"), "may work up to");
     refused(
         &format!("SELECT md5(concat({}))", vec!["1e131000"; 700].join(", ")),
