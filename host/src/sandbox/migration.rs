@@ -389,6 +389,7 @@ pub fn names_given(piece: &Piece, owned: &Owned) -> Vec<String> {
 /// host bounds again right after it runs (`db::migrate::bound_table_in`).
 pub fn tables_changed(piece: &Piece, owned: &Owned) -> Vec<String> {
     match &piece.statement {
+        Statement::CreateIndex(index) => owned.own_name(&index.table_name).into_iter().collect(),
         Statement::CreateTable(table) => owned.own_name(&table.name).into_iter().collect(),
         Statement::AlterTable(alter) => {
             let renamed = alter.operations.iter().find_map(|operation| match operation {

@@ -369,7 +369,37 @@ fn check_node(kind: &str, node: &Value, place: Place, mode: Mode) -> Result<Plac
                 ));
             }
         }
-        "Constraint" => check_constraint_name(node.get("conname"))?,
+        "Constraint" => {
+            check_constraint_name(node.get("conname"))?;
+            use pg_query::protobuf::ConstrType as C;
+            let kind = node.get("contype").and_then(Value::as_i64).unwrap_or_default();
+            if kind == C::ConstrExclusion as i64 {
+                return Err(forbidden(
+                    "EXCLUDE constraints are not allowed: their index methods' work on each row written is not \
+                     one the statement guard can count; use UNIQUE",
+                ));
+            }
+            // PostgreSQL 18 computes a VIRTUAL column at every read, unseen by the guard.
+            if kind == C::ConstrGenerated as i64
+                && node.get("generated_kind").and_then(Value::as_str) != Some("s")
+            {
+                return Err(forbidden(
+                    "a generated column must be STORED: a virtual one runs its expression at every read",
+                ));
+            }
+        }
+        "IndexStmt" => {
+            let method = node
+                .get("access_method")
+                .and_then(Value::as_str)
+                .unwrap_or("btree");
+            if !matches!(method, "" | "btree" | "hash") {
+                return Err(forbidden(format!(
+                    "an index USING {method} is not allowed: only btree and hash, whose work on each row \
+                     written the statement guard can bound (a GIN index sorts every key of a document)"
+                )));
+            }
+        }
         "AlterTableCmd" if node.get("subtype").and_then(Value::as_i64) == Some(AT_DROP_CONSTRAINT) => {
             check_constraint_name(node.get("name"))?
         }

@@ -48,6 +48,10 @@ pub const ROW_WORK_NS: u64 = 1_000_000_000;
 /// before any limit looks at it.
 pub const VALUE_ROWS: u64 = 64;
 
+/// A view's columns together may be this many rows at the bound (a whole
+/// row of a table is one, by the host's constraint; of a view, this many).
+pub const VIEW_ROWS: u64 = 4;
+
 /// Nanoseconds per byte of input of the cheap calls, operators and casts:
 /// `=`, `<>`, arithmetic, `md5`, `length`, `substr`, `trim`, `left`, `right`,
 /// casts to anything but JSON (measured at most 6 ns per byte on 6 MiB values).
@@ -172,6 +176,10 @@ struct Derived {
     digits: u64,
     /// Work of evaluating the expression once.
     work: u64,
+    /// A whole row of a derived table (`s`, `s.*`, `*`): all its columns.
+    row: u64,
+    /// The work of all its columns' expressions.
+    row_work: u64,
 }
 
 /// The most work, in nanoseconds by the weights, that one row of the
@@ -181,6 +189,8 @@ pub fn row_work_ns(tree: &Value, row_bytes: u64, hidden: u64) -> Result<u64, Ref
         bytes: row_bytes,
         digits: COLUMN_DIGITS,
         work: 0,
+        row: VIEW_ROWS * row_bytes,
+        row_work: 0,
     };
     let mut derived = stored;
     // Each round carries the largest value (and the costliest expression) a
@@ -193,6 +203,7 @@ pub fn row_work_ns(tree: &Value, row_bytes: u64, hidden: u64) -> Result<u64, Ref
             row_bytes,
             derived,
             inner: stored,
+            names: names(tree),
             ..Walk::default()
         };
         let written = walk.visit(tree)?;
@@ -232,6 +243,8 @@ pub fn check_view(tree: &Value, row_bytes: u64) -> Result<(), Refusal> {
                         bytes: row_bytes,
                         digits: COLUMN_DIGITS,
                         work: 0,
+                        row: VIEW_ROWS * row_bytes,
+                        row_work: 0,
                     };
                     let mut walk = Walk {
                         row_bytes,
@@ -239,7 +252,11 @@ pub fn check_view(tree: &Value, row_bytes: u64) -> Result<(), Refusal> {
                         inner: stored,
                         ..Walk::default()
                     };
-                    walk.visit(targets)?;
+                    for target in targets.as_array().into_iter().flatten() {
+                        if !star_target(target) {
+                            walk.visit(target)?;
+                        }
+                    }
                     if walk.work > 0 {
                         return Err(Refusal::Forbidden(
                             "a view on PostgreSQL may only select and rename columns (no calls, operators \
@@ -305,6 +322,9 @@ struct Walk {
     array_ok: bool,
     /// The next call is a function in FROM.
     from_function: bool,
+    /// Names a bare column reference may take for a whole row: tables,
+    /// aliases, CTEs and functions in FROM.
+    names: std::collections::BTreeSet<String>,
 }
 
 impl Walk {
@@ -320,7 +340,34 @@ impl Walk {
             bytes: self.inner.bytes.max(size.bytes),
             digits: self.inner.digits.max(size.digits),
             work: self.inner.work.max(work),
+            ..self.inner
         };
+    }
+
+    /// Records a nested query's whole output row: `bytes` and `work` of all
+    /// its columns together. Any query's row is held to the value cap.
+    fn output_row(&mut self, bytes: u64, work: u64) -> Result<(), Refusal> {
+        self.cap(bytes, "a row")?;
+        if self.depth > 0 {
+            let work = if self.recursive > 0 { 0 } else { work };
+            self.inner.row = self.inner.row.max(bytes);
+            self.inner.row_work = self.inner.row_work.max(work);
+        }
+        Ok(())
+    }
+
+    fn cap(&self, bytes: u64, what: &str) -> Result<(), Refusal> {
+        let cap = self.row_bytes.saturating_mul(VALUE_ROWS);
+        if bytes > cap {
+            return Err(Refusal::Limit(format!(
+                "this statement may build {what} of up to {} MiB, more than {VALUE_ROWS} rows at \
+                 limits.max_row_bytes ({} bytes): PostgreSQL holds it in memory and works on it without \
+                 interruption; build it in smaller steps",
+                bytes >> 20,
+                self.row_bytes
+            )));
+        }
+        Ok(())
     }
 
     /// Visits anything: a node, a list or a plain message.
@@ -344,6 +391,10 @@ impl Walk {
     fn fields(&mut self, fields: &Map<String, Value>) -> Result<Size, Refusal> {
         if fields.contains_key("target_list") || fields.contains_key("values_lists") {
             return self.query(fields);
+        }
+        // PostgreSQL 18's RETURNING (a plain message: `options`, `exprs`).
+        if let (Some(exprs), true) = (fields.get("exprs"), fields.contains_key("options")) {
+            return self.targets(exprs);
         }
         let mut size = Size::default();
         for value in fields.values() {
@@ -373,21 +424,13 @@ impl Walk {
         let mut output = Size::default();
         for (name, value) in fields {
             match name.as_str() {
-                "target_list" | "returning_list" => {
-                    for target in value.as_array().into_iter().flatten() {
-                        let before = self.work;
-                        let size = self.visit(target)?;
-                        output = output.max(size);
-                        if self.depth > 0 {
-                            self.output(size, self.work - before);
-                        }
-                    }
-                }
+                "target_list" | "returning_list" => output = output.max(self.targets(value)?),
                 "values_lists" => {
                     let (before, mut widest) = (self.work, 0);
-                    for row in value.as_array().into_iter().flatten() {
+                    for values in value.as_array().into_iter().flatten() {
                         self.work = before;
-                        for item in row
+                        let mut row = 0u64;
+                        for item in values
                             .pointer("/node/List/items")
                             .and_then(Value::as_array)
                             .into_iter()
@@ -396,10 +439,12 @@ impl Walk {
                             let start = self.work;
                             let size = self.visit(item)?;
                             output = output.max(size);
+                            row = row.saturating_add(size.bytes);
                             if self.depth > 0 {
                                 self.output(size, self.work - start);
                             }
                         }
+                        self.output_row(row, self.work - before)?;
                         widest = widest.max(self.work - before);
                     }
                     self.work = before.saturating_add(widest);
@@ -409,6 +454,35 @@ impl Walk {
                 }
             }
         }
+        Ok(output)
+    }
+
+    /// A SELECT or RETURNING list: its largest item; its whole row is held
+    /// to the cap and, inside a subquery or CTE, recorded for its readers.
+    fn targets(&mut self, value: &Value) -> Result<Size, Refusal> {
+        let mut output = Size::default();
+        let (start, mut row) = (self.work, 0u64);
+        for target in value.as_array().into_iter().flatten() {
+            let before = self.work;
+            let size = match star_target(target) {
+                // `*` and `x.*` stand for their columns (PostgreSQL
+                // expands them), each a stored or derived value.
+                true => {
+                    self.charge(self.derived.row_work);
+                    Size {
+                        bytes: self.derived.row,
+                        digits: self.derived.digits,
+                    }
+                }
+                false => self.visit(target)?,
+            };
+            output = output.max(size);
+            row = row.saturating_add(size.bytes);
+            if self.depth > 0 {
+                self.output(size, self.work - before);
+            }
+        }
+        self.output_row(row, self.work - start)?;
         Ok(output)
     }
 
@@ -430,22 +504,21 @@ impl Walk {
         }
         let from_function = std::mem::take(&mut self.from_function);
         let size = self.sized(kind, n, from_function)?;
-        let cap = self.row_bytes.saturating_mul(VALUE_ROWS);
-        if size.bytes > cap {
-            return Err(Refusal::Limit(format!(
-                "this statement may build a value of up to {} MiB, more than {VALUE_ROWS} rows at \
-                 limits.max_row_bytes ({} bytes): PostgreSQL holds it in memory and works on it without \
-                 interruption; build it in smaller steps",
-                size.bytes >> 20,
-                self.row_bytes
-            )));
-        }
+        self.cap(size.bytes, "a value")?;
         Ok(size)
     }
 
     fn sized(&mut self, kind: &str, n: &Map<String, Value>, from_function: bool) -> Result<Size, Refusal> {
         Ok(match kind {
             "ColumnRef" | "AStar" => {
+                if kind == "AStar" || self.is_row_ref(n) {
+                    return Err(Refusal::Forbidden(
+                        "a whole row (`t`, `t.*`) may stand only as an item of a SELECT or RETURNING list, \
+                         not inside an expression: a row of a view or derived table is many values at once, \
+                         which PostgreSQL then works on without interruption; name the columns"
+                            .into(),
+                    ));
+                }
                 // The planner may copy a derived column's expression here.
                 self.charge(self.derived.work);
                 Size {
@@ -546,6 +619,24 @@ impl Walk {
         })
     }
 
+    /// `x.*`, `*`, or a bare name of a table, derived table, CTE or
+    /// function in FROM: a whole row.
+    fn is_row_ref(&self, n: &Map<String, Value>) -> bool {
+        let fields = n.get("fields").and_then(Value::as_array);
+        let fields: Vec<&Value> = fields.into_iter().flatten().collect();
+        let star = fields
+            .last()
+            .is_some_and(|f| f.get("node").and_then(|n| n.get("AStar")).is_some());
+        let bare = match fields.as_slice() {
+            [one] => one
+                .pointer("/node/String/sval")
+                .and_then(Value::as_str)
+                .is_some_and(|name| self.names.contains(name)),
+            _ => false,
+        };
+        star || bare
+    }
+
     fn call(&mut self, n: &Map<String, Value>, from_function: bool) -> Result<Size, Refusal> {
         let name = last_name(n.get("funcname")).unwrap_or_default();
         let mut args = Vec::new();
@@ -566,6 +657,10 @@ impl Walk {
         };
         self.charge(weight.saturating_mul(total(&args)));
         let widest = args.iter().fold(Size::default(), |a, b| a.max(*b));
+        if from_function {
+            // Its columns are parts of its arguments (elements, members).
+            return Ok(widest);
+        }
         Ok(match name {
             "mod" => {
                 let (l, r) = pair(&args);
@@ -602,10 +697,10 @@ impl Walk {
                 bytes: widest.bytes,
                 digits: NUMBER_DIGITS,
             },
-            // Its output is its format's, each pattern at most 8 characters
-            // wider (`J`: a Julian day of 7 digits).
+            // Its output is its format's, each pattern character at most 16
+            // wide (`J` of an interval of huge years: 11).
             "to_char" => Size {
-                bytes: widest.bytes.saturating_mul(8),
+                bytes: widest.bytes.saturating_mul(16),
                 digits: NUMBER_DIGITS,
             },
             _ => Size::SMALL,
@@ -814,6 +909,44 @@ pub fn written_tables(tree: &Value) -> Vec<&str> {
         }
     }
     written
+}
+
+/// A SELECT or RETURNING item that is `*` or `x.*`.
+fn star_target(target: &Value) -> bool {
+    let fields = target
+        .pointer("/node/ResTarget/val/node/ColumnRef/fields")
+        .and_then(Value::as_array);
+    fields
+        .and_then(|f| f.last())
+        .is_some_and(|last| last.pointer("/node/AStar").is_some())
+}
+
+/// Every name a bare column reference could take for a whole row.
+fn names(tree: &Value) -> std::collections::BTreeSet<String> {
+    let mut stack = vec![tree];
+    let mut names = std::collections::BTreeSet::new();
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(fields) => {
+                // A function in FROM: its alias names its value (`unnest(...) AS u`).
+                if let Some(("RangeFunction", n)) = node(fields) {
+                    stack.extend(n.get("functions"));
+                    continue;
+                }
+                // RangeVar, Alias and CommonTableExpr messages, wrapped in a
+                // node or not (an INSERT's or UPDATE's own relation is not).
+                for key in ["relname", "aliasname", "ctename"] {
+                    if let Some(name) = fields.get(key).and_then(Value::as_str) {
+                        names.insert(name.to_owned());
+                    }
+                }
+                stack.extend(fields.values());
+            }
+            _ => {}
+        }
+    }
+    names
 }
 
 /// Whether the query `value` names the table `name` (a CTE that reads itself).

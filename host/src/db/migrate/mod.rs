@@ -327,6 +327,22 @@ pub async fn apply_one_reserving(
             DbError::HandlerMigration(format!("migration {file} of handler {handler} is refused: {why}"))
         };
         migration::check(piece, &owned).map_err(|refusal| refused(refusal.to_string()))?;
+        if tx.backend() == Backend::Postgres {
+            // Counted again at the handler's own row bound, with what its
+            // tables' own expressions add to a write (see `sandbox::work`).
+            let bound = row_bound::handler_bound_in(tx, handler).await?;
+            let hidden = row_bound::hidden_work_in(tx, handler, bound as usize).await?;
+            let text = piece.text.clone();
+            crate::sandbox::nesting::on_guard_stack(move || {
+                crate::sandbox::postgres::check(
+                    &text,
+                    crate::sandbox::postgres::Mode::Migration,
+                    bound,
+                    &hidden,
+                )
+            })
+            .map_err(|refusal| refused(refusal.to_string()))?;
+        }
         if tx.backend() == Backend::Sqlite {
             for name in migration::names_given(piece, &owned) {
                 if let Some(token) = reserved(&name) {
@@ -369,15 +385,36 @@ pub async fn apply_one_reserving(
         })?;
         tx.leave_walls().await?;
         if tx.backend() == Backend::Postgres {
-            for table in migration::tables_changed(piece, &owned) {
-                row_bound::bound_table_in(tx, handler, &table)
+            let after = |e: String| {
+                DbError::HandlerMigration(format!(
+                    "migration {file} of handler {handler} is refused: after `{}`, {e}",
+                    short(&piece.text)
+                ))
+            };
+            let changed = migration::tables_changed(piece, &owned);
+            for table in &changed {
+                row_bound::bound_table_in(tx, handler, table)
                     .await
-                    .map_err(|e| {
-                        DbError::HandlerMigration(format!(
-                            "migration {file} of handler {handler} is refused: after `{}`, {e}",
-                            short(&piece.text)
-                        ))
-                    })?;
+                    .map_err(|e| after(e.to_string()))?;
+            }
+            // A foreign key's ON DELETE / ON UPDATE action writes to a table
+            // no statement names, so each table's own expressions must fit
+            // the bound by themselves.
+            if !changed.is_empty() {
+                let bound = row_bound::handler_bound_in(tx, handler).await?;
+                let hidden = row_bound::hidden_work_in(tx, handler, bound as usize).await?;
+                let over = hidden
+                    .iter()
+                    .find(|(_, ns)| **ns > crate::sandbox::work::ROW_WORK_NS);
+                if let Some((table, ns)) = over {
+                    return Err(after(format!(
+                        "the CHECK, DEFAULT, generated and index expressions of table {table} may work up to \
+                         {} ms on each row written to it, which PostgreSQL does not interrupt (the bound is \
+                         {} ms, counting every column at limits.max_row_bytes)",
+                        ns / 1_000_000,
+                        crate::sandbox::work::ROW_WORK_NS / 1_000_000
+                    )));
+                }
             }
         }
         own = record_tables(tx, handler, &own, &before).await?;

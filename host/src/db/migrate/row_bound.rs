@@ -14,6 +14,25 @@
 
 use super::{Backend, Database, DbError, SqlValue, Tx, handler_schema};
 use crate::config::defaults::MAX_ROW_BYTES;
+use crate::sandbox::postgres::Hidden;
+
+/// The row bound a handler's tables have now (the largest, if they differ;
+/// the default if none has one yet): what a migration's statements are
+/// counted at.
+pub async fn handler_bound_in(tx: &mut Tx, handler: &str) -> Result<u64, DbError> {
+    let rows = tx
+        .query(
+            "SELECT pg_catalog.max(pg_catalog.substring(pg_catalog.pg_get_constraintdef(k.oid),
+                        '<= ([0-9]+)')::pg_catalog.int8)
+               FROM pg_catalog.pg_constraint k JOIN pg_catalog.pg_class c ON c.oid = k.conrelid
+               JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+              WHERE n.nspname = $1 AND k.conname = $2",
+            &[handler_schema(handler).as_str().into(), CONSTRAINT.into()],
+        )
+        .await?;
+    let bound = rows.first().and_then(|r| r.first()).and_then(SqlValue::as_i64);
+    Ok(bound.map_or(MAX_ROW_BYTES as u64, |b| b.max(0) as u64))
+}
 
 /// The constraint's name: under the host's reserved `inbox` prefix.
 pub const CONSTRAINT: &str = "inboxd_row_bound";
@@ -126,16 +145,31 @@ pub async fn bound_table_in(tx: &mut Tx, handler: &str, table: &str) -> Result<(
 /// inside every INSERT and UPDATE, where the guard does not see them. The
 /// host's own row bound is not counted: one cast of the row to text, a few
 /// milliseconds at the bound, which the weights would count at 150.
-pub async fn hidden_work(
-    db: &Database,
-    handler: &str,
-    max_row_bytes: usize,
-) -> Result<std::collections::BTreeMap<String, u64>, DbError> {
-    let mut work = std::collections::BTreeMap::new();
+pub async fn hidden_work(db: &Database, handler: &str, max_row_bytes: usize) -> Result<Hidden, DbError> {
     if db.backend() != Backend::Postgres {
-        return Ok(work);
+        return Ok(Hidden::new());
     }
-    let rows = db
+    let mut tx = db.begin().await?;
+    let work = hidden_work_in(&mut tx, handler, max_row_bytes).await?;
+    tx.commit().await?;
+    for (table, ns) in &work {
+        if *ns > crate::sandbox::work::ROW_WORK_NS {
+            tracing::warn!(
+                handler,
+                table,
+                ms = ns / 1_000_000,
+                "a table's own expressions may work longer on one row than the guard allows a statement: \
+                 every write to it will be refused"
+            );
+        }
+    }
+    Ok(work)
+}
+
+/// [`hidden_work`] inside `tx`.
+pub async fn hidden_work_in(tx: &mut Tx, handler: &str, max_row_bytes: usize) -> Result<Hidden, DbError> {
+    let mut work = Hidden::new();
+    let rows = tx
         .query(
             "SELECT c.relname::pg_catalog.text, 'SELECT ' || pg_catalog.pg_get_expr(k.conbin, k.conrelid)
                FROM pg_catalog.pg_constraint k JOIN pg_catalog.pg_class c ON c.oid = k.conrelid

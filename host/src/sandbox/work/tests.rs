@@ -78,7 +78,7 @@ fn ordinary_statements_fit_the_row_bound() {
 #[test]
 fn many_calls_over_one_row_are_refused_with_the_bound_named() {
     refused(&calls("md5(v)", 200), "limits.max_row_bytes = 1048576");
-    refused(&calls("upper(v)", 40), "may work up to");
+    refused(&calls("upper(v)", 40), "limits.max_row_bytes");
     refused(&calls("v::jsonb", 20), "ms on one row");
     // The same statement fits rows a team holds small.
     assert_eq!(judged(&calls("md5(v)", 200), 16 << 10), Ok(()));
@@ -270,4 +270,57 @@ fn a_column_collation_is_refused() {
         migration("CREATE TABLE t (v text COLLATE \"und-x-icu\")"),
         Err(Refusal::Forbidden(m)) if m.contains("COLLATE")
     ));
+}
+
+/// Regression (an adversarial read, issue 23): a whole row of a derived
+/// table of 1,000 parameters was counted as one value, and was a gigabyte.
+#[test]
+fn a_whole_row_stands_only_as_a_select_item() {
+    let columns = |n: usize| (1..=n).map(|i| format!("$1 c{i}")).collect::<Vec<_>>().join(", ");
+    let derived = format!("(SELECT {}) s", columns(10));
+    refused(&format!("SELECT md5(s::text) FROM {derived}"), "a whole row");
+    refused(&format!("SELECT md5(s.*::text) FROM {derived}"), "a whole row");
+    refused("SELECT ROW(t.*) FROM t", "a whole row");
+    // A gigabyte row is refused whether or not it is named whole.
+    refused(
+        &format!("SELECT * FROM (SELECT {}) s", columns(1000)),
+        "limits.max_row_bytes",
+    );
+    allowed("SELECT * FROM t WHERE a = $1");
+    allowed("SELECT t.*, u.b FROM t JOIN u ON u.a = t.a");
+    allowed("INSERT INTO t (a, b) VALUES ($1, $2) RETURNING *");
+    // A function in FROM passes its arguments' size on to its columns.
+    let rows = vec!["$1"; 31].join(", ");
+    refused(
+        &format!(
+            "SELECT md5(w.v) FROM unnest(ARRAY[concat({rows})]) u(v), unnest(ARRAY[concat(u.v, u.v)]) w(v)"
+        ),
+        "limits.max_row_bytes",
+    );
+}
+
+#[test]
+fn index_methods_exclusions_and_virtual_columns_the_guard_cannot_count_are_refused() {
+    for (sql, because) in [
+        ("CREATE INDEX g ON docs USING gin (body)", "USING gin"),
+        (
+            "CREATE TABLE r (a bigint, EXCLUDE USING btree (a WITH =))",
+            "EXCLUDE",
+        ),
+        (
+            "CREATE TABLE r (a bigint, b bigint GENERATED ALWAYS AS (a * 2) VIRTUAL)",
+            "STORED",
+        ),
+    ] {
+        assert!(
+            matches!(migration(sql), Err(Refusal::Forbidden(m)) if m.contains(because)),
+            "{sql}"
+        );
+    }
+    assert_eq!(
+        migration("CREATE TABLE r (a bigint, b bigint GENERATED ALWAYS AS (a * 2) STORED)"),
+        Ok(())
+    );
+    assert_eq!(migration("CREATE INDEX h ON docs USING hash (id)"), Ok(()));
+    assert_eq!(migration("CREATE UNIQUE INDEX b ON docs (id)"), Ok(()));
 }
