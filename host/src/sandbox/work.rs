@@ -39,6 +39,7 @@
 
 use super::guard::Refusal;
 use serde_json::{Map, Value};
+use std::collections::BTreeSet;
 
 /// One row's uninterruptible work may take this long, by the weights below.
 pub const ROW_WORK_NS: u64 = 1_000_000_000;
@@ -192,18 +193,23 @@ pub fn row_work_ns(tree: &Value, row_bytes: u64, hidden: u64) -> Result<u64, Ref
         row: VIEW_ROWS * row_bytes,
         row_work: 0,
     };
-    let mut derived = stored;
-    // Each round carries the largest value (and the costliest expression) a
-    // subquery, CTE or function in FROM computes to every column reference;
-    // a chain of n queries is stable after n + 1 rounds, so a bound that
-    // still grows then grows by recursion.
+    let (mut columns, mut derived, mut star) = (Columns::new(), stored, false);
+    // Each round carries what a subquery, CTE or function in FROM outputs,
+    // by column name, to the references of that name. A chain of n queries
+    // is carried whole after n + 1 rounds; a CTE that reads itself can be a
+    // chain of any length, so there the bound must also be stable.
     let queries = count_queries(tree);
-    for _ in 0..=queries + 1 {
+    let recursive = has_recursion(tree);
+    for round in 0..=queries + 1 {
         let mut walk = Walk {
             row_bytes,
+            stored,
+            columns: columns.clone(),
             derived,
+            star,
             inner: stored,
-            names: names(tree),
+            names: names(tree).0,
+            relations: names(tree).1,
             ..Walk::default()
         };
         let written = walk.visit(tree)?;
@@ -214,10 +220,11 @@ pub fn row_work_ns(tree: &Value, row_bytes: u64, hidden: u64) -> Result<u64, Ref
         if work > ROW_WORK_NS {
             return Ok(work);
         }
-        if walk.inner == derived {
+        let stable = walk.found == columns && walk.inner == derived && walk.found_star == star;
+        if stable || (!recursive && round == queries + 1) {
             return Ok(work);
         }
-        derived = walk.inner;
+        (columns, derived, star) = (walk.found, walk.inner, walk.found_star);
     }
     Err(Refusal::Limit(format!(
         "a subquery or CTE of this statement builds values that grow without a bound PostgreSQL would \
@@ -225,6 +232,30 @@ pub fn row_work_ns(tree: &Value, row_bytes: u64, hidden: u64) -> Result<u64, Ref
          guard counts every value at up to limits.max_row_bytes ({row_bytes} bytes): build the value in \
          steps, one statement each"
     )))
+}
+
+/// Derived columns by name.
+type Columns = std::collections::BTreeMap<String, Derived>;
+
+/// Whether a CTE of the statement reads itself.
+fn has_recursion(tree: &Value) -> bool {
+    let mut stack = vec![tree];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(fields) => {
+                if let Some(("CommonTableExpr", n)) = node(fields)
+                    && let Some(name) = n.get("ctename").and_then(Value::as_str)
+                    && reads_table(n.get("ctequery"), name)
+                {
+                    return true;
+                }
+                stack.extend(fields.values());
+            }
+            _ => {}
+        }
+    }
+    false
 }
 
 /// Checks a view's query: PostgreSQL runs a view's output expressions
@@ -248,6 +279,7 @@ pub fn check_view(tree: &Value, row_bytes: u64) -> Result<(), Refusal> {
                     };
                     let mut walk = Walk {
                         row_bytes,
+                        stored,
                         derived: stored,
                         inner: stored,
                         ..Walk::default()
@@ -305,8 +337,19 @@ fn count_queries(value: &Value) -> u64 {
 #[derive(Default)]
 struct Walk {
     row_bytes: u64,
-    /// What a column reference stands for this round.
+    /// A stored value: what a column reference stands for unless a derived
+    /// column has its name.
+    stored: Derived,
+    /// Derived columns by name, from the last round.
+    columns: Columns,
+    /// The same, gathered this round.
+    found: Columns,
+    /// The largest of all derived values, last round: what an unknown name
+    /// stands for when a derived query passes `*` through.
     derived: Derived,
+    /// A derived query had `*` (last round; this round).
+    star: bool,
+    found_star: bool,
     /// Work counted so far (one row of VALUES at a time).
     work: u64,
     /// Nesting of subqueries and CTEs around the node being visited.
@@ -324,7 +367,9 @@ struct Walk {
     from_function: bool,
     /// Names a bare column reference may take for a whole row: tables,
     /// aliases, CTEs and functions in FROM.
-    names: std::collections::BTreeSet<String>,
+    names: BTreeSet<String>,
+    /// Tables, views and their aliases, whose bare names may be whole rows.
+    relations: BTreeSet<String>,
 }
 
 impl Walk {
@@ -334,6 +379,22 @@ impl Walk {
 
     /// Records what a nested query's output column (or a FROM function's)
     /// can be: `work` is what evaluating it once cost.
+    /// ... under `name`, if it has one.
+    fn named(&mut self, name: Option<&str>, size: Size, work: u64) {
+        self.output(size, work);
+        let work = if self.recursive > 0 { 0 } else { work };
+        if let Some(name) = name {
+            let entry = self.found.entry(name.to_owned()).or_default();
+            *entry = Derived {
+                bytes: entry.bytes.max(size.bytes),
+                digits: entry.digits.max(size.digits),
+                work: entry.work.max(work),
+                row: 0,
+                row_work: 0,
+            };
+        }
+    }
+
     fn output(&mut self, size: Size, work: u64) {
         let work = if self.recursive > 0 { 0 } else { work };
         self.inner = Derived {
@@ -449,6 +510,8 @@ impl Walk {
                     }
                     self.work = before.saturating_add(widest);
                 }
+                // A UNION's arms: the columns are either's.
+                "larg" | "rarg" => output = output.max(self.visit(value)?),
                 _ => {
                     self.visit(value)?;
                 }
@@ -468,9 +531,15 @@ impl Walk {
                 // `*` and `x.*` stand for their columns (PostgreSQL
                 // expands them), each a stored or derived value.
                 true => {
+                    self.found_star |= self.depth > 0;
+                    let row = if self.star {
+                        self.derived.row
+                    } else {
+                        self.stored.row
+                    };
                     self.charge(self.derived.row_work);
                     Size {
-                        bytes: self.derived.row,
+                        bytes: row.max(self.derived.row),
                         digits: self.derived.digits,
                     }
                 }
@@ -479,7 +548,7 @@ impl Walk {
             output = output.max(size);
             row = row.saturating_add(size.bytes);
             if self.depth > 0 {
-                self.output(size, self.work - before);
+                self.named(target_name(target), size, self.work - before);
             }
         }
         self.output_row(row, self.work - start)?;
@@ -519,11 +588,26 @@ impl Walk {
                             .into(),
                     ));
                 }
-                // The planner may copy a derived column's expression here.
-                self.charge(self.derived.work);
+                // A derived column of its name, whose expression the planner
+                // may copy here; else a stored value (or, past a derived `*`,
+                // any derived value).
+                let name = last_name(n.get("fields"));
+                let relation = name.is_some_and(|name| self.relations.contains(name));
+                let column = match name.and_then(|name| self.columns.get(name)) {
+                    Some(column) => *column,
+                    None if self.star => self.derived,
+                    None => self.stored,
+                };
+                self.charge(column.work);
+                // A bare table or view name may be its whole row.
+                let bytes = if relation && fields_len(n) == 1 {
+                    column.bytes.max(column.row)
+                } else {
+                    column.bytes
+                };
                 Size {
-                    bytes: self.derived.bytes,
-                    digits: self.derived.digits,
+                    bytes,
+                    digits: column.digits,
                 }
             }
             "ParamRef" => Size {
@@ -550,7 +634,18 @@ impl Walk {
                                 let size = self.visit(item)?;
                                 // Its columns are no larger than its arguments.
                                 if i == 0 {
-                                    self.output(size, self.work - before);
+                                    let work = self.work - before;
+                                    let alias = n.get("alias");
+                                    let mut named: Vec<&str> =
+                                        strings_of(alias.and_then(|a| a.get("colnames")));
+                                    named.extend(
+                                        alias.and_then(|a| a.get("aliasname")).and_then(Value::as_str),
+                                    );
+                                    named.extend(last_name(item.pointer("/node/FuncCall/funcname")));
+                                    for column in named {
+                                        self.named(Some(column), size, work);
+                                    }
+                                    self.output(size, work);
                                 }
                             }
                         }
@@ -600,12 +695,24 @@ impl Walk {
                         .and_then(Value::as_str)
                         .is_some_and(|name| reads_table(n.get(query), name));
                 self.recursive += u32::from(recursive);
+                let mut output = Size::default();
                 for (name, value) in n {
                     if name == query {
-                        self.nested(Some(value))?;
+                        output = self.nested(Some(value))?;
                     } else {
                         self.visit(value)?;
                     }
+                }
+                // Columns renamed by position (`AS s(a, b)`, `c(n) AS`): each
+                // may be any of the query's.
+                let renamed = n
+                    .get("aliascolnames")
+                    .or_else(|| n.get("alias").and_then(|a| a.get("colnames")));
+                let work = self.inner.work;
+                for column in strings_of(renamed) {
+                    self.depth += 1;
+                    self.named(Some(column), output, work);
+                    self.depth -= 1;
                 }
                 self.recursive -= u32::from(recursive);
                 Size::default()
@@ -680,6 +787,13 @@ impl Walk {
             },
             "abs" | "ceil" | "ceiling" | "coalesce" | "floor" | "greatest" | "lag" | "lead" | "least"
             | "max" | "min" | "nullif" | "round" | "trunc" | "sign" => widest,
+            // `concat_ws` writes its separator between every two arguments.
+            "concat_ws" => Size {
+                bytes: total(&args).saturating_add(args.first().map_or(0, |sep| {
+                    sep.bytes.saturating_mul(args.len().saturating_sub(2) as u64)
+                })),
+                digits: NUMBER_DIGITS,
+            },
             _ if CONCATENATING.contains(&name) => Size {
                 bytes: total(&args),
                 digits: NUMBER_DIGITS,
@@ -774,9 +888,14 @@ impl Walk {
             // Not even the one digit a sum may gain: a counter in a recursive
             // CTE must keep a stable bound (PostgreSQL's numerics stop at
             // MAX_DIGITS, and a quadratic cost needs thousands).
+            // Inside a CTE that reads itself, `x + x` may double a number at
+            // every step: any number there may reach PostgreSQL's maximum.
             "+" | "-" => Size {
                 bytes: lb.max(rb),
-                digits: l.digits.max(r.digits),
+                digits: match self.recursive > 0 && l.digits.max(r.digits) > NUMBER_DIGITS {
+                    true => MAX_DIGITS,
+                    false => l.digits.max(r.digits),
+                },
             },
             "->" | "->>" | "#>" | "#>>" | "&" | "|" | "#" | "<<" | ">>" => l.max(r),
             _ => Size::SMALL,
@@ -886,7 +1005,8 @@ fn numeric_digits(text: &str) -> u64 {
         .min(MAX_DIGITS)
 }
 
-/// The tables the statement inserts into or updates (anywhere, CTEs too).
+/// The tables the statement inserts into or updates (anywhere, CTEs too),
+/// once per time a row of theirs runs their own expressions.
 pub fn written_tables(tree: &Value) -> Vec<&str> {
     let mut stack = vec![tree];
     let mut written = Vec::new();
@@ -899,9 +1019,18 @@ pub fn written_tables(tree: &Value) -> Vec<&str> {
                         .get("relation")
                         .and_then(|r| r.get("relname"))
                         .and_then(Value::as_str)
-                    && !written.contains(&name)
                 {
                     written.push(name);
+                    // ON CONFLICT DO UPDATE runs the table's expressions on the
+                    // insert attempt and again on the update.
+                    let update = stmt
+                        .get("on_conflict_clause")
+                        .and_then(|c| c.get("action"))
+                        .and_then(Value::as_i64)
+                        .is_some_and(|a| a == pg_query::protobuf::OnConflictAction::OnconflictUpdate as i64);
+                    if update {
+                        written.push(name);
+                    }
                 }
                 stack.extend(fields.values());
             }
@@ -921,32 +1050,72 @@ fn star_target(target: &Value) -> bool {
         .is_some_and(|last| last.pointer("/node/AStar").is_some())
 }
 
-/// Every name a bare column reference could take for a whole row.
-fn names(tree: &Value) -> std::collections::BTreeSet<String> {
+/// The names a bare column reference could take for a whole row: derived
+/// tables and CTEs (refused there), and tables, views and their aliases
+/// (counted as a row of [`VIEW_ROWS`]).
+fn names(tree: &Value) -> (BTreeSet<String>, BTreeSet<String>) {
     let mut stack = vec![tree];
-    let mut names = std::collections::BTreeSet::new();
+    let (mut derived, mut relations) = (BTreeSet::new(), BTreeSet::new());
+    let alias = |n: &Map<String, Value>| {
+        n.get("alias")
+            .and_then(|a| a.get("aliasname"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
     while let Some(v) = stack.pop() {
         match v {
             Value::Array(items) => stack.extend(items),
             Value::Object(fields) => {
-                // A function in FROM: its alias names its value (`unnest(...) AS u`).
-                if let Some(("RangeFunction", n)) = node(fields) {
-                    stack.extend(n.get("functions"));
-                    continue;
-                }
-                // RangeVar, Alias and CommonTableExpr messages, wrapped in a
-                // node or not (an INSERT's or UPDATE's own relation is not).
-                for key in ["relname", "aliasname", "ctename"] {
-                    if let Some(name) = fields.get(key).and_then(Value::as_str) {
-                        names.insert(name.to_owned());
+                match node(fields) {
+                    // A function in FROM: its alias names its value (`unnest(...) AS u`).
+                    Some(("RangeFunction", n)) => {
+                        stack.extend(n.get("functions"));
+                        continue;
                     }
+                    Some(("RangeSubselect" | "JoinExpr", n)) => derived.extend(alias(n)),
+                    Some(("CommonTableExpr", n)) => {
+                        derived.extend(n.get("ctename").and_then(Value::as_str).map(str::to_owned))
+                    }
+                    _ => {}
+                }
+                // A RangeVar, wrapped in a node or not (an INSERT's or UPDATE's own relation is not).
+                if let Some(name) = fields.get("relname").and_then(Value::as_str) {
+                    relations.insert(name.to_owned());
+                    relations.extend(alias(fields));
                 }
                 stack.extend(fields.values());
             }
             _ => {}
         }
     }
-    names
+    (derived, relations)
+}
+
+/// The name a SELECT item's column gets: its alias, a column's own name,
+/// or a function's.
+fn target_name(target: &Value) -> Option<&str> {
+    let t = target.pointer("/node/ResTarget")?;
+    match t.get("name").and_then(Value::as_str) {
+        Some(name) if !name.is_empty() => Some(name),
+        _ => {
+            let val = t.pointer("/val/node")?;
+            last_name(val.pointer("/ColumnRef/fields"))
+                .or_else(|| last_name(val.pointer("/FuncCall/funcname")))
+        }
+    }
+}
+
+/// The String nodes of a list, in order.
+fn strings_of(list: Option<&Value>) -> Vec<&str> {
+    list.and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|item| item.pointer("/node/String/sval").and_then(Value::as_str))
+        .collect()
+}
+
+fn fields_len(n: &Map<String, Value>) -> usize {
+    n.get("fields").and_then(Value::as_array).map_or(0, Vec::len)
 }
 
 /// Whether the query `value` names the table `name` (a CTE that reads itself).
@@ -976,8 +1145,12 @@ fn cast(type_name: Option<&Value>, arg: Size) -> Result<(Size, u64), Refusal> {
         .and_then(|t| t.get("typmods"))
         .and_then(Value::as_array)
         .map_or(0, Vec::len);
-    // As text, a bytea doubles (hex) and jsonb gains a space per member.
-    let bytes = arg.bytes.saturating_mul(2).saturating_add(32);
+    // As text, a bytea doubles (hex) and jsonb gains a space per member; a
+    // char(n) is padded to n characters (up to four bytes each).
+    let mut bytes = arg.bytes.saturating_mul(2).saturating_add(32);
+    if matches!(name, "bpchar" | "char" | "character") && typmods > 0 {
+        bytes = bytes.max(precision(type_name).saturating_mul(4));
+    }
     let weight = if matches!(name, "json" | "jsonb" | "float4" | "float8") {
         HEAVY
     } else {

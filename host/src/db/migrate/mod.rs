@@ -401,6 +401,13 @@ pub async fn apply_one_reserving(
             // no statement names, so each table's own expressions must fit
             // the bound by themselves.
             if !changed.is_empty() {
+                if let Some(column) = row_bound::bare_numeric_in(tx, handler).await? {
+                    return Err(after(format!(
+                        "column {column} is a numeric without a precision: cast it, as in \
+                         `CAST(x AS numeric(12, 2))` (a bare numeric holds up to 147,455 digits, whose \
+                         arithmetic PostgreSQL does not interrupt)"
+                    )));
+                }
                 let bound = row_bound::handler_bound_in(tx, handler).await?;
                 let hidden = row_bound::hidden_work_in(tx, handler, bound as usize).await?;
                 let over = hidden

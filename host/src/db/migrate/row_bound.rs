@@ -207,6 +207,25 @@ pub async fn hidden_work_in(tx: &mut Tx, handler: &str, max_row_bytes: usize) ->
     Ok(work)
 }
 
+/// A column of the handler's tables that is a numeric without a precision,
+/// if any (`CREATE TABLE ... AS SELECT 1.5` makes one, which no column
+/// definition the guard reads says): its digits are what the guard's
+/// numeric costs rest on.
+pub async fn bare_numeric_in(tx: &mut Tx, handler: &str) -> Result<Option<String>, DbError> {
+    let rows = tx
+        .query(
+            "SELECT c.relname || '.' || a.attname
+               FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
+               JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+              WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v') AND a.attnum > 0 AND NOT a.attisdropped
+                AND a.atttypid = 'pg_catalog.numeric'::pg_catalog.regtype AND a.atttypmod < 0
+              LIMIT 1",
+            &[handler_schema(handler).as_str().into()],
+        )
+        .await?;
+    Ok(super::strings(rows).into_iter().next())
+}
+
 /// An identifier, quoted as PostgreSQL reads it.
 fn quote(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))

@@ -324,3 +324,56 @@ fn index_methods_exclusions_and_virtual_columns_the_guard_cannot_count_are_refus
     assert_eq!(migration("CREATE INDEX h ON docs USING hash (id)"), Ok(()));
     assert_eq!(migration("CREATE UNIQUE INDEX b ON docs (id)"), Ok(()));
 }
+
+/// Regression (an adversarial read, issue 23): ordinary statements with a
+/// computed column in a subquery or CTE were refused, every column being
+/// counted at the largest derived value and the rounds never settling; and
+/// a column named like its table was taken for a whole row.
+#[test]
+fn ordinary_subqueries_ctes_and_names_pass() {
+    for sql in [
+        "SELECT c.name, t.total FROM customers c JOIN (SELECT customer_id, sum(amount) AS total FROM orders \
+         GROUP BY 1) t ON t.customer_id = c.id",
+        "UPDATE accounts SET balance = (SELECT coalesce(sum(amount), 0) FROM entries WHERE account_id = $1) \
+         WHERE id = $1",
+        "WITH l AS (SELECT order_id, qty * price AS amt FROM lines) SELECT order_id FROM l WHERE amt > $1",
+        "SELECT * FROM (SELECT id, created::date AS d FROM events) e WHERE d = $1::date",
+        "SELECT x.n, y.m FROM (SELECT lower(name) AS n FROM a) x, (SELECT upper(name) AS m FROM b) y \
+         WHERE x.n = y.m",
+        "UPDATE balance SET balance = balance + $1 WHERE account = $2",
+        "SELECT tag FROM tag",
+        "INSERT INTO t (a, b) VALUES ($1, $2) ON CONFLICT (a) DO UPDATE SET b = excluded.b",
+        "SELECT a.x, b.y, c.z FROM a JOIN b ON b.id = a.id JOIN c ON c.id = b.id WHERE a.k = $1 AND b.k = $2 \
+         AND c.k = $3 AND a.s = $4 AND b.s = $5 AND c.s = $6 AND a.t = $7 AND b.t = $8 AND c.t = $9 AND a.u = $10",
+    ] {
+        allowed(sql);
+    }
+}
+
+/// Regression (an adversarial read, issue 23): `char(n)` pads to n, and
+/// `concat_ws` writes its separator between every two arguments: a gigabyte
+/// from a few characters.
+#[test]
+fn padding_and_separators_count_at_their_size() {
+    let empties = vec!["''"; 98].join(", ");
+    refused(
+        &format!("SELECT md5(concat_ws(concat('a'::char(10485760)), {empties}))"),
+        "limits.max_row_bytes",
+    );
+    refused(
+        &format!("SELECT md5(concat_ws(concat_ws($1, {empties}), {empties}))"),
+        "limits.max_row_bytes",
+    );
+    // A recursive CTE's `x + x` may double a number at every step.
+    refused(
+        &format!(
+            "WITH RECURSIVE r(x, n) AS (SELECT 1.5, 0 UNION ALL SELECT x + x, n + 1 FROM r WHERE n < 210000) \
+             SELECT {} FROM r WHERE n = 210000",
+            vec!["x * x"; 3].join(", ")
+        ),
+        "limits.max_row_bytes",
+    );
+    allowed(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 100) SELECT sum(i) FROM n",
+    );
+}

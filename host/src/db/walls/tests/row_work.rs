@@ -268,6 +268,22 @@ async fn postgres_a_migration_cannot_grow_rows_past_the_bound() {
         );
         tx.rollback().await.unwrap();
     }
+    // A CTAS makes a numeric column no definition names a precision for.
+    let bare = Migration::new(
+        "0001_bare.sql",
+        "CREATE TABLE big AS SELECT 1 AS id, 1.5 AS x;".into(),
+    )
+    .unwrap();
+    let mut tx = db.begin_migration(name).await.unwrap();
+    let err = migrate::apply_one(&mut tx, name, &bare)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("big.x") && err.contains("without a precision"),
+        "{err}"
+    );
+    tx.rollback().await.unwrap();
     // Within the bound, the same steps are fine, and the table is bounded at once.
     let ok = Migration::new(
         "0001_ok.sql",
