@@ -369,7 +369,7 @@ fn padding_and_separators_count_at_their_size() {
         &format!(
             "WITH RECURSIVE r(x, n) AS (SELECT 1.5, 0 UNION ALL SELECT x + x, n + 1 FROM r WHERE n < 210000) \
              SELECT {} FROM r WHERE n = 210000",
-            vec!["x * x"; 3].join(", ")
+            ["x * x"; 3].join(", ")
         ),
         "limits.max_row_bytes",
     );
