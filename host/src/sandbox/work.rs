@@ -194,6 +194,10 @@ pub fn row_work_ns(tree: &Value, row_bytes: u64, hidden: u64) -> Result<u64, Ref
         row_work: 0,
     };
     let (mut columns, mut derived, mut star) = (Columns::new(), stored, false);
+    // A column renamed where it is read (`FROM l AS p(w)`, a join's alias
+    // list) has a name no output had.
+    let renamed = renamed_on_reading(tree);
+    let mut unnamed = renamed;
     // Each round carries what a subquery, CTE or function in FROM outputs,
     // by column name, to the references of that name. A chain of n queries
     // is carried whole after n + 1 rounds; a CTE that reads itself can be a
@@ -207,6 +211,7 @@ pub fn row_work_ns(tree: &Value, row_bytes: u64, hidden: u64) -> Result<u64, Ref
             columns: columns.clone(),
             derived,
             star,
+            unnamed,
             inner: stored,
             names: names(tree).0,
             relations: names(tree).1,
@@ -220,11 +225,15 @@ pub fn row_work_ns(tree: &Value, row_bytes: u64, hidden: u64) -> Result<u64, Ref
         if work > ROW_WORK_NS {
             return Ok(work);
         }
-        let stable = walk.found == columns && walk.inner == derived && walk.found_star == star;
+        let found_unnamed = walk.found_unnamed || renamed;
+        let stable = walk.found == columns
+            && walk.inner == derived
+            && walk.found_star == star
+            && found_unnamed == unnamed;
         if stable || (!recursive && round == queries + 1) {
             return Ok(work);
         }
-        (columns, derived, star) = (walk.found, walk.inner, walk.found_star);
+        (columns, derived, star, unnamed) = (walk.found, walk.inner, walk.found_star, found_unnamed);
     }
     Err(Refusal::Limit(format!(
         "a subquery or CTE of this statement builds values that grow without a bound PostgreSQL would \
@@ -236,6 +245,31 @@ pub fn row_work_ns(tree: &Value, row_bytes: u64, hidden: u64) -> Result<u64, Ref
 
 /// Derived columns by name.
 type Columns = std::collections::BTreeMap<String, Derived>;
+
+/// Whether a table, CTE or join is given column names where it is read.
+fn renamed_on_reading(tree: &Value) -> bool {
+    let mut stack = vec![tree];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(fields) => {
+                let renames = |n: &Map<String, Value>| {
+                    n.get("alias")
+                        .and_then(|a| a.get("colnames"))
+                        .and_then(Value::as_array)
+                        .is_some_and(|c| !c.is_empty())
+                };
+                let joined = matches!(node(fields), Some(("JoinExpr", n)) if renames(n));
+                if joined || (fields.contains_key("relname") && renames(fields)) {
+                    return true;
+                }
+                stack.extend(fields.values());
+            }
+            _ => {}
+        }
+    }
+    false
+}
 
 /// Whether a CTE of the statement reads itself.
 fn has_recursion(tree: &Value) -> bool {
@@ -350,6 +384,11 @@ struct Walk {
     /// A derived query had `*` (last round; this round).
     star: bool,
     found_star: bool,
+    /// A derived query had an output this walk cannot name as PostgreSQL
+    /// does (`?column?`, `case`, ...), or a column is renamed where it is
+    /// read (last round; this round): an unknown name may be any derived value.
+    unnamed: bool,
+    found_unnamed: bool,
     /// Work counted so far (one row of VALUES at a time).
     work: u64,
     /// Nesting of subqueries and CTEs around the node being visited.
@@ -383,6 +422,9 @@ impl Walk {
     fn named(&mut self, name: Option<&str>, size: Size, work: u64) {
         self.output(size, work);
         let work = if self.recursive > 0 { 0 } else { work };
+        if name.is_none() && self.depth > 0 {
+            self.found_unnamed = true;
+        }
         if let Some(name) = name {
             let entry = self.found.entry(name.to_owned()).or_default();
             *entry = Derived {
@@ -593,9 +635,15 @@ impl Walk {
                 // any derived value).
                 let name = last_name(n.get("fields"));
                 let relation = name.is_some_and(|name| self.relations.contains(name));
+                // At least a stored value: the name may also be a table's column.
+                let at_least = |c: Derived| Derived {
+                    bytes: c.bytes.max(self.stored.bytes),
+                    digits: c.digits.max(self.stored.digits),
+                    ..c
+                };
                 let column = match name.and_then(|name| self.columns.get(name)) {
-                    Some(column) => *column,
-                    None if self.star => self.derived,
+                    Some(column) => at_least(*column),
+                    None if self.star || self.unnamed => at_least(self.derived),
                     None => self.stored,
                 };
                 self.charge(column.work);

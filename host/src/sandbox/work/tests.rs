@@ -377,3 +377,52 @@ fn padding_and_separators_count_at_their_size() {
         "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 100) SELECT sum(i) FROM n",
     );
 }
+
+/// Regression (an adversarial read, issue 23): outputs PostgreSQL names
+/// itself (`?column?`, `case`) and columns renamed where they are read were
+/// looked up as stored values, with no work: a CASE chain of CTEs doubled
+/// its md5 calls at every level, and `||` chains built 128 MiB unseen.
+#[test]
+fn outputs_without_a_name_and_renames_on_reading_still_count() {
+    let mut ctes = vec![
+        "l0 AS (SELECT CASE WHEN $1::text IS NOT NULL THEN md5($1::text) END FROM t WHERE id = $2)"
+            .to_owned(),
+    ];
+    for i in 1..14 {
+        ctes.push(format!(
+            "l{i} AS (SELECT CASE WHEN \"case\" IS NOT NULL THEN \"case\" END FROM l{})",
+            i - 1
+        ));
+    }
+    refused(
+        &format!("WITH {} SELECT \"case\" FROM l13", ctes.join(", ")),
+        "limits.max_row_bytes",
+    );
+    let mut ctes = vec!["l1 AS (SELECT body || body FROM t WHERE id = $1)".to_owned()];
+    for i in 2..8 {
+        ctes.push(format!(
+            "l{i} AS (SELECT \"?column?\" || \"?column?\" FROM l{})",
+            i - 1
+        ));
+    }
+    refused(
+        &format!("WITH {} SELECT \"?column?\" FROM l7", ctes.join(", ")),
+        "limits.max_row_bytes",
+    );
+    let mut ctes = vec!["l1 AS (SELECT body || body AS v FROM t WHERE id = $1)".to_owned()];
+    for i in 2..8 {
+        ctes.push(format!("l{i} AS (SELECT w || w AS v FROM l{} AS p(w))", i - 1));
+    }
+    refused(
+        &format!("WITH {} SELECT v FROM l7", ctes.join(", ")),
+        "limits.max_row_bytes",
+    );
+    // A derived column named like a table's is not thereby small.
+    refused(
+        &format!(
+            "WITH d AS (SELECT 1 AS body) SELECT {} FROM t, d",
+            vec!["md5(t.body)"; 100].join(", ")
+        ),
+        "limits.max_row_bytes",
+    );
+}
