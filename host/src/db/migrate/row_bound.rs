@@ -65,12 +65,7 @@ pub async fn bound_rows(db: &Database, handler: &str, max_row_bytes: usize) -> R
         .await?;
     let tables = super::strings(rows);
     for table in &tables {
-        let name = quote(table);
-        let sql = format!(
-            "ALTER TABLE {schema}.{name} DROP CONSTRAINT IF EXISTS {CONSTRAINT}, \
-             ADD CONSTRAINT {CONSTRAINT} CHECK (octet_length(({name}.*)::text) <= {limit})"
-        );
-        tx.execute(&sql, &[]).await.map_err(|e| {
+        tx.execute(&rebound(&schema, table, limit), &[]).await.map_err(|e| {
             DbError::HandlerMigration(format!(
                 "table {table} ({max_row_bytes} bytes per row, as text): {e}; raise the limit, or make its \
                  rows smaller"
@@ -125,17 +120,14 @@ pub async fn bound_table_in(tx: &mut Tx, handler: &str, table: &str) -> Result<(
         .and_then(SqlValue::as_i64)
         .or_else(|| row.get(2).and_then(SqlValue::as_i64))
         .unwrap_or(MAX_ROW_BYTES as i64);
-    let name = quote(table);
-    let sql = format!(
-        "ALTER TABLE {schema}.{name} DROP CONSTRAINT IF EXISTS {CONSTRAINT}, \
-         ADD CONSTRAINT {CONSTRAINT} CHECK (octet_length(({name}.*)::text) <= {limit})"
-    );
-    tx.execute(&sql, &[]).await.map_err(|e| {
-        DbError::HandlerMigration(format!(
-            "table {table} would hold a row larger than its bound ({limit} bytes as text, \
+    tx.execute(&rebound(&schema, table, limit), &[])
+        .await
+        .map_err(|e| {
+            DbError::HandlerMigration(format!(
+                "table {table} would hold a row larger than its bound ({limit} bytes as text, \
              limits.max_row_bytes): {e}"
-        ))
-    })?;
+            ))
+        })?;
     Ok(())
 }
 
@@ -224,6 +216,15 @@ pub async fn bare_numeric_in(tx: &mut Tx, handler: &str) -> Result<Option<String
         )
         .await?;
     Ok(super::strings(rows).into_iter().next())
+}
+
+/// The statement that (re)places the bound on a table, checked against every row.
+fn rebound(schema: &str, table: &str, limit: i64) -> String {
+    let name = quote(table);
+    format!(
+        "ALTER TABLE {schema}.{name} DROP CONSTRAINT IF EXISTS {CONSTRAINT}, \
+         ADD CONSTRAINT {CONSTRAINT} CHECK (octet_length(({name}.*)::text) <= {limit})"
+    )
 }
 
 /// An identifier, quoted as PostgreSQL reads it.

@@ -1,0 +1,187 @@
+use super::*;
+
+/// As the guard calls it: on its own stack.
+fn checked(sql: &str, mode: Mode) -> Result<usize, Refusal> {
+    super::super::nesting::on_guard_stack(|| check(sql, mode, 1 << 20, &Hidden::new()))
+}
+
+fn allowed(sql: &str) {
+    assert_eq!(checked(sql, Mode::RunTime), Ok(1), "{sql}");
+}
+
+fn refused(sql: &str, because: &str) {
+    match checked(sql, Mode::RunTime) {
+        Err(Refusal::Forbidden(m) | Refusal::Limit(m)) => {
+            assert!(
+                m.contains(because),
+                "{sql}\n  refused with {m:?}, expected {because:?}"
+            )
+        }
+        Ok(_) => panic!("allowed: {sql}"),
+    }
+}
+
+#[test]
+fn a_handlers_ordinary_statements_pass() {
+    allowed("INSERT INTO invoices (order_id, amount_cents) VALUES ($1, $2::bigint)");
+    allowed(
+        "INSERT INTO invoices (order_id) VALUES ($1) ON CONFLICT (order_id) DO UPDATE SET n = invoices.n + 1",
+    );
+    allowed("UPDATE invoices SET amount_cents = amount_cents + 1 WHERE order_id = $1");
+    allowed("DELETE FROM invoices WHERE order_id = ANY($1::text[])");
+    allowed(
+        "WITH recent AS (SELECT * FROM invoices ORDER BY created DESC LIMIT 10) \
+         SELECT count(*), max(amount_cents), coalesce(sum(amount_cents), 0) FROM recent r JOIN customers c ON c.id = r.customer_id",
+    );
+    refused("SELECT a FROM t WHERE a LIKE $1", "LIKE");
+    refused("SELECT a FROM t WHERE a ILIKE $1", "LIKE");
+    refused("SELECT a FROM t WHERE a OPERATOR(pg_catalog.~~) $1", "operator");
+    refused("SELECT string_agg(a, '') FROM t", "string_agg");
+    allowed("SELECT i.* FROM invoices i WHERE left(i.order_id, 3) = $1 AND lower(i.customer_email) = $2");
+    allowed(
+        "SELECT trim(order_id), substring(order_id FROM 2 FOR 3), extract(year FROM now()) FROM invoices",
+    );
+    allowed("SELECT CASE WHEN a IS NULL THEN 0 ELSE a END, payload ->> 'id', payload ? 'id' FROM t");
+    allowed("SELECT * FROM unnest($1::text[]) AS u(id) WHERE EXISTS (SELECT 1 FROM t WHERE t.id = u.id)");
+    allowed("SELECT DATE '2020-01-01', INTERVAL '1 day', CURRENT_TIMESTAMP, $1::timestamptz");
+    allowed("SELECT row_number() OVER (PARTITION BY a ORDER BY b) FROM t FOR UPDATE");
+}
+
+/// Regression (issue 23): attribute notation is a call to PostgreSQL;
+/// the guard's own parser read it as a field access.
+#[test]
+fn every_syntax_postgres_reads_as_a_call_is_judged_as_one() {
+    refused("SELECT ('SELECT 1'::text).ts_stat", "field access");
+    refused("SELECT (order_id).ts_stat FROM invoices", "field access");
+    refused(
+        "SELECT invoices.order_id.ts_stat FROM invoices",
+        "more than two parts",
+    );
+    refused("SELECT arr[1] FROM t", "subscripts");
+    refused("SELECT ts_stat('SELECT 1')", "ts_stat");
+    refused("SELECT pg_catalog.set_config('role', 'none', true)", "set_config");
+    refused("SELECT handler_x.lower(a) FROM t", "handler_x.lower");
+    refused("SELECT 'pg_catalog.set_config'::regproc", "regproc");
+    refused("SELECT CAST('inbox' AS regclass)", "regclass");
+    refused("SELECT 'a'::tsquery", "tsquery");
+    refused("SELECT a COLLATE \"C\" FROM t", "COLLATE");
+    refused("SELECT POSITION('a' IN b) FROM t", "position");
+    refused("SELECT TRIM(BOTH 'xy' FROM b) FROM t", "btrim(x, characters)");
+    refused("SELECT now() AT TIME ZONE 'UTC'", "timezone");
+    refused("SELECT a ~ 'x' FROM t", "operator ~");
+    refused("SELECT a OPERATOR(pg_catalog.~) 'x' FROM t", "operator");
+    refused("SELECT a FROM t ORDER BY a USING ~<~", "operator ~<~");
+    refused(
+        "SELECT a = ANY (SELECT b FROM u) OR a @@ 'x' FROM t",
+        "operator @@",
+    );
+    refused("SELECT a SIMILAR TO 'x' FROM t", "SIMILAR TO");
+    refused("SELECT lower(VARIADIC ARRAY['a'])", "VARIADIC");
+    refused("SELECT lower(a => 'x')", "named function arguments");
+    refused("SELECT xmlparse(document '<a/>')", "XML");
+    refused(
+        "SELECT * FROM generate_series(1, 3) g, pg_ls_dir('.') d",
+        "pg_ls_dir",
+    );
+    refused("SELECT generate_series(1, 3)", "generate_series");
+    // Attribute notation on a FROM function's value (an adversarial read).
+    refused("SELECT u.ts_stat FROM unnest(ARRAY[$1::text]) AS u", "u.ts_stat");
+    refused(
+        "SELECT g.pg_advisory_lock FROM generate_series(1, 1) g",
+        "g.pg_advisory_lock",
+    );
+    refused("SELECT unnest.ts_stat FROM unnest($1::text[])", "unnest.ts_stat");
+    refused("SELECT u.ts_stat FROM unnest($1::text[]) AS u(v)", "u.ts_stat");
+    allowed("SELECT u.v FROM unnest($1::text[]) AS u(v)");
+    allowed("SELECT u FROM unnest($1::text[]) AS u");
+    // Containment and overlap loop over both sides, uninterruptibly.
+    refused("SELECT $1::int[] && $2::int[]", "operator &&");
+    refused("SELECT $1::jsonb @> $2::jsonb", "operator @>");
+    refused("SELECT * INTO t2 FROM t", "INTO");
+    refused("SELECT x FROM current_user", "function calls");
+    refused("SET ROLE postgres", "session settings");
+    refused("COMMIT", "transaction control");
+}
+
+#[test]
+fn statements_are_counted_as_postgres_splits_them() {
+    assert_eq!(
+        check("SELECT 1; SELECT 2", Mode::RunTime, 1 << 20, &Hidden::new()),
+        Ok(2)
+    );
+    // A nested block comment is one comment to PostgreSQL.
+    assert_eq!(
+        check(
+            "SELECT 1 /* a /* b */ ; SELECT 2 */",
+            Mode::RunTime,
+            1 << 20,
+            &Hidden::new()
+        ),
+        Ok(1)
+    );
+}
+
+#[test]
+fn migrations_may_hold_their_ddl_with_the_same_expression_rules() {
+    let ok = |sql: &str| {
+        assert_eq!(
+            check(sql, Mode::Migration, 1 << 20, &Hidden::new()),
+            Ok(1),
+            "{sql}"
+        )
+    };
+    ok(
+        "CREATE TABLE emails (id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, body TEXT DEFAULT lower('X') CHECK (length(body) < 100))",
+    );
+    ok("CREATE INDEX emails_body ON emails (lower(body))");
+    ok("ALTER TABLE emails ADD COLUMN extra TEXT DEFAULT ''");
+    ok("CREATE VIEW recent AS SELECT * FROM emails");
+    ok("DROP TABLE emails");
+    let refused = |sql: &str, because: &str| match check(sql, Mode::Migration, 1 << 20, &Hidden::new()) {
+        Err(Refusal::Forbidden(m)) => assert!(m.contains(because), "{sql}: {m}"),
+        other => panic!("{sql}: {other:?}"),
+    };
+    refused(
+        "CREATE TABLE t (a TEXT DEFAULT (('SELECT 1'::text).ts_stat))",
+        "field access",
+    );
+    refused(
+        "CREATE TABLE t (a TEXT CHECK (set_config('role', 'x', false) IS NOT NULL))",
+        "set_config",
+    );
+    refused("CREATE INDEX i ON t (('x'::regclass))", "regclass");
+    refused("CREATE TABLE t (a regclass)", "a column of type");
+    refused("CREATE TABLE t (id SERIAL PRIMARY KEY)", "identity column");
+    refused("ALTER TABLE t ADD COLUMN a tsquery", "a column of type");
+    ok("CREATE TABLE t (a TIMESTAMPTZ, b NUMERIC(10, 2), c VARCHAR(20), d JSONB, e UUID, f BYTEA)");
+    assert!(check("CREATE TABLE t (a TEXT)", Mode::RunTime, 1 << 20, &Hidden::new()).is_err());
+}
+
+/// libpg_query and its tree's reader recurse per level, past a
+/// default thread's stack at about 900 levels: the guard runs them on
+/// its own stack (`nesting::on_guard_stack`), where a statement at the
+/// nesting bound is a refusal, never a crash.
+#[test]
+fn a_chain_at_the_nesting_bound_is_a_limit_not_a_crash() {
+    let chain = format!("SELECT 1{}", "+1".repeat(super::super::nesting::MAX_NESTING - 10));
+    let checked =
+        super::super::nesting::on_guard_stack(|| check(&chain, Mode::RunTime, 1 << 20, &Hidden::new()));
+    assert!(matches!(checked, Err(Refusal::Limit(_))), "{checked:?}");
+    // The longest chain it reads.
+    let longest = super::super::nesting::on_guard_stack(|| {
+        Ok((1..200)
+            .take_while(|n| {
+                check(
+                    &format!("SELECT 1{}", "+1".repeat(*n)),
+                    Mode::RunTime,
+                    1 << 20,
+                    &Hidden::new(),
+                )
+                .is_ok()
+            })
+            .last())
+    })
+    .unwrap();
+    assert!(longest.is_some_and(|n| n >= 30), "{longest:?}");
+    eprintln!("longest chain read: {longest:?}");
+}

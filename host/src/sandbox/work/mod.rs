@@ -1,0 +1,260 @@
+//! The work PostgreSQL may do on one row of a handler's statement without
+//! looking at the deadline, bounded before the statement runs.
+//!
+//! PostgreSQL acts on a cancel (`statement_timeout`, `pg_cancel_backend`, even
+//! `pg_terminate_backend`) only at its interrupt checks, which fall between
+//! rows, not inside the evaluation of one row's expressions. So a statement
+//! that calls `md5(v)` a thousand times over a large `v` runs past every
+//! deadline (an adversarial read, issue 23). This module bounds that work:
+//! every call, operator and cast costs its measured time per byte of input
+//! ([`LIGHT`], [`HEAVY`]), and numeric multiplication and division cost per
+//! pair of digit groups ([`DIGIT_PAIR`]), over sizes that the limits bound:
+//!
+//! - a column, a whole row or `*` is at most `limits.max_row_bytes` as text:
+//!   the host holds every table of a handler to it with a `CHECK` on the whole
+//!   row (`db::migrate::bound_rows`); a bound parameter is held to it by the
+//!   SQL capability;
+//! - a value a subquery or CTE computes is bounded by its expression, and the
+//!   bound is carried to every reference of a derived column until it is
+//!   stable (a recursive CTE whose values grow never is, and is refused);
+//! - a numeric column has at most 1,000 digits: a migration must say
+//!   `numeric(p, s)`, and a cast to numeric must too (`sandbox::postgres`);
+//! - an array may stand only where its elements are visited once each
+//!   (`unnest(...)`, `= ANY(...)`), so no operator meets one (`jsonb - text[]`
+//!   is a nested loop over both).
+//!
+//! The planner merges subqueries and CTEs into the query that reads them,
+//! copying a derived column's expression to every place it is named, and a
+//! table's CHECK, DEFAULT, generated and index expressions run inside every
+//! write (an adversarial read, issue 23). So the work counted is the whole
+//! statement's (one row of VALUES at a time), a reference to a derived
+//! column costs that column's expression again, and a write adds its table's
+//! expressions (`Guard`'s `hidden` work, read from the catalog at load). It
+//! must stay within [`ROW_WORK_NS`], and no value may grow past
+//! [`VALUE_ROWS`] rows' worth: a statement past either is refused with the
+//! bound named. The weights are this
+//! machine's measured costs with a margin (`tests::every_function_at_the_limits`
+//! in `db::walls` checks them on a real server); what is not per row (a sort's
+//! comparisons) is bounded by the session's `work_mem`.
+
+use super::guard::Refusal;
+use serde_json::{Map, Value};
+use std::collections::BTreeSet;
+
+/// One row's uninterruptible work may take this long, by the weights below.
+pub const ROW_WORK_NS: u64 = 1_000_000_000;
+
+/// No value a statement builds may be larger than this many rows at the
+/// bound: it is held in the backend's memory (and the host's, if returned)
+/// before any limit looks at it.
+pub const VALUE_ROWS: u64 = 64;
+
+/// A view's columns together may be this many rows at the bound (a whole
+/// row of a table is one, by the host's constraint; of a view, this many).
+pub const VIEW_ROWS: u64 = 4;
+
+mod sizes;
+mod tree;
+mod walk;
+
+use sizes::COLUMN_DIGITS;
+pub use sizes::bare_numeric;
+use tree::{count_queries, has_recursion, names, renamed_on_reading, star_target};
+pub use tree::{is_array, written_tables};
+
+/// Checks the work of one row of the statement `tree` (PostgreSQL's parse
+/// tree as JSON), with every stored row and bound value at most `row_bytes`;
+/// `hidden`: the work its tables' own expressions add to a write (see the
+/// module docs).
+pub fn check(tree: &Value, row_bytes: u64, hidden: u64) -> Result<(), Refusal> {
+    let ns = row_work_ns(tree, row_bytes, hidden)?;
+    if ns > ROW_WORK_NS {
+        return Err(too_much(ns, row_bytes));
+    }
+    Ok(())
+}
+
+/// What a column reference may stand for: a stored value, or the
+/// expression of a derived column (which the planner may copy in).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Derived {
+    bytes: u64,
+    digits: u64,
+    /// Work of evaluating the expression once.
+    work: u64,
+    /// A whole row of a derived table (`s`, `s.*`, `*`): all its columns.
+    row: u64,
+    /// The work of all its columns' expressions.
+    row_work: u64,
+}
+
+impl Derived {
+    /// A stored value: a column or parameter at the row bound, a whole row
+    /// of a table or view at [`VIEW_ROWS`] of them, with no work of its own.
+    fn stored(row_bytes: u64) -> Self {
+        Self {
+            bytes: row_bytes,
+            digits: COLUMN_DIGITS,
+            work: 0,
+            row: VIEW_ROWS * row_bytes,
+            row_work: 0,
+        }
+    }
+}
+
+/// The most work, in nanoseconds by the weights, that one row of the
+/// statement may take.
+pub fn row_work_ns(tree: &Value, row_bytes: u64, hidden: u64) -> Result<u64, Refusal> {
+    let stored = Derived::stored(row_bytes);
+    let (mut columns, mut derived, mut star) = (Columns::new(), stored, false);
+    // A column renamed where it is read (`FROM l AS p(w)`, a join's alias
+    // list) has a name no output had.
+    let renamed = renamed_on_reading(tree);
+    let mut unnamed = renamed;
+    // Each round carries what a subquery, CTE or function in FROM outputs,
+    // by column name, to the references of that name. A chain of n queries
+    // is carried whole after n + 1 rounds; a CTE that reads itself can be a
+    // chain of any length, so there the bound must also be stable.
+    let queries = count_queries(tree);
+    let recursive = has_recursion(tree);
+    for round in 0..=queries + 1 {
+        let mut walk = Walk {
+            row_bytes,
+            stored,
+            columns: columns.clone(),
+            derived,
+            star,
+            unnamed,
+            inner: stored,
+            names: names(tree).0,
+            relations: names(tree).1,
+            ..Walk::default()
+        };
+        let written = walk.visit(tree)?;
+        // A write past the row bound runs its table's expressions on the
+        // larger values before the bound refuses the row.
+        let scale = written.bytes.div_ceil(row_bytes.max(1)).max(1);
+        let work = walk.work.saturating_add(hidden.saturating_mul(scale));
+        if work > ROW_WORK_NS {
+            return Ok(work);
+        }
+        let found_unnamed = walk.found_unnamed || renamed;
+        let stable = walk.found == columns
+            && walk.inner == derived
+            && walk.found_star == star
+            && found_unnamed == unnamed;
+        if stable || (!recursive && round == queries + 1) {
+            return Ok(work);
+        }
+        (columns, derived, star, unnamed) = (walk.found, walk.inner, walk.found_star, found_unnamed);
+    }
+    Err(Refusal::Limit(format!(
+        "a subquery or CTE of this statement builds values that grow without a bound PostgreSQL would \
+         interrupt (concatenation in a recursive CTE, or repeated through derived tables); the statement \
+         guard counts every value at up to limits.max_row_bytes ({row_bytes} bytes): build the value in \
+         steps, one statement each"
+    )))
+}
+
+/// Derived columns by name.
+type Columns = std::collections::BTreeMap<String, Derived>;
+
+/// Checks a view's query: PostgreSQL runs a view's output expressions
+/// inside the statements that read it (where several views' add up in one
+/// row, unseen by [`check`]), so a view may only select and rename columns.
+/// Its filters and joins run in nodes of their own, row by row, and are
+/// held to [`check`]'s bound.
+pub fn check_view(tree: &Value, row_bytes: u64) -> Result<(), Refusal> {
+    let mut stack = vec![tree];
+    while let Some(value) = stack.pop() {
+        match value {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(fields) => {
+                if let Some(targets) = fields.get("target_list") {
+                    let stored = Derived::stored(row_bytes);
+                    let mut walk = Walk {
+                        row_bytes,
+                        stored,
+                        derived: stored,
+                        inner: stored,
+                        ..Walk::default()
+                    };
+                    for target in targets.as_array().into_iter().flatten() {
+                        if !star_target(target) {
+                            walk.visit(target)?;
+                        }
+                    }
+                    if walk.work > 0 {
+                        return Err(Refusal::Forbidden(
+                            "a view on PostgreSQL may only select and rename columns (no calls, operators \
+                             or casts in its SELECT list): PostgreSQL runs those expressions inside the \
+                             statements that read the view, where the statement guard cannot count their \
+                             work; compute them in the handler's statements"
+                                .into(),
+                        ));
+                    }
+                }
+                stack.extend(fields.values());
+            }
+            _ => {}
+        }
+    }
+    check(tree, row_bytes, 0)
+}
+
+fn too_much(ns: u64, row_bytes: u64) -> Refusal {
+    Refusal::Limit(format!(
+        "this statement may work up to {} ms on one row, which PostgreSQL does not interrupt at the \
+         event's deadline (the bound is {} ms, counting every column and parameter at up to \
+         limits.max_row_bytes = {row_bytes} bytes and every numeric column at {COLUMN_DIGITS} digits): \
+         split it into smaller statements, or lower limits.max_row_bytes",
+        ns / 1_000_000,
+        ROW_WORK_NS / 1_000_000
+    ))
+}
+
+#[derive(Default)]
+struct Walk {
+    row_bytes: u64,
+    /// A stored value: what a column reference stands for unless a derived
+    /// column has its name.
+    stored: Derived,
+    /// Derived columns by name, from the last round.
+    columns: Columns,
+    /// The same, gathered this round.
+    found: Columns,
+    /// The largest of all derived values, last round: what an unknown name
+    /// stands for when a derived query passes `*` through.
+    derived: Derived,
+    /// A derived query had `*` (last round; this round).
+    star: bool,
+    found_star: bool,
+    /// A derived query had an output this walk cannot name as PostgreSQL
+    /// does (`?column?`, `case`, ...), or a column is renamed where it is
+    /// read (last round; this round): an unknown name may be any derived value.
+    unnamed: bool,
+    found_unnamed: bool,
+    /// Work counted so far (one row of VALUES at a time).
+    work: u64,
+    /// Nesting of subqueries and CTEs around the node being visited.
+    depth: u32,
+    /// Inside the body of a CTE that reads itself: PostgreSQL materializes
+    /// it (a worktable), so its expressions are not copied into readers.
+    recursive: u32,
+    /// The largest value, digits and costliest expression a nested query
+    /// or function in FROM outputs (at least a stored value's).
+    inner: Derived,
+    /// The next node may be an array: it is the argument of a function in
+    /// FROM, or the array of `= ANY (...)`.
+    array_ok: bool,
+    /// The next call is a function in FROM.
+    from_function: bool,
+    /// Names a bare column reference may take for a whole row: tables,
+    /// aliases, CTEs and functions in FROM.
+    names: BTreeSet<String>,
+    /// Tables, views and their aliases, whose bare names may be whole rows.
+    relations: BTreeSet<String>,
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,219 @@
+//! The work bound's costs and sizes: the measured weights per byte, the
+//! calls and operators of each weight, and what a value's size (bytes as
+//! text, digits as a number) can be after a literal, a cast or a call.
+
+use super::super::guard::Refusal;
+use super::tree::last_name;
+use serde_json::{Map, Value};
+
+/// Nanoseconds per byte of input of the cheap calls, operators and casts:
+/// `=`, `<>`, arithmetic, `md5`, `length`, `substr`, `trim`, `left`, `right`,
+/// casts to anything but JSON (measured at most 6 ns per byte on 6 MiB values).
+pub(super) const LIGHT: u64 = 12;
+/// Nanoseconds per byte of collation-aware work: `<` and kin, `upper`,
+/// `lower`, `concat` (measured at most 12 ns per byte, with an ICU collation).
+pub(super) const COLLATED: u64 = 32;
+/// Nanoseconds per byte of everything else: JSON parsing (`->>` on text,
+/// casts to json and jsonb), `||` (on jsonb: measured 34 ns per byte), casts
+/// to floating point (39), `to_char` and `to_timestamp` formats (53).
+pub(super) const HEAVY: u64 = 64;
+/// Nanoseconds per pair of base-10,000 digit groups of a numeric
+/// multiplication, division or remainder (measured 1.5).
+pub(super) const DIGIT_PAIR: u64 = 3;
+
+/// Digits of a number from a column: `numeric(p, s)` has p <= 1000.
+pub const COLUMN_DIGITS: u64 = 1_000;
+/// Digits of an integer or floating-point value.
+pub(super) const NUMBER_DIGITS: u64 = 20;
+/// PostgreSQL's own bound on a numeric's digits (131,072 before the point,
+/// 16,383 after).
+pub(super) const MAX_DIGITS: u64 = 147_455;
+
+/// Calls that cost [`LIGHT`] per byte.
+pub(super) const LIGHT_CALLS: &[&str] = &[
+    "abs",
+    "avg",
+    "btrim",
+    "ceil",
+    "ceiling",
+    "char_length",
+    "coalesce",
+    "count",
+    "floor",
+    "gen_random_uuid",
+    "left",
+    "length",
+    "ltrim",
+    "md5",
+    "mod",
+    "nullif",
+    "right",
+    "round",
+    "rtrim",
+    "sign",
+    "sqrt",
+    "substr",
+    "substring",
+    "sum",
+    "trim",
+    "trunc",
+];
+/// Calls that cost [`COLLATED`] per byte.
+pub(super) const COLLATED_CALLS: &[&str] = &[
+    "concat",
+    "concat_ws",
+    "date_part",
+    "date_trunc",
+    "extract",
+    "greatest",
+    "least",
+    "lower",
+    "max",
+    "min",
+    "upper",
+];
+/// Operators that cost [`LIGHT`] per byte.
+pub(super) const LIGHT_OPERATORS: &[&str] =
+    &["=", "<>", "+", "-", "*", "/", "%", "&", "|", "#", "<<", ">>", "?"];
+/// Operators that cost [`COLLATED`] per byte.
+pub(super) const COLLATED_OPERATORS: &[&str] = &["<", ">", "<=", ">="];
+/// Calls whose result can be as long as all their arguments together.
+pub(super) const CONCATENATING: &[&str] = &["concat", "concat_ws"];
+/// Calls that write their arguments as JSON: an escaped character takes up
+/// to six bytes (`\u0001`).
+pub(super) const JSON_BUILDING: &[&str] = &[
+    "json_array",
+    "json_build_array",
+    "json_build_object",
+    "json_object",
+    "jsonb_build_array",
+    "jsonb_build_object",
+];
+
+/// Upper bounds of one value: bytes as text, and digits if it is a number.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Size {
+    pub(super) bytes: u64,
+    pub(super) digits: u64,
+}
+
+impl Size {
+    pub(super) const SMALL: Size = Size {
+        bytes: 32,
+        digits: NUMBER_DIGITS,
+    };
+
+    pub(super) fn max(self, other: Size) -> Size {
+        Size {
+            bytes: self.bytes.max(other.bytes),
+            digits: self.digits.max(other.digits),
+        }
+    }
+}
+
+pub(super) fn literal(n: &Map<String, Value>) -> Size {
+    let text = |v: &Value| {
+        v.as_object()
+            .and_then(|o| o.values().next())
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    match n
+        .get("val")
+        .and_then(Value::as_object)
+        .and_then(|v| v.iter().next())
+        .map(|(k, v)| (k.as_str(), v))
+    {
+        // An unknown-typed string may become a number, and `1e65000` is
+        // 65,001 digits long: its digits are what it reads as.
+        Some(("Sval" | "Fval" | "Bsval", v)) => {
+            let text = text(v).unwrap_or_default();
+            let digits = numeric_digits(&text);
+            Size {
+                bytes: (text.len() as u64).max(digits),
+                digits,
+            }
+        }
+        _ => Size::SMALL,
+    }
+}
+
+/// The digits `text` has as a numeric (at most PostgreSQL's maximum): its
+/// mantissa's, plus what an exponent adds before or after the point.
+pub(super) fn numeric_digits(text: &str) -> u64 {
+    let text = text.trim();
+    let (mantissa, exponent) = match text.find(['e', 'E']) {
+        Some(at) => (&text[..at], text[at + 1..].trim().parse::<i64>().ok()),
+        None => (text, Some(0)),
+    };
+    let digits = mantissa.bytes().filter(u8::is_ascii_digit).count() as u64;
+    let shift = exponent.map_or(MAX_DIGITS, |e| e.unsigned_abs());
+    digits
+        .max(text.len() as u64)
+        .saturating_add(shift)
+        .min(MAX_DIGITS)
+}
+
+/// The size of `arg` cast to `type_name`, and the cast's cost per byte of `arg`.
+pub(super) fn cast(type_name: Option<&Value>, arg: Size) -> Result<(Size, u64), Refusal> {
+    let name = last_name(type_name.and_then(|t| t.get("names"))).unwrap_or_default();
+    let typmods = type_name
+        .and_then(|t| t.get("typmods"))
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    // As text, a bytea doubles (hex) and jsonb gains a space per member; a
+    // char(n) is padded to n characters (up to four bytes each).
+    let mut bytes = arg.bytes.saturating_mul(2).saturating_add(32);
+    if matches!(name, "bpchar" | "char" | "character") && typmods > 0 {
+        bytes = bytes.max(precision(type_name).saturating_mul(4));
+    }
+    let weight = if matches!(name, "json" | "jsonb" | "float4" | "float8") {
+        HEAVY
+    } else {
+        LIGHT
+    };
+    let digits = match name {
+        "numeric" | "decimal" if typmods == 0 => return Err(bare_numeric("a cast to")),
+        "numeric" | "decimal" => precision(type_name).min(MAX_DIGITS),
+        _ => NUMBER_DIGITS,
+    };
+    Ok((Size { bytes, digits }, weight))
+}
+
+/// The refusal of a numeric without a precision.
+pub fn bare_numeric(what: &str) -> Refusal {
+    Refusal::Forbidden(format!(
+        "{what} numeric without a precision is not allowed: write numeric(p, s) (p at most 1000); a bare \
+         numeric holds up to 147,455 digits, and one multiplication or division of two of them takes \
+         seconds that PostgreSQL does not interrupt"
+    ))
+}
+
+/// The precision of `numeric(p, s)`.
+pub(super) fn precision(type_name: Option<&Value>) -> u64 {
+    type_name
+        .and_then(|t| t.get("typmods"))
+        .and_then(Value::as_array)
+        .and_then(|m| m.first())
+        .and_then(|p| p.pointer("/node/AConst/val/Ival/ival"))
+        .and_then(Value::as_u64)
+        .unwrap_or(MAX_DIGITS)
+}
+
+pub(super) fn total(sizes: &[Size]) -> u64 {
+    sizes.iter().fold(0u64, |sum, s| sum.saturating_add(s.bytes))
+}
+
+pub(super) fn pair(args: &[Size]) -> (Size, Size) {
+    (
+        args.first().copied().unwrap_or_default(),
+        args.get(1).copied().unwrap_or_default(),
+    )
+}
+
+/// Nanoseconds of a numeric multiplication or division of `l` by `r`.
+pub(super) fn digit_pairs(l: Size, r: Size) -> u64 {
+    (l.digits / 4 + 1)
+        .saturating_mul(r.digits / 4 + 1)
+        .saturating_mul(DIGIT_PAIR)
+}

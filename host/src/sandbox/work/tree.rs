@@ -1,0 +1,233 @@
+//! Reading PostgreSQL's parse tree (as JSON) for the work bound: nodes,
+//! names, the tables a statement writes, what a bare name may stand for.
+
+use serde_json::{Map, Value};
+use std::collections::BTreeSet;
+
+/// Whether a table, CTE or join is given column names where it is read.
+pub(super) fn renamed_on_reading(tree: &Value) -> bool {
+    let mut stack = vec![tree];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(fields) => {
+                let renames = |n: &Map<String, Value>| {
+                    n.get("alias")
+                        .and_then(|a| a.get("colnames"))
+                        .and_then(Value::as_array)
+                        .is_some_and(|c| !c.is_empty())
+                };
+                let joined = matches!(node(fields), Some(("JoinExpr", n)) if renames(n));
+                if joined || (fields.contains_key("relname") && renames(fields)) {
+                    return true;
+                }
+                stack.extend(fields.values());
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
+/// Whether a CTE of the statement reads itself.
+pub(super) fn has_recursion(tree: &Value) -> bool {
+    let mut stack = vec![tree];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(fields) => {
+                if let Some(("CommonTableExpr", n)) = node(fields)
+                    && let Some(name) = n.get("ctename").and_then(Value::as_str)
+                    && reads_table(n.get("ctequery"), name)
+                {
+                    return true;
+                }
+                stack.extend(fields.values());
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
+pub(super) fn count_queries(value: &Value) -> u64 {
+    let mut stack = vec![value];
+    let mut n = 0;
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(fields) => {
+                n += u64::from(fields.contains_key("target_list") || fields.contains_key("values_lists"));
+                stack.extend(fields.values());
+            }
+            _ => {}
+        }
+    }
+    n
+}
+
+/// True for a node that makes an array: `ARRAY[...]`, `ARRAY(...)` or a cast to an array type.
+pub fn is_array(kind: &str, n: &Map<String, Value>) -> bool {
+    match kind {
+        "AArrayExpr" => true,
+        "SubLink" => n.get("sub_link_type").and_then(Value::as_i64) == Some(7),
+        "TypeCast" => n
+            .get("type_name")
+            .and_then(|t| t.get("array_bounds"))
+            .and_then(Value::as_array)
+            .is_some_and(|b| !b.is_empty()),
+        _ => false,
+    }
+}
+
+/// `{"node": {Kind: {...}}}` as (Kind, fields).
+pub(super) fn node(fields: &Map<String, Value>) -> Option<(&str, &Map<String, Value>)> {
+    if fields.len() != 1 {
+        return None;
+    }
+    let (kind, inner) = fields.get("node")?.as_object()?.iter().next()?;
+    Some((kind.as_str(), inner.as_object()?))
+}
+
+pub(super) fn last_name(list: Option<&Value>) -> Option<&str> {
+    list?
+        .as_array()?
+        .last()?
+        .get("node")?
+        .get("String")?
+        .get("sval")?
+        .as_str()
+}
+
+/// The tables the statement inserts into or updates (anywhere, CTEs too),
+/// once per time a row of theirs runs their own expressions.
+pub fn written_tables(tree: &Value) -> Vec<&str> {
+    let mut stack = vec![tree];
+    let mut written = Vec::new();
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(fields) => {
+                if let Some(("InsertStmt" | "UpdateStmt", stmt)) = node(fields)
+                    && let Some(name) = stmt
+                        .get("relation")
+                        .and_then(|r| r.get("relname"))
+                        .and_then(Value::as_str)
+                {
+                    written.push(name);
+                    // ON CONFLICT DO UPDATE runs the table's expressions on the
+                    // insert attempt and again on the update.
+                    let update = stmt
+                        .get("on_conflict_clause")
+                        .and_then(|c| c.get("action"))
+                        .and_then(Value::as_i64)
+                        .is_some_and(|a| a == pg_query::protobuf::OnConflictAction::OnconflictUpdate as i64);
+                    if update {
+                        written.push(name);
+                    }
+                }
+                stack.extend(fields.values());
+            }
+            _ => {}
+        }
+    }
+    written
+}
+
+/// A SELECT or RETURNING item that is `*` or `x.*`.
+pub(super) fn star_target(target: &Value) -> bool {
+    let fields = target
+        .pointer("/node/ResTarget/val/node/ColumnRef/fields")
+        .and_then(Value::as_array);
+    fields
+        .and_then(|f| f.last())
+        .is_some_and(|last| last.pointer("/node/AStar").is_some())
+}
+
+/// The names a bare column reference could take for a whole row: derived
+/// tables and CTEs (refused there), and tables, views and their aliases
+/// (counted as a row of [`VIEW_ROWS`]).
+pub(super) fn names(tree: &Value) -> (BTreeSet<String>, BTreeSet<String>) {
+    let mut stack = vec![tree];
+    let (mut derived, mut relations) = (BTreeSet::new(), BTreeSet::new());
+    let alias = |n: &Map<String, Value>| {
+        n.get("alias")
+            .and_then(|a| a.get("aliasname"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(fields) => {
+                match node(fields) {
+                    // A function in FROM: its alias names its value (`unnest(...) AS u`).
+                    Some(("RangeFunction", n)) => {
+                        stack.extend(n.get("functions"));
+                        continue;
+                    }
+                    Some(("RangeSubselect" | "JoinExpr", n)) => derived.extend(alias(n)),
+                    Some(("CommonTableExpr", n)) => {
+                        derived.extend(n.get("ctename").and_then(Value::as_str).map(str::to_owned))
+                    }
+                    _ => {}
+                }
+                // A RangeVar, wrapped in a node or not (an INSERT's or UPDATE's own relation is not).
+                if let Some(name) = fields.get("relname").and_then(Value::as_str) {
+                    relations.insert(name.to_owned());
+                    relations.extend(alias(fields));
+                }
+                stack.extend(fields.values());
+            }
+            _ => {}
+        }
+    }
+    (derived, relations)
+}
+
+/// The name a SELECT item's column gets: its alias, a column's own name,
+/// or a function's.
+pub(super) fn target_name(target: &Value) -> Option<&str> {
+    let t = target.pointer("/node/ResTarget")?;
+    match t.get("name").and_then(Value::as_str) {
+        Some(name) if !name.is_empty() => Some(name),
+        _ => {
+            let val = t.pointer("/val/node")?;
+            last_name(val.pointer("/ColumnRef/fields"))
+                .or_else(|| last_name(val.pointer("/FuncCall/funcname")))
+        }
+    }
+}
+
+/// The String nodes of a list, in order.
+pub(super) fn strings_of(list: Option<&Value>) -> Vec<&str> {
+    list.and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|item| item.pointer("/node/String/sval").and_then(Value::as_str))
+        .collect()
+}
+
+pub(super) fn fields_len(n: &Map<String, Value>) -> usize {
+    n.get("fields").and_then(Value::as_array).map_or(0, Vec::len)
+}
+
+/// Whether the query `value` names the table `name` (a CTE that reads itself).
+pub(super) fn reads_table(value: Option<&Value>, name: &str) -> bool {
+    let mut stack: Vec<&Value> = value.into_iter().collect();
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(fields) => {
+                if let Some(("RangeVar", range)) = node(fields)
+                    && range.get("relname").and_then(Value::as_str) == Some(name)
+                {
+                    return true;
+                }
+                stack.extend(fields.values());
+            }
+            _ => {}
+        }
+    }
+    false
+}

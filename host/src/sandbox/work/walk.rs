@@ -1,0 +1,577 @@
+//! The walk over one statement's parse tree that counts its work and sizes
+//! its values (see the module above for the model).
+
+use super::sizes::*;
+use super::tree::*;
+use super::*;
+
+impl Walk {
+    pub(super) fn charge(&mut self, ns: u64) {
+        self.work = self.work.saturating_add(ns);
+    }
+
+    /// Records what a nested query's output column (or a FROM function's)
+    /// can be: `work` is what evaluating it once cost.
+    /// ... under `name`, if it has one.
+    pub(super) fn named(&mut self, name: Option<&str>, size: Size, work: u64) {
+        self.output(size, work);
+        let work = if self.recursive > 0 { 0 } else { work };
+        if name.is_none() && self.depth > 0 {
+            self.found_unnamed = true;
+        }
+        if let Some(name) = name {
+            let entry = self.found.entry(name.to_owned()).or_default();
+            *entry = Derived {
+                bytes: entry.bytes.max(size.bytes),
+                digits: entry.digits.max(size.digits),
+                work: entry.work.max(work),
+                row: 0,
+                row_work: 0,
+            };
+        }
+    }
+
+    pub(super) fn output(&mut self, size: Size, work: u64) {
+        let work = if self.recursive > 0 { 0 } else { work };
+        self.inner = Derived {
+            bytes: self.inner.bytes.max(size.bytes),
+            digits: self.inner.digits.max(size.digits),
+            work: self.inner.work.max(work),
+            ..self.inner
+        };
+    }
+
+    /// Records a nested query's whole output row: `bytes` and `work` of all
+    /// its columns together. Any query's row is held to the value cap.
+    pub(super) fn output_row(&mut self, bytes: u64, work: u64) -> Result<(), Refusal> {
+        self.cap(bytes, "a row")?;
+        if self.depth > 0 {
+            let work = if self.recursive > 0 { 0 } else { work };
+            self.inner.row = self.inner.row.max(bytes);
+            self.inner.row_work = self.inner.row_work.max(work);
+        }
+        Ok(())
+    }
+
+    pub(super) fn cap(&self, bytes: u64, what: &str) -> Result<(), Refusal> {
+        let cap = self.row_bytes.saturating_mul(VALUE_ROWS);
+        if bytes > cap {
+            return Err(Refusal::Limit(format!(
+                "this statement may build {what} of up to {} MiB, more than {VALUE_ROWS} rows at \
+                 limits.max_row_bytes ({} bytes): PostgreSQL holds it in memory and works on it without \
+                 interruption; build it in smaller steps",
+                bytes >> 20,
+                self.row_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    /// Visits anything: a node, a list or a plain message.
+    pub(super) fn visit(&mut self, value: &Value) -> Result<Size, Refusal> {
+        match value {
+            Value::Array(items) => {
+                let mut size = Size::default();
+                for item in items {
+                    size = size.max(self.visit(item)?);
+                }
+                Ok(size)
+            }
+            Value::Object(fields) => match node(fields) {
+                Some((kind, inner)) => self.node(kind, inner),
+                None => self.fields(fields),
+            },
+            _ => Ok(Size::default()),
+        }
+    }
+
+    pub(super) fn fields(&mut self, fields: &Map<String, Value>) -> Result<Size, Refusal> {
+        if fields.contains_key("target_list") || fields.contains_key("values_lists") {
+            return self.query(fields);
+        }
+        // PostgreSQL 18's RETURNING (a plain message: `options`, `exprs`).
+        if let (Some(exprs), true) = (fields.get("exprs"), fields.contains_key("options")) {
+            return self.targets(exprs);
+        }
+        let mut size = Size::default();
+        for value in fields.values() {
+            size = size.max(self.visit(value)?);
+        }
+        Ok(size)
+    }
+
+    pub(super) fn field(&mut self, fields: &Map<String, Value>, name: &str) -> Result<Size, Refusal> {
+        fields.get(name).map_or(Ok(Size::default()), |v| self.visit(v))
+    }
+
+    /// A list field's items, each sized.
+    pub(super) fn items(&mut self, fields: &Map<String, Value>, name: &str) -> Result<Vec<Size>, Refusal> {
+        match fields.get(name) {
+            Some(Value::Array(items)) => items.iter().map(|item| self.visit(item)).collect(),
+            Some(other) => Ok(vec![self.visit(other)?]),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// A SELECT (or UPDATE, or ON CONFLICT DO UPDATE): its work counts in
+    /// full, except that of VALUES, whose rows count one at a time; returns
+    /// its largest output value. Inside a subquery or CTE, each output column
+    /// is recorded with the work of its expression (see [`Walk::output`]).
+    pub(super) fn query(&mut self, fields: &Map<String, Value>) -> Result<Size, Refusal> {
+        let mut output = Size::default();
+        for (name, value) in fields {
+            match name.as_str() {
+                "target_list" | "returning_list" => output = output.max(self.targets(value)?),
+                "values_lists" => {
+                    let (before, mut widest) = (self.work, 0);
+                    for values in value.as_array().into_iter().flatten() {
+                        self.work = before;
+                        let mut row = 0u64;
+                        for item in values
+                            .pointer("/node/List/items")
+                            .and_then(Value::as_array)
+                            .into_iter()
+                            .flatten()
+                        {
+                            let start = self.work;
+                            let size = self.visit(item)?;
+                            output = output.max(size);
+                            row = row.saturating_add(size.bytes);
+                            if self.depth > 0 {
+                                self.output(size, self.work - start);
+                            }
+                        }
+                        self.output_row(row, self.work - before)?;
+                        widest = widest.max(self.work - before);
+                    }
+                    self.work = before.saturating_add(widest);
+                }
+                // A UNION's arms: the columns are either's.
+                "larg" | "rarg" => output = output.max(self.visit(value)?),
+                _ => {
+                    self.visit(value)?;
+                }
+            }
+        }
+        Ok(output)
+    }
+
+    /// A SELECT or RETURNING list: its largest item; its whole row is held
+    /// to the cap and, inside a subquery or CTE, recorded for its readers.
+    pub(super) fn targets(&mut self, value: &Value) -> Result<Size, Refusal> {
+        let mut output = Size::default();
+        let (start, mut row) = (self.work, 0u64);
+        for target in value.as_array().into_iter().flatten() {
+            let before = self.work;
+            let size = match star_target(target) {
+                // `*` and `x.*` stand for their columns (PostgreSQL
+                // expands them), each a stored or derived value.
+                true => {
+                    self.found_star |= self.depth > 0;
+                    let row = if self.star {
+                        self.derived.row
+                    } else {
+                        self.stored.row
+                    };
+                    self.charge(self.derived.row_work);
+                    Size {
+                        bytes: row.max(self.derived.row),
+                        digits: self.derived.digits,
+                    }
+                }
+                false => self.visit(target)?,
+            };
+            output = output.max(size);
+            row = row.saturating_add(size.bytes);
+            if self.depth > 0 {
+                self.named(target_name(target), size, self.work - before);
+            }
+        }
+        self.output_row(row, self.work - start)?;
+        Ok(output)
+    }
+
+    pub(super) fn nested(&mut self, value: Option<&Value>) -> Result<Size, Refusal> {
+        self.depth += 1;
+        let size = value.map_or(Ok(Size::default()), |v| self.visit(v));
+        self.depth -= 1;
+        size
+    }
+
+    pub(super) fn node(&mut self, kind: &str, n: &Map<String, Value>) -> Result<Size, Refusal> {
+        if !std::mem::take(&mut self.array_ok) && is_array(kind, n) {
+            return Err(Refusal::Forbidden(
+                "an array is allowed only as the argument of a function in FROM (unnest(...)) and in \
+                 = ANY (...) / <> ALL (...): anywhere else it can reach an operator that loops over both \
+                 sides (jsonb - text[]), which PostgreSQL does not interrupt"
+                    .into(),
+            ));
+        }
+        let from_function = std::mem::take(&mut self.from_function);
+        let size = self.sized(kind, n, from_function)?;
+        self.cap(size.bytes, "a value")?;
+        Ok(size)
+    }
+
+    pub(super) fn sized(
+        &mut self,
+        kind: &str,
+        n: &Map<String, Value>,
+        from_function: bool,
+    ) -> Result<Size, Refusal> {
+        Ok(match kind {
+            "ColumnRef" | "AStar" => {
+                if kind == "AStar" || self.is_row_ref(n) {
+                    return Err(Refusal::Forbidden(
+                        "a whole row (`t`, `t.*`) may stand only as an item of a SELECT or RETURNING list, \
+                         not inside an expression: a row of a view or derived table is many values at once, \
+                         which PostgreSQL then works on without interruption; name the columns"
+                            .into(),
+                    ));
+                }
+                // A derived column of its name, whose expression the planner
+                // may copy here; else a stored value (or, past a derived `*`,
+                // any derived value).
+                let name = last_name(n.get("fields"));
+                let relation = name.is_some_and(|name| self.relations.contains(name));
+                // At least a stored value: the name may also be a table's column.
+                let at_least = |c: Derived| Derived {
+                    bytes: c.bytes.max(self.stored.bytes),
+                    digits: c.digits.max(self.stored.digits),
+                    ..c
+                };
+                let column = match name.and_then(|name| self.columns.get(name)) {
+                    Some(column) => at_least(*column),
+                    None if self.star || self.unnamed => at_least(self.derived),
+                    None => self.stored,
+                };
+                self.charge(column.work);
+                // A bare table or view name may be its whole row.
+                let bytes = if relation && fields_len(n) == 1 {
+                    column.bytes.max(column.row)
+                } else {
+                    column.bytes
+                };
+                Size {
+                    bytes,
+                    digits: column.digits,
+                }
+            }
+            "ParamRef" => Size {
+                bytes: self.row_bytes,
+                digits: NUMBER_DIGITS,
+            },
+            "AConst" => literal(n),
+            "TypeCast" => {
+                let arg = self.field(n, "arg")?;
+                let (size, weight) = cast(n.get("type_name"), arg)?;
+                self.charge(weight.saturating_mul(arg.bytes));
+                size
+            }
+            "FuncCall" => self.call(n, from_function)?,
+            "RangeFunction" => {
+                for (name, value) in n {
+                    if name == "functions" {
+                        // Each is a List of the call and its column definitions.
+                        for list in value.as_array().into_iter().flatten() {
+                            let items = list.pointer("/node/List/items").and_then(Value::as_array);
+                            for (i, item) in items.into_iter().flatten().enumerate() {
+                                self.from_function = i == 0;
+                                let before = self.work;
+                                let size = self.visit(item)?;
+                                // Its columns are no larger than its arguments.
+                                if i == 0 {
+                                    let work = self.work - before;
+                                    let alias = n.get("alias");
+                                    let mut named: Vec<&str> =
+                                        strings_of(alias.and_then(|a| a.get("colnames")));
+                                    named.extend(
+                                        alias.and_then(|a| a.get("aliasname")).and_then(Value::as_str),
+                                    );
+                                    named.extend(last_name(item.pointer("/node/FuncCall/funcname")));
+                                    for column in named {
+                                        self.named(Some(column), size, work);
+                                    }
+                                    self.output(size, work);
+                                }
+                            }
+                        }
+                    } else {
+                        self.visit(value)?;
+                    }
+                }
+                Size::default()
+            }
+            "AExpr" => self.operator(n)?,
+            "MinMaxExpr" => {
+                let args = self.items(n, "args")?;
+                self.charge(COLLATED.saturating_mul(total(&args)));
+                args.iter().fold(Size::default(), |a, b| a.max(*b))
+            }
+            "CaseExpr" => {
+                let arg = self.field(n, "arg")?;
+                let mut result = self.field(n, "defresult")?;
+                for when in n.get("args").and_then(Value::as_array).into_iter().flatten() {
+                    let Some(("CaseWhen", when)) = when.as_object().and_then(node) else {
+                        continue;
+                    };
+                    let test = self.field(when, "expr")?;
+                    if arg.bytes > 0 {
+                        self.charge(LIGHT.saturating_mul(arg.bytes.saturating_add(test.bytes)));
+                    }
+                    result = result.max(self.field(when, "result")?);
+                }
+                result
+            }
+            "RowExpr" | "AArrayExpr" => {
+                let items = self.items(n, if kind == "RowExpr" { "args" } else { "elements" })?;
+                Size {
+                    bytes: total(&items).saturating_add(8 * items.len() as u64),
+                    digits: NUMBER_DIGITS,
+                }
+            }
+            "SubLink" => self.sublink(n)?,
+            "RangeSubselect" | "CommonTableExpr" => {
+                let query = if kind == "RangeSubselect" {
+                    "subquery"
+                } else {
+                    "ctequery"
+                };
+                let recursive = kind == "CommonTableExpr"
+                    && n.get("ctename")
+                        .and_then(Value::as_str)
+                        .is_some_and(|name| reads_table(n.get(query), name));
+                self.recursive += u32::from(recursive);
+                let mut output = Size::default();
+                for (name, value) in n {
+                    if name == query {
+                        output = self.nested(Some(value))?;
+                    } else {
+                        self.visit(value)?;
+                    }
+                }
+                // Columns renamed by position (`AS s(a, b)`, `c(n) AS`): each
+                // may be any of the query's.
+                let renamed = n
+                    .get("aliascolnames")
+                    .or_else(|| n.get("alias").and_then(|a| a.get("colnames")));
+                let work = self.inner.work;
+                for column in strings_of(renamed) {
+                    self.depth += 1;
+                    self.named(Some(column), output, work);
+                    self.depth -= 1;
+                }
+                self.recursive -= u32::from(recursive);
+                Size::default()
+            }
+            "NullTest" | "BooleanTest" | "BoolExpr" => {
+                self.fields(n)?;
+                Size::SMALL
+            }
+            "SqlvalueFunction" => Size::SMALL,
+            _ => self.fields(n)?,
+        })
+    }
+
+    /// `x.*`, `*`, or a bare name of a table, derived table, CTE or
+    /// function in FROM: a whole row.
+    pub(super) fn is_row_ref(&self, n: &Map<String, Value>) -> bool {
+        let fields = n.get("fields").and_then(Value::as_array);
+        let fields: Vec<&Value> = fields.into_iter().flatten().collect();
+        let star = fields
+            .last()
+            .is_some_and(|f| f.get("node").and_then(|n| n.get("AStar")).is_some());
+        let bare = match fields.as_slice() {
+            [one] => one
+                .pointer("/node/String/sval")
+                .and_then(Value::as_str)
+                .is_some_and(|name| self.names.contains(name)),
+            _ => false,
+        };
+        star || bare
+    }
+
+    pub(super) fn call(&mut self, n: &Map<String, Value>, from_function: bool) -> Result<Size, Refusal> {
+        let name = last_name(n.get("funcname")).unwrap_or_default();
+        let mut args = Vec::new();
+        for arg in n.get("args").and_then(Value::as_array).into_iter().flatten() {
+            self.array_ok = from_function;
+            args.push(self.visit(arg)?);
+        }
+        self.array_ok = false;
+        for clause in ["agg_order", "agg_filter", "over"] {
+            self.field(n, clause)?;
+        }
+        let weight = if LIGHT_CALLS.contains(&name) {
+            LIGHT
+        } else if COLLATED_CALLS.contains(&name) {
+            COLLATED
+        } else {
+            HEAVY
+        };
+        self.charge(weight.saturating_mul(total(&args)));
+        let widest = args.iter().fold(Size::default(), |a, b| a.max(*b));
+        if from_function {
+            // Its columns are parts of its arguments (elements, members).
+            return Ok(widest);
+        }
+        Ok(match name {
+            "mod" => {
+                let (l, r) = pair(&args);
+                self.charge(digit_pairs(l, r));
+                Size {
+                    bytes: r.bytes.max(l.bytes),
+                    digits: r.digits,
+                }
+            }
+            "sqrt" => {
+                self.charge(digit_pairs(widest, widest));
+                widest
+            }
+            "sum" | "avg" => Size {
+                bytes: widest.bytes.max(Size::SMALL.bytes),
+                digits: (widest.digits + NUMBER_DIGITS).min(MAX_DIGITS),
+            },
+            "abs" | "ceil" | "ceiling" | "coalesce" | "floor" | "greatest" | "lag" | "lead" | "least"
+            | "max" | "min" | "nullif" | "round" | "trunc" | "sign" => widest,
+            // `concat_ws` writes its separator between every two arguments.
+            "concat_ws" => Size {
+                bytes: total(&args).saturating_add(args.first().map_or(0, |sep| {
+                    sep.bytes.saturating_mul(args.len().saturating_sub(2) as u64)
+                })),
+                digits: NUMBER_DIGITS,
+            },
+            _ if CONCATENATING.contains(&name) => Size {
+                bytes: total(&args),
+                digits: NUMBER_DIGITS,
+            },
+            _ if JSON_BUILDING.contains(&name) => Size {
+                bytes: total(&args).saturating_mul(6).saturating_add(16),
+                digits: NUMBER_DIGITS,
+            },
+            // Case mapping can triple a character's bytes (ICU: `ΐ` to `Ϊ́`); hex doubles.
+            "upper" | "lower" | "hex" => Size {
+                bytes: widest.bytes.saturating_mul(3),
+                digits: NUMBER_DIGITS,
+            },
+            "substr" | "substring" | "left" | "right" | "trim" | "btrim" | "ltrim" | "rtrim" => Size {
+                bytes: widest.bytes,
+                digits: NUMBER_DIGITS,
+            },
+            // Its output is its format's, each pattern character at most 16
+            // wide (`J` of an interval of huge years: 11).
+            "to_char" => Size {
+                bytes: widest.bytes.saturating_mul(16),
+                digits: NUMBER_DIGITS,
+            },
+            _ => Size::SMALL,
+        })
+    }
+
+    pub(super) fn operator(&mut self, n: &Map<String, Value>) -> Result<Size, Refusal> {
+        let op = last_name(n.get("name")).unwrap_or_default();
+        let kind = n.get("kind").and_then(Value::as_i64).unwrap_or_default();
+        let kind = i32::try_from(kind)
+            .ok()
+            .and_then(|k| pg_query::protobuf::AExprKind::try_from(k).ok());
+        use pg_query::protobuf::AExprKind as K;
+        let l = self.field(n, "lexpr")?;
+        self.array_ok = matches!(kind, Some(K::AexprOpAny | K::AexprOpAll));
+        let r = if kind == Some(K::AexprIn) {
+            Size::default()
+        } else {
+            self.field(n, "rexpr")?
+        };
+        self.array_ok = false;
+        let (lb, rb) = (l.bytes, r.bytes);
+        let both = lb.saturating_add(rb);
+        match kind {
+            // `a IN (x, y, ...)`: the list's items, each compared.
+            Some(K::AexprIn) => {
+                let items = match n.get("rexpr").and_then(|r| r.as_object()).and_then(node) {
+                    Some(("List", list)) => self.items(list, "items")?,
+                    _ => vec![self.field(n, "rexpr")?],
+                };
+                let compared = lb
+                    .saturating_mul(items.len() as u64)
+                    .saturating_add(total(&items));
+                self.charge(LIGHT.saturating_mul(compared));
+                return Ok(Size::SMALL);
+            }
+            Some(K::AexprOp | K::AexprOpAny | K::AexprOpAll) => {}
+            _ => {
+                // DISTINCT, NULLIF, BETWEEN: comparisons.
+                self.charge(COLLATED.saturating_mul(both.saturating_mul(2)));
+                return Ok(l.max(r));
+            }
+        }
+        let weight = if LIGHT_OPERATORS.contains(&op) {
+            LIGHT
+        } else if COLLATED_OPERATORS.contains(&op) {
+            COLLATED
+        } else {
+            HEAVY
+        };
+        self.charge(weight.saturating_mul(both));
+        Ok(match op {
+            "||" => Size {
+                bytes: both,
+                digits: NUMBER_DIGITS,
+            },
+            "*" => {
+                self.charge(digit_pairs(l, r));
+                Size {
+                    bytes: both,
+                    digits: (l.digits.saturating_add(r.digits)).min(MAX_DIGITS),
+                }
+            }
+            "/" | "%" => {
+                self.charge(digit_pairs(l, r));
+                Size {
+                    bytes: both,
+                    digits: (l.digits.saturating_add(r.digits).saturating_add(NUMBER_DIGITS)).min(MAX_DIGITS),
+                }
+            }
+            // Not even the one digit a sum may gain: a counter in a recursive
+            // CTE must keep a stable bound (PostgreSQL's numerics stop at
+            // MAX_DIGITS, and a quadratic cost needs thousands).
+            // Inside a CTE that reads itself, `x + x` may double a number at
+            // every step: any number there may reach PostgreSQL's maximum.
+            "+" | "-" => Size {
+                bytes: lb.max(rb),
+                digits: match self.recursive > 0 && l.digits.max(r.digits) > NUMBER_DIGITS {
+                    true => MAX_DIGITS,
+                    false => l.digits.max(r.digits),
+                },
+            },
+            "->" | "->>" | "#>" | "#>>" | "&" | "|" | "#" | "<<" | ">>" => l.max(r),
+            _ => Size::SMALL,
+        })
+    }
+
+    pub(super) fn sublink(&mut self, n: &Map<String, Value>) -> Result<Size, Refusal> {
+        use pg_query::protobuf::SubLinkType as T;
+        let kind = n.get("sub_link_type").and_then(Value::as_i64).unwrap_or_default();
+        let kind = i32::try_from(kind).ok().and_then(|k| T::try_from(k).ok());
+        if kind == Some(T::ArraySublink) {
+            return Err(Refusal::Forbidden(
+                "ARRAY(subquery) is not allowed: it builds one value from any number of rows, which \
+                 PostgreSQL then works on without interruption; join or use = ANY (subquery)"
+                    .into(),
+            ));
+        }
+        let test = self.field(n, "testexpr")?;
+        let output = self.nested(n.get("subselect"))?;
+        if test.bytes > 0 {
+            // `x = ANY (subquery)`: one comparison per row of the subquery.
+            self.charge(COLLATED.saturating_mul(test.bytes.saturating_add(output.bytes)));
+        }
+        Ok(match kind {
+            Some(T::ExprSublink | T::MultiexprSublink) => output.max(Size {
+                bytes: self.derived.bytes,
+                digits: self.derived.digits,
+            }),
+            _ => Size::SMALL,
+        })
+    }
+}
