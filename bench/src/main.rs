@@ -1,7 +1,8 @@
 //! `inboxd-bench`: end-to-end events/s and latency, side by side, in one run.
 //!
-//! For each backend it runs four modes over the same input, each with a
-//! fresh database and consumer group, each host in a child process:
+//! For each backend it runs the modes over the same input, each with a
+//! fresh database and consumer group, each consumer in a child process:
+//! (plain) a batched consumer written without Inboxd, the in-run ceiling,
 //! (a) Inboxd as configured by default (micro-batches), (b) one event per
 //! transaction (`batch.max_events = 1`, the classic inbox) with the same
 //! partition parallelism, (c) a native Rust billing handler through the same
@@ -9,15 +10,20 @@
 //! consecutive events). Throughput: a backlog of `--events` records is consumed and
 //! timed from the first commit to the last. Latency: then `--rate` records/s
 //! arrive live for `--live-secs`, and each applied event's time from produce
-//! to commit is recorded. Before the modes, the broker-only ceiling: the
+//! to commit is recorded, and again at half of (a)'s throughput. CPU time
+//! per event of the consumer, PostgreSQL and the broker over the backlog,
+//! and how long the relay takes to drain, are reported beside. Before the modes, the broker-only ceiling: the
 //! same backlog read by librdkafka with no database or handler. The last
 //! stdout line is one JSON object.
 //! `scripts/bench` starts the broker and PostgreSQL and runs this.
 
 mod ceiling;
+mod child;
 mod native;
+mod plain;
 mod run;
 mod serve;
+mod usage;
 mod workload;
 
 use clap::{Parser, Subcommand};
@@ -45,6 +51,20 @@ enum Command {
         #[arg(long)]
         native: bool,
     },
+    /// Internal: the plain consumer of mode `plain` (a child process).
+    #[command(hide = true)]
+    ServePlain {
+        #[arg(long)]
+        database: String,
+        #[arg(long)]
+        brokers: String,
+        #[arg(long, value_delimiter = ',')]
+        topics: Vec<String>,
+        #[arg(long)]
+        group: String,
+        #[arg(long)]
+        fetch_wait_ms: u32,
+    },
 }
 
 fn main() {
@@ -61,6 +81,22 @@ async fn start() {
         Some(Command::Serve { config, native }) => {
             inboxd::telemetry::init("warn", inboxd::telemetry::LogFormat::Text);
             serve::serve(&config, native).await
+        }
+        Some(Command::ServePlain {
+            database,
+            brokers,
+            topics,
+            group,
+            fetch_wait_ms,
+        }) => {
+            let opts = plain::Options {
+                database: &database,
+                brokers: &brokers,
+                topics: &topics,
+                group: &group,
+                fetch_wait_ms,
+            };
+            plain::serve(opts).await
         }
         None => run::run(cli.run).await,
     };

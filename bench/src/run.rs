@@ -1,16 +1,15 @@
 //! The benchmark's driver: topics, databases, one child host per mode, the
 //! two phases, and the report.
 
+use crate::child::{Child, Role};
 use crate::serve::ServeReport;
+use crate::usage::Sample;
 use crate::workload::{Producer, create_topic};
 use anyhow::{Context, bail};
 use inboxd::db::Database;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
-use tokio::io::AsyncReadExt;
-use tokio::process::{Child, Command};
 
 /// How often the driver reads the hosts' committed offsets.
 const POLL: Duration = Duration::from_millis(100);
@@ -33,10 +32,11 @@ pub struct Options {
     live_secs: u64,
     #[arg(long, value_delimiter = ',', default_value = "sqlite,postgres")]
     backends: Vec<String>,
-    /// Any of a (default config), b (one event per transaction), c (native
-    /// handler), d (instances reused between events), py and js (the Python
-    /// and JavaScript billing guests, with instances reused).
-    #[arg(long, value_delimiter = ',', default_value = "a,b,c,d")]
+    /// Any of plain (a batched consumer without Inboxd), a (default config),
+    /// b (one event per transaction), c (native handler), d (instances reused
+    /// between events), py and js (the Python and JavaScript billing guests,
+    /// with instances reused).
+    #[arg(long, value_delimiter = ',', default_value = "plain,a,b,c,d")]
     modes: Vec<String>,
     #[arg(long, env = "INBOXD_BENCH_BROKERS")]
     brokers: String,
@@ -65,16 +65,27 @@ struct Mode {
     /// Extra `[[handlers]]` settings; empty: the defaults.
     settings: &'static str,
     native: bool,
+    /// The plain consumer (`plain.rs`) in place of a host.
+    plain: bool,
     /// Another billing component, next to `--component` (`None`: that one).
     component: Option<&'static str>,
 }
 
-const MODES: [Mode; 6] = [
+const MODES: [Mode; 7] = [
+    Mode {
+        label: "plain",
+        what: "a plain batched consumer without Inboxd (claim, insert, offsets per poll)",
+        settings: "",
+        native: false,
+        plain: true,
+        component: None,
+    },
     Mode {
         label: "a",
         what: "inboxd defaults (micro-batches), billing.wasm",
         settings: "",
         native: false,
+        plain: false,
         component: None,
     },
     Mode {
@@ -82,6 +93,7 @@ const MODES: [Mode; 6] = [
         what: "one event per transaction, billing.wasm",
         settings: "[handlers.batch]\nmax_events = 1\nlinger_ms = 0\n",
         native: false,
+        plain: false,
         component: None,
     },
     Mode {
@@ -89,6 +101,7 @@ const MODES: [Mode; 6] = [
         what: "inboxd defaults, native Rust billing (no Wasm)",
         settings: "",
         native: true,
+        plain: false,
         component: None,
     },
     Mode {
@@ -96,6 +109,7 @@ const MODES: [Mode; 6] = [
         what: "inboxd defaults plus instances.reuse, billing.wasm",
         settings: "[handlers.instances]\nreuse = true\n",
         native: false,
+        plain: false,
         component: None,
     },
     Mode {
@@ -103,6 +117,7 @@ const MODES: [Mode; 6] = [
         what: "inboxd defaults plus instances.reuse, billing_py.wasm (Python)",
         settings: "[handlers.instances]\nreuse = true\n",
         native: false,
+        plain: false,
         component: Some("billing_py.wasm"),
     },
     Mode {
@@ -110,6 +125,7 @@ const MODES: [Mode; 6] = [
         what: "inboxd defaults plus instances.reuse, billing_js.wasm (JavaScript)",
         settings: "[handlers.instances]\nreuse = true\n",
         native: false,
+        plain: false,
         component: Some("billing_js.wasm"),
     },
 ];
@@ -117,17 +133,38 @@ const MODES: [Mode; 6] = [
 /// What one mode measured.
 struct Measured {
     events_per_s: f64,
+    /// The host's report; its latency is the last phase's (at `half_rate`).
     report: ServeReport,
+    /// Latency at `--rate` records/s offered.
+    live: Value,
+    /// The rate of the last phase: half of (a)'s throughput, or of this mode's.
+    half_rate: u32,
+    /// CPU per event of each process over the backlog.
+    cpu: Value,
+    relay: Option<Relay>,
     effects: i64,
     expected_effects: usize,
+}
+
+/// The relay at the end of the backlog: what it still had to send and how
+/// long it took to send it (a mode is done only when its relay has drained).
+struct Relay {
+    unpublished_at_last_commit: i64,
+    drained_after_ms: u128,
 }
 
 impl Measured {
     fn json(&self) -> Value {
         json!({
             "events_per_s": self.events_per_s.round(),
-            "p50_ms": self.report.latency_p50_ms,
-            "p99_ms": self.report.latency_p99_ms,
+            "p50_ms": self.live["latency_p50_ms"],
+            "p99_ms": self.live["latency_p99_ms"],
+            "half_rate": self.half_rate,
+            "half_rate_p50_ms": self.report.latency_p50_ms,
+            "half_rate_p99_ms": self.report.latency_p99_ms,
+            "cpu_per_event": self.cpu,
+            "relay_unpublished_at_last_commit": self.relay.as_ref().map(|r| r.unpublished_at_last_commit),
+            "relay_drained_after_ms": self.relay.as_ref().map(|r| r.drained_after_ms),
             "peak_rss_mib": (self.report.peak_rss_kib as f64 / 1024.0).round(),
             "batches_in_flight_mean": (self.report.batches_in_flight_mean * 10.0).round() / 10.0,
             "batches_in_flight_peak": self.report.batches_in_flight_peak,
@@ -143,7 +180,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         .iter()
         .find(|l| !MODES.iter().any(|m| m.label == l.as_str()))
     {
-        bail!("unknown mode {unknown:?}: use a, b, c, d, py or js");
+        bail!("unknown mode {unknown:?}: use plain, a, b, c, d, py or js");
     }
     let work = tempfile::Builder::new().prefix("inboxd-bench-").tempdir()?;
     let producer = Producer::new(&opts.brokers)?;
@@ -176,6 +213,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
                 mode,
                 bulk: &bulk,
                 bulk_unique,
+                half_of: rates.get("a").copied(),
             };
             let m = match run.measure().await {
                 Ok(m) => m,
@@ -187,12 +225,20 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
                 }
             };
             eprintln!(
-                "[{backend} {}] {:.0} events/s with {:.1} batches in flight (peak {}); live at {}/s: p50 {} ms, p99 {} ms; peak RSS {:.0} MiB; effects {} of {}",
+                "[{backend} {}] {:.0} events/s with {:.1} batches in flight (peak {}); CPU µs/event {}; relay {}; live at {}/s: p50 {} ms, p99 {} ms; at {}/s: p50 {} ms, p99 {} ms; peak RSS {:.0} MiB; effects {} of {}",
                 mode.label,
                 m.events_per_s,
                 m.report.batches_in_flight_mean,
                 m.report.batches_in_flight_peak,
+                m.cpu,
+                m.relay.as_ref().map_or("none".into(), |r| format!(
+                    "{} unpublished at the last commit, drained after {} ms",
+                    r.unpublished_at_last_commit, r.drained_after_ms
+                )),
                 opts.rate,
+                m.live["latency_p50_ms"],
+                m.live["latency_p99_ms"],
+                m.half_rate,
                 m.report.latency_p50_ms,
                 m.report.latency_p99_ms,
                 m.report.peak_rss_kib as f64 / 1024.0,
@@ -203,6 +249,8 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
             measured.insert(mode.label.into(), m.json());
         }
         let ratios = [
+            ("a_over_plain", "a", "plain"),
+            ("c_over_plain", "c", "plain"),
             ("a_over_b", "a", "b"),
             ("a_over_c", "a", "c"),
             ("py_over_d", "py", "d"),
@@ -236,6 +284,8 @@ struct Run<'a> {
     mode: &'a Mode,
     bulk: &'a str,
     bulk_unique: usize,
+    /// (a)'s events/s on this backend, once measured: the last phase offers half.
+    half_of: Option<f64>,
 }
 
 impl Run<'_> {
@@ -247,53 +297,90 @@ impl Run<'_> {
         create_topic(&opts.brokers, &live, opts.partitions).await?;
         create_topic(&opts.brokers, &invoices, opts.partitions).await?;
         let db_url = self.database_url(id).await?;
-        let config = self
-            .work
-            .join(format!("{}-{}.toml", self.backend, self.mode.label));
-        std::fs::write(&config, self.config(&db_url, &live, &invoices, id))?;
         let log = self
             .work
             .join(format!("{}-{}.log", self.backend, self.mode.label));
-        let mut child = spawn_host(&config, self.mode.native, &log)?;
+        let topics = [self.bulk.to_owned(), live.clone()];
+        let group = format!("bench-{id}");
+        let config = self
+            .work
+            .join(format!("{}-{}.toml", self.backend, self.mode.label));
+        let role = if self.mode.plain {
+            Role::Plain {
+                database: &db_url,
+                brokers: &opts.brokers,
+                topics: &topics,
+                group: &group,
+                fetch_wait_ms: opts.fetch_wait_ms,
+            }
+        } else {
+            std::fs::write(&config, self.config(&db_url, &live, &invoices, &group))?;
+            Role::Host {
+                config: &config,
+                native: self.mode.native,
+            }
+        };
+        let mut child = Child::spawn(role, &log)?;
         let db = Database::connect(&db_url, 2).await?;
         let deadline = Duration::from_secs(opts.timeout_secs);
+        let progress = self.progress_sql();
 
         // Phase 1: the backlog, timed from the first commit to the last.
         let bulk_total = opts.events as i64;
         let spawned = Instant::now();
-        let (first, at_first) = wait_for(&db, &mut child, &log, deadline, |p| p > 0).await?;
-        let (last, _) = wait_for(&db, &mut child, &log, deadline, |p| p >= bulk_total).await?;
+        let at_spawn = Sample::take(child.pid());
+        let (first, at_first) = wait_for(&db, &progress, &mut child, deadline, |p| p > 0).await?;
+        let at_first_commit = Sample::take(child.pid());
+        let (last, _) = wait_for(&db, &progress, &mut child, deadline, |p| p >= bulk_total).await?;
         // A backlog too small to see in flight (smoke runs) is timed from the
         // host's start instead, group join included: slower, never zero.
-        let (from, counted) = if at_first < bulk_total {
-            (first, bulk_total - at_first)
+        let (from, before, counted) = if at_first < bulk_total {
+            (first, at_first_commit, bulk_total - at_first)
         } else {
-            (spawned, bulk_total)
+            (spawned, at_spawn, bulk_total)
         };
         let events_per_s = counted as f64 / (last - from).as_secs_f64().max(1e-3);
+        let relay = match self.mode.plain {
+            true => None,
+            false => Some(relay_drains(&db, &mut child, last, deadline).await?),
+        };
+        // After the relay has drained, so its whole cost is counted.
+        let cpu = Sample::take(child.pid()).per_event(before, counted);
+        child.end_phase().await?;
 
         // Phase 2: live traffic at a fixed rate, for latency.
-        signal(&child, libc::SIGUSR1)?;
-        let (live_records, live_unique) = self
-            .producer
-            .paced(
-                &live,
-                opts.rate,
-                Duration::from_secs(opts.live_secs),
-                opts.duplicate_pct,
-            )
-            .await?;
-        let total = bulk_total + live_records as i64;
-        wait_for(&db, &mut child, &log, deadline, |p| p >= total).await?;
-        let report = stop_host(child, &log).await?;
+        let mut total = bulk_total;
+        let mut unique = self.bulk_unique;
+        let (records, distinct) = self.live(&live, opts.rate).await?;
+        (total, unique) = (total + records as i64, unique + distinct);
+        wait_for(&db, &progress, &mut child, deadline, |p| p >= total).await?;
+        let at_rate = child.end_phase().await?;
+
+        // Phase 3: live traffic at half of (a)'s throughput.
+        let half_rate = (self.half_of.unwrap_or(events_per_s) / 2.0).max(1.0) as u32;
+        let (records, distinct) = self.live(&live, half_rate).await?;
+        (total, unique) = (total + records as i64, unique + distinct);
+        wait_for(&db, &progress, &mut child, deadline, |p| p >= total).await?;
+        let report = child.stop().await?;
         let effects = db.query_i64(&self.count_invoices(), &[]).await?;
         db.close().await;
         Ok(Measured {
             events_per_s,
             report,
+            live: at_rate,
+            half_rate,
+            cpu,
+            relay,
             effects,
-            expected_effects: self.bulk_unique + live_unique,
+            expected_effects: unique,
         })
+    }
+
+    async fn live(&self, topic: &str, rate: u32) -> anyhow::Result<(usize, usize)> {
+        let duration = Duration::from_secs(self.opts.live_secs);
+        self.producer
+            .paced(topic, rate, duration, self.opts.duplicate_pct)
+            .await
     }
 
     async fn database_url(&self, id: &str) -> anyhow::Result<String> {
@@ -316,7 +403,7 @@ impl Run<'_> {
         }
     }
 
-    fn config(&self, db_url: &str, live: &str, invoices: &str, id: &str) -> String {
+    fn config(&self, db_url: &str, live: &str, invoices: &str, group: &str) -> String {
         format!(
             r#"[database]
 url = "{db_url}"
@@ -335,7 +422,7 @@ name = "billing"
 component = "{component}"
 migrations = "{migrations}"
 topics = ["{bulk}", "{live}"]
-group_id = "bench-{id}"
+group_id = "{group}"
 {settings}
 [handlers.outbox_topics]
 "invoices.created" = "{invoices}"
@@ -355,9 +442,22 @@ group_id = "bench-{id}"
     }
 
     fn count_invoices(&self) -> String {
-        match self.backend {
-            "postgres" => "SELECT COUNT(*) FROM handler_billing.invoices".into(),
+        match (self.backend, self.mode.plain) {
+            ("postgres", false) => "SELECT COUNT(*) FROM handler_billing.invoices".into(),
+            ("postgres", true) => "SELECT COUNT(*) FROM public.invoices".into(),
             _ => "SELECT COUNT(*) FROM invoices".into(),
+        }
+    }
+
+    /// Records committed so far, summed over the partitions.
+    fn progress_sql(&self) -> String {
+        match (self.backend, self.mode.plain) {
+            ("postgres", true) => crate::plain::progress_sql("public."),
+            (_, true) => crate::plain::progress_sql(""),
+            _ => {
+                "SELECT CAST(COALESCE(SUM(next_offset), 0) AS BIGINT) FROM offsets WHERE handler = 'billing'"
+                    .into()
+            }
         }
     }
 }
@@ -375,77 +475,55 @@ async fn create_database(admin_url: &str, name: &str) -> anyhow::Result<String> 
     Ok(format!("{base}/{name}"))
 }
 
-fn spawn_host(config: &Path, native: bool, log: &Path) -> anyhow::Result<Child> {
-    let mut command = Command::new(std::env::current_exe()?);
-    command
-        .arg("serve")
-        .arg("--config")
-        .arg(config)
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(log)?)
-        .kill_on_drop(true);
-    if native {
-        command.arg("--native");
+/// Waits until the relay has sent every outbox message the backlog wrote;
+/// `last` is when the backlog's last record committed.
+async fn relay_drains(
+    db: &Database,
+    child: &mut Child,
+    last: Instant,
+    deadline: Duration,
+) -> anyhow::Result<Relay> {
+    const UNPUBLISHED: &str = "SELECT COUNT(*) FROM outbox WHERE published_at IS NULL AND parked_at IS NULL";
+    let unpublished_at_last_commit = db.query_i64(UNPUBLISHED, &[]).await?;
+    loop {
+        if db.query_i64(UNPUBLISHED, &[]).await? == 0 {
+            return Ok(Relay {
+                unpublished_at_last_commit,
+                drained_after_ms: last.elapsed().as_millis(),
+            });
+        }
+        child.check_running()?;
+        if last.elapsed() > deadline {
+            bail!(
+                "the relay did not drain within {deadline:?}; the host's log is {}",
+                child.log.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    Ok(command.spawn()?)
-}
-
-fn signal(child: &Child, signal: libc::c_int) -> anyhow::Result<()> {
-    let pid = child.id().context("the host has exited")?;
-    // SAFETY: kill(2) on our own child's pid.
-    if unsafe { libc::kill(pid as libc::pid_t, signal) } != 0 {
-        bail!("signalling the host: {}", std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// Stops the host (SIGTERM: it finishes its batches and leaves the group)
-/// and reads its report.
-async fn stop_host(mut child: Child, log: &Path) -> anyhow::Result<ServeReport> {
-    signal(&child, libc::SIGTERM)?;
-    let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
-        .await
-        .context("the host did not stop within 60 s")??;
-    let mut out = String::new();
-    if let Some(mut stdout) = child.stdout.take() {
-        stdout.read_to_string(&mut out).await?;
-    }
-    if !status.success() {
-        bail!("the host exited with {status}; its log is {}", log.display());
-    }
-    let line = out.lines().last().context("the host printed no report")?;
-    Ok(serde_json::from_str(line)?)
 }
 
 /// Polls the committed offsets (summed over the handler's partitions) until
 /// `done` holds; returns when and at what count it first held.
 async fn wait_for(
     db: &Database,
+    progress_sql: &str,
     child: &mut Child,
-    log: &Path,
     deadline: Duration,
     done: impl Fn(i64) -> bool,
 ) -> anyhow::Result<(Instant, i64)> {
     let started = Instant::now();
     loop {
         // The table appears once the host has migrated; until then, nothing is done.
-        let progress = db
-            .query_i64(
-                "SELECT CAST(COALESCE(SUM(next_offset), 0) AS BIGINT) FROM offsets WHERE handler = 'billing'",
-                &[],
-            )
-            .await
-            .unwrap_or(0);
+        let progress = db.query_i64(progress_sql, &[]).await.unwrap_or(0);
         if done(progress) {
             return Ok((Instant::now(), progress));
         }
-        if let Some(status) = child.try_wait()? {
-            bail!("the host exited early ({status}); its log is {}", log.display());
-        }
+        child.check_running()?;
         if started.elapsed() > deadline {
             bail!(
-                "no progress past {progress} records within {deadline:?}; the host's log is {}",
-                log.display()
+                "no progress past {progress} records within {deadline:?}; the child's log is {}",
+                child.log.display()
             );
         }
         tokio::time::sleep(POLL).await;

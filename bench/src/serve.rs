@@ -2,10 +2,11 @@
 //! peak RSS is the host's alone.
 //!
 //! It runs `inboxd` from a config file exactly as `inboxd run` does (or with
-//! the native billing handler in place of the component), resets its latency
-//! record on SIGUSR1 (between the throughput and the latency phase), and on
-//! SIGTERM stops cleanly and prints one JSON line: the handler's counters,
-//! latency percentiles and the process's peak RSS.
+//! the native billing handler in place of the component). On SIGUSR1 (between
+//! phases) it prints one JSON line with the latency percentiles of the phase
+//! that ended and starts a new record; on SIGTERM it stops cleanly and prints
+//! one JSON line: the handler's counters, the last phase's latency
+//! percentiles and the process's peak RSS.
 
 use crate::native::NativeBilling;
 use anyhow::Context;
@@ -18,7 +19,7 @@ use std::sync::Arc;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
-#[derive(serde::Serialize, serde::Deserialize)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 pub struct ServeReport {
     pub applied: u64,
     pub duplicates: u64,
@@ -65,7 +66,16 @@ pub async fn serve(config_path: &Path, native: bool) -> anyhow::Result<()> {
     loop {
         tokio::select! {
             _ = reset.recv() => {
-                backlog = Some(stats.snapshot());
+                let phase = stats.snapshot();
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "latency_p50_ms": phase.latency_p50_ms,
+                        "latency_p99_ms": phase.latency_p99_ms,
+                        "latency_max_ms": phase.latency_max_ms,
+                    })
+                );
+                backlog.get_or_insert(phase);
                 stats.reset_latency();
             }
             _ = term.recv() => break,
@@ -90,7 +100,7 @@ pub async fn serve(config_path: &Path, native: bool) -> anyhow::Result<()> {
 }
 
 /// `VmHWM` from /proc/self/status: the resident set's high-water mark.
-fn peak_rss_kib() -> u64 {
+pub fn peak_rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|status| {

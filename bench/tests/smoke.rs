@@ -26,7 +26,7 @@ fn a_small_benchmark_run_reports_every_mode_with_exact_effects() {
             "--timeout-secs",
             "120",
             "--modes",
-            "a,b,c,d,py,js",
+            "plain,a,b,c,d,py,js",
         ])
         .env("INBOXD_BENCH_BROKERS", env("INBOXD_TEST_BROKERS"))
         .env("INBOXD_BENCH_POSTGRES", env("INBOXD_TEST_POSTGRES"))
@@ -49,12 +49,21 @@ fn a_small_benchmark_run_reports_every_mode_with_exact_effects() {
         "the broker-only ceiling: {report}"
     );
     for backend in ["sqlite", "postgres"] {
-        for mode in ["a", "b", "c", "d", "py", "js"] {
+        for mode in ["plain", "a", "b", "c", "d", "py", "js"] {
             let m = &report[backend][mode];
             assert_eq!(m["effects_exact"], true, "{backend} {mode}: {m}\n{stderr}");
             assert!(m["events_per_s"].as_f64().unwrap() > 0.0, "{backend} {mode}: {m}");
             assert!(m["peak_rss_mib"].as_f64().unwrap() > 0.0, "{backend} {mode}: {m}");
+            assert!(m["half_rate"].as_f64().unwrap() > 0.0, "{backend} {mode}: {m}");
+            assert!(m["half_rate_p99_ms"].as_f64().is_some(), "{backend} {mode}: {m}");
+            let host_cpu = m["cpu_per_event"]["host_cpu_us"].as_f64().unwrap();
+            assert!(host_cpu > 0.0, "{backend} {mode}: {m}");
+            // Every mode but plain writes an outbox, and is done once its relay has drained.
+            let drained = m["relay_drained_after_ms"].as_f64();
+            assert_eq!(drained.is_some(), mode != "plain", "{backend} {mode}: {m}");
         }
+        assert!(report[backend]["a_over_plain"].as_f64().is_some(), "{report}");
+        assert!(report[backend]["c_over_plain"].as_f64().is_some(), "{report}");
         assert!(report[backend]["a_over_b"].as_f64().is_some(), "{report}");
         assert!(report[backend]["a_over_c"].as_f64().is_some(), "{report}");
         assert!(report[backend]["py_over_d"].as_f64().is_some(), "{report}");
