@@ -189,7 +189,7 @@ pub struct Pending {
 /// returns the buckets this owner now holds.
 pub async fn lease(db: &Database, owner: &str, lease_ms: i64) -> Result<Vec<i64>, DbError> {
     let now = now_ms();
-    let mut tx = db.begin().await?;
+    let mut tx = db.begin_write().await?;
     let rows = tx
         .query(
             "UPDATE outbox_leases SET owner = $1, lease_until = $2
@@ -207,7 +207,7 @@ pub async fn lease(db: &Database, owner: &str, lease_ms: i64) -> Result<Vec<i64>
 /// Gives this owner's leases up at once (a clean shutdown), so another host
 /// need not wait for them to run out.
 pub async fn release(db: &Database, owner: &str) -> Result<(), DbError> {
-    let mut tx = db.begin().await?;
+    let mut tx = db.begin_write().await?;
     tx.execute(
         "UPDATE outbox_leases SET owner = NULL, lease_until = 0 WHERE owner = $1",
         &[owner.into()],
@@ -219,29 +219,47 @@ pub async fn release(db: &Database, owner: &str) -> Result<(), DbError> {
 /// The oldest sendable (unpublished, not parked) messages of the given
 /// buckets, at most `per_bucket` of each, in relay order (bucket, then seq).
 ///
-/// One `ORDER BY seq LIMIT n` per bucket, glued with UNION ALL: each walks
-/// the `outbox_pending` index and stops after `n` rows, so a cycle costs the
-/// same whatever the backlog. (A global `ORDER BY bucket, seq LIMIT` let one
-/// bucket's backlog fill every read; `ROW_NUMBER() OVER (PARTITION BY
-/// bucket)` would be fair too, but numbers every pending row on each read.)
+/// One `ORDER BY seq LIMIT n` per bucket: each walks the `outbox_pending`
+/// index and stops after `n` rows, so a cycle costs the same whatever the
+/// backlog. (A global `ORDER BY bucket, seq LIMIT` let one bucket's backlog
+/// fill every read; `ROW_NUMBER() OVER (PARTITION BY bucket)` would be fair
+/// too, but numbers every pending row on each read.) On PostgreSQL the
+/// buckets go as one array through a `LATERAL` join, so the text is the same
+/// every cycle and prepared once per connection, whatever buckets are ready;
+/// SQLite, which has neither, glues the per-bucket reads with UNION ALL (its
+/// prepares are local, not a round trip).
 pub async fn pending(db: &Database, buckets: &[i64], per_bucket: i64) -> Result<Vec<Pending>, DbError> {
     if buckets.is_empty() {
         return Ok(Vec::new());
     }
-    // Bucket numbers are integers, safe to write inline on both backends.
-    let parts: Vec<String> = buckets
-        .iter()
-        .map(|bucket| {
-            format!(
-                "SELECT * FROM (SELECT seq, bucket, id, topic, key, payload, headers FROM outbox
-                 WHERE published_at IS NULL AND parked_at IS NULL AND bucket = {bucket}
-                 ORDER BY seq LIMIT $1) AS b{bucket}"
+    let rows = match db.backend() {
+        Backend::Postgres => {
+            db.query(
+                "SELECT o.seq, o.bucket, o.id, o.topic, o.key, o.payload, o.headers
+                 FROM unnest($2::int8[]) AS u(bucket)
+                 CROSS JOIN LATERAL (SELECT seq, bucket, id, topic, key, payload, headers FROM outbox
+                     WHERE published_at IS NULL AND parked_at IS NULL AND bucket = u.bucket
+                     ORDER BY seq LIMIT $1) AS o",
+                &[per_bucket.into(), int_array(buckets).into()],
             )
-        })
-        .collect();
-    let rows = db
-        .query(&parts.join("\nUNION ALL\n"), &[per_bucket.into()])
-        .await?;
+            .await?
+        }
+        Backend::Sqlite => {
+            // Bucket numbers are integers, safe to write inline.
+            let parts: Vec<String> = buckets
+                .iter()
+                .map(|bucket| {
+                    format!(
+                        "SELECT * FROM (SELECT seq, bucket, id, topic, key, payload, headers FROM outbox
+                         WHERE published_at IS NULL AND parked_at IS NULL AND bucket = {bucket}
+                         ORDER BY seq LIMIT $1) AS b{bucket}"
+                    )
+                })
+                .collect();
+            db.query(&parts.join("\nUNION ALL\n"), &[per_bucket.into()])
+                .await?
+        }
+    };
     let mut pending: Vec<Pending> = rows
         .into_iter()
         .filter_map(|row| {
@@ -276,25 +294,41 @@ pub async fn pending(db: &Database, buckets: &[i64], per_bucket: i64) -> Result<
     Ok(pending)
 }
 
+/// Marks messages sent. One statement text whatever the list (an array on
+/// PostgreSQL, a JSON array on SQLite), so it is prepared once per connection;
+/// on SQLite it waits its turn behind the pipeline's writers rather than in
+/// SQLite's busy handler.
 pub async fn mark_published(db: &Database, seqs: &[i64]) -> Result<(), DbError> {
     if seqs.is_empty() {
         return Ok(());
     }
-    let list: Vec<String> = seqs.iter().map(i64::to_string).collect();
-    let mut tx = db.begin().await?;
-    tx.execute(
-        &format!(
-            "UPDATE outbox SET published_at = $1 WHERE seq IN ({})",
-            list.join(", ")
+    let (sql, list) = match db.backend() {
+        Backend::Postgres => (
+            "UPDATE outbox SET published_at = $1 WHERE seq = ANY($2::int8[])",
+            int_array(seqs),
         ),
-        &[now_ms().into()],
-    )
-    .await?;
+        Backend::Sqlite => (
+            "UPDATE outbox SET published_at = $1 WHERE seq IN (SELECT value FROM json_each($2))",
+            format!("[{}]", join(seqs)),
+        ),
+    };
+    let mut tx = db.begin_write().await?;
+    tx.execute(sql, &[now_ms().into(), list.into()]).await?;
     tx.commit().await
 }
 
+/// A PostgreSQL array literal of integers (`{1,2,3}`), bound as text and
+/// cast in the statement: a fixed text for any number of values.
+fn int_array(values: &[i64]) -> String {
+    format!("{{{}}}", join(values))
+}
+
+fn join(values: &[i64]) -> String {
+    values.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
+}
+
 pub async fn record_failure(db: &Database, seq: i64, error: &str) -> Result<(), DbError> {
-    let mut tx = db.begin().await?;
+    let mut tx = db.begin_write().await?;
     tx.execute(
         "UPDATE outbox SET attempts = attempts + 1, last_error = $2 WHERE seq = $1",
         &[seq.into(), error.into()],
@@ -306,7 +340,7 @@ pub async fn record_failure(db: &Database, seq: i64, error: &str) -> Result<(), 
 /// Parks a message the broker will never accept: the relay skips it from now
 /// on, and `reason` says why. Returns false if it was published meanwhile.
 pub async fn park(db: &Database, seq: i64, reason: &str) -> Result<bool, DbError> {
-    let mut tx = db.begin().await?;
+    let mut tx = db.begin_write().await?;
     let parked = tx
         .execute(
             "UPDATE outbox SET attempts = attempts + 1, last_error = $2, parked_at = $3
