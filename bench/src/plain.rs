@@ -133,8 +133,12 @@ async fn connect(url: &str) -> anyhow::Result<Db> {
     };
     for statement in SCHEMA {
         match &mut db {
-            Db::Postgres(c) => drop(c.execute(statement).await?),
-            Db::Sqlite(c) => drop(c.execute(statement).await?),
+            Db::Postgres(c) => {
+                c.execute(statement).await?;
+            }
+            Db::Sqlite(c) => {
+                c.execute(statement).await?;
+            }
         }
     }
     Ok(db)

@@ -172,6 +172,14 @@ impl GuestPools {
                 // what fits in work_mem: PostgreSQL's default, whatever the
                 // server's, bounds them (see `sandbox::work`).
                 ("work_mem", GUEST_WORK_MEM.to_owned()),
+                // A custom plan puts the parameters' values into the
+                // statement and evaluates its calls over them while planning,
+                // every row of a VALUES list at once, with no interrupt check
+                // (an adversarial read, issue 23: 2,000 rows of md5($1) ran
+                // 5 s past a cancel). A generic plan evaluates them as it
+                // executes, where PostgreSQL checks between rows; the work
+                // bound counts only literals as folded (`sandbox::work`).
+                ("plan_cache_mode", "force_generic_plan".to_owned()),
             ]);
         let pool = PgPoolOptions::new()
             .max_connections(self.max_connections)

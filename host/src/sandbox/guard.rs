@@ -586,13 +586,28 @@ mod tests {
             "SELECT trim(order_id, 'xyz') FROM invoices",
             "SELECT ltrim(order_id, 'xyz') FROM invoices",
             "SELECT TRIM(BOTH 'xyz' FROM order_id) FROM invoices",
+            // The fifth adversarial read: many paths are one SQLite step.
+            "SELECT json_extract(order_id, '$.a', '$.b') FROM invoices",
         ] {
             refused(sql, "not allowed");
         }
+        allowed("SELECT json_extract(order_id, '$.a') FROM invoices");
         guard(Backend::Postgres)
             .check("SELECT POSITION('a' IN order_id) FROM invoices")
             .unwrap_err();
         allowed("SELECT trim(order_id), ltrim(order_id), lower(order_id) FROM invoices");
+    }
+
+    /// Regression (the fifth adversarial read, issue 23): a type name with a
+    /// `)` before its `(` made the guard slice backwards and panic (caught,
+    /// but reported as a defect of the host).
+    #[test]
+    fn a_quoted_type_name_with_parentheses_is_refused_as_such() {
+        let err = guard(Backend::Postgres)
+            .check(r#"SELECT 1::"a)b(c""#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not allowed") && !err.contains("defect"), "{err}");
     }
 
     /// Regression (issue 23): a 64 KiB `SELECT 1+1+...+1` passed the guard,

@@ -325,6 +325,14 @@ impl Visitor for Walk {
                     function.name
                 )));
             }
+            if single_name(&function.name).as_deref() == Some("json_extract") && argument_count(function) > 2
+            {
+                return ControlFlow::Break(forbidden(
+                    "json_extract(j, path, path, ...) is not allowed: with many paths it is one step of \
+                     tens of milliseconds over a large document, which no deadline interrupts; extract one \
+                     path per call",
+                ));
+            }
             if SINGLE_ARGUMENT.contains(&single_name(&function.name).unwrap_or_default().as_str())
                 && argument_count(function) > 1
             {
@@ -534,7 +542,8 @@ fn check_type(data_type: &sqlparser::ast::DataType, what: &str) -> Result<(), Re
     let text = data_type.to_string().to_ascii_lowercase();
     let mut base = text.trim_end_matches("[]").trim();
     if let Some(open) = base.find('(') {
-        let close = base.rfind(')').unwrap_or(base.len());
+        // A `)` before the `(` (a quoted name, `"a)b(c"`) is no argument list.
+        let close = base.rfind(')').filter(|c| *c > open).unwrap_or(base.len());
         // `varchar(10)`, `numeric(10, 2)`, `timestamp(3) with time zone`.
         let args_ok = base[open + 1..close]
             .chars()

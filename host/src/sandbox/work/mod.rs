@@ -21,13 +21,17 @@
 //!   `numeric(p, s)`, and a cast to numeric must too (`sandbox::postgres`);
 //! - an array may stand only where its elements are visited once each
 //!   (`unnest(...)`, `= ANY(...)`), so no operator meets one (`jsonb - text[]`
-//!   is a nested loop over both).
+//!   is a nested loop over both); `x op ANY/ALL (array)` and GREATEST/LEAST
+//!   run their operator once per element or argument, over all of `x` each
+//!   time, and are counted so (`walk::any_all_array`).
 //!
 //! The planner merges subqueries and CTEs into the query that reads them,
 //! copying a derived column's expression to every place it is named, and a
 //! table's CHECK, DEFAULT, generated and index expressions run inside every
 //! write (an adversarial read, issue 23). So the work counted is the whole
-//! statement's (one row of VALUES at a time), a reference to a derived
+//! statement's (one row of VALUES at a time, except that the planner folds
+//! the items of literals alone in every row at once, so those sum; guests'
+//! sessions plan generically, so calls over parameters are never folded), a reference to a derived
 //! column costs that column's expression again, and a write adds its table's
 //! expressions (`Guard`'s `hidden` work, read from the catalog at load). It
 //! must stay within [`ROW_WORK_NS`], and no value may grow past

@@ -426,3 +426,66 @@ fn outputs_without_a_name_and_renames_on_reading_still_count() {
         "limits.max_row_bytes",
     );
 }
+
+/// Regression (the fifth adversarial read, issue 23): `x op ANY/ALL (array)`
+/// and GREATEST/LEAST run their operator once per element or argument, each
+/// time over all of `x`; they were counted as one operator over both sides.
+#[test]
+fn an_operator_over_each_element_counts_once_per_element() {
+    refused("SELECT v > ALL ($1::text[]) FROM t", "ANY/ALL (array) is allowed");
+    refused("SELECT $1 > ALL ($2::text[])", "ANY/ALL (array) is allowed");
+    refused(
+        "SELECT doc ? ANY ($1::text[]) FROM t",
+        "ANY/ALL (array) is allowed",
+    );
+    // A bare parameter's type is x's (jsonb's `=` walks x per element).
+    refused(
+        "SELECT id FROM t WHERE doc = ANY ($1)",
+        "ANY/ALL (array) is allowed",
+    );
+    refused(
+        "SELECT id FROM t WHERE doc = ANY ($1::jsonb[])",
+        "ANY/ALL (array) is allowed",
+    );
+    refused(
+        "SELECT id FROM t WHERE code = ANY ($1::bpchar[])",
+        "ANY/ALL (array) is allowed",
+    );
+    allowed("SELECT id FROM t WHERE id = ANY ($1::bigint[]) AND name <> ALL ($2::text[])");
+    allowed("SELECT id FROM t WHERE v > ALL (ARRAY[$1, $2])");
+    // An ARRAY[...] of many elements costs x once per element.
+    let many = vec!["'0'"; 2_000].join(", ");
+    refused(
+        &format!("SELECT v > ALL (ARRAY[{many}]) FROM t"),
+        "limits.max_row_bytes",
+    );
+    let args = vec!["'0'"; 16_000].join(", ");
+    refused(
+        &format!("SELECT length(greatest(v, {args})) FROM t"),
+        "limits.max_row_bytes",
+    );
+    allowed("SELECT greatest(a, b, c), least($1, $2) FROM t");
+}
+
+/// Regression (the fifth adversarial read, issue 23): the planner folds an
+/// expression of literals in every row of a VALUES list while planning,
+/// without an interrupt check, so those rows' work adds up; what depends on
+/// a parameter is evaluated row by row (guests' sessions plan generically).
+#[test]
+fn a_values_lists_literal_rows_add_up_and_its_parameter_rows_do_not() {
+    let work = |sql: &str| crate::sandbox::postgres::row_work_ns(sql, 1 << 20).unwrap();
+    let literal = format!("(md5('{}'))", "x".repeat(1_000));
+    let literals = |n| {
+        format!(
+            "SELECT h FROM (VALUES {}) v(h)",
+            vec![literal.as_str(); n].join(", ")
+        )
+    };
+    // (The reader's reference to `h` costs one row's expression again.)
+    assert!(
+        work(&literals(100)) >= 45 * work(&literals(1)),
+        "literal rows sum"
+    );
+    let params = |n| format!("SELECT h FROM (VALUES {}) v(h)", vec!["(md5($1))"; n].join(", "));
+    assert_eq!(work(&params(100)), work(&params(1)), "parameter rows count once");
+}

@@ -123,10 +123,14 @@ impl Walk {
             match name.as_str() {
                 "target_list" | "returning_list" => output = output.max(self.targets(value)?),
                 "values_lists" => {
-                    let (before, mut widest) = (self.work, 0);
+                    // The executor checks for interrupts between the rows, so
+                    // what an item does with parameters or columns counts for
+                    // the widest row only. An item of literals alone is
+                    // folded by the planner, every row's at once: those sum.
+                    let (before, mut widest, mut folded) = (self.work, 0, 0u64);
                     for values in value.as_array().into_iter().flatten() {
                         self.work = before;
-                        let mut row = 0u64;
+                        let (mut row, mut row_folded) = (0u64, 0u64);
                         for item in values
                             .pointer("/node/List/items")
                             .and_then(Value::as_array)
@@ -140,11 +144,16 @@ impl Walk {
                             if self.depth > 0 {
                                 self.output(size, self.work - start);
                             }
+                            if is_constant(item) {
+                                row_folded = row_folded.saturating_add(self.work - start);
+                            }
                         }
                         self.output_row(row, self.work - before)?;
-                        widest = widest.max(self.work - before);
+                        let row_work = self.work - before;
+                        widest = widest.max(row_work - row_folded);
+                        folded = folded.saturating_add(row_folded);
                     }
-                    self.work = before.saturating_add(widest);
+                    self.work = before.saturating_add(widest).saturating_add(folded);
                 }
                 // A UNION's arms: the columns are either's.
                 "larg" | "rarg" => output = output.max(self.visit(value)?),
@@ -304,9 +313,16 @@ impl Walk {
             }
             "AExpr" => self.operator(n)?,
             "MinMaxExpr" => {
+                // One comparison per argument, each against the greatest (or
+                // least) so far: up to the widest argument every time.
                 let args = self.items(n, "args")?;
-                self.charge(COLLATED.saturating_mul(total(&args)));
-                args.iter().fold(Size::default(), |a, b| a.max(*b))
+                let widest = args.iter().fold(Size::default(), |a, b| a.max(*b));
+                let compared = widest
+                    .bytes
+                    .saturating_mul(args.len() as u64)
+                    .saturating_add(total(&args));
+                self.charge(COLLATED.saturating_mul(compared));
+                widest
             }
             "CaseExpr" => {
                 let arg = self.field(n, "arg")?;
@@ -476,7 +492,12 @@ impl Walk {
             .and_then(|k| pg_query::protobuf::AExprKind::try_from(k).ok());
         use pg_query::protobuf::AExprKind as K;
         let l = self.field(n, "lexpr")?;
-        self.array_ok = matches!(kind, Some(K::AexprOpAny | K::AexprOpAll));
+        let any_all = matches!(kind, Some(K::AexprOpAny | K::AexprOpAll));
+        let array = match any_all {
+            true => Some(any_all_array(op, n.get("rexpr"))?),
+            false => None,
+        };
+        self.array_ok = any_all;
         let r = if kind == Some(K::AexprIn) {
             Size::default()
         } else {
@@ -498,21 +519,39 @@ impl Walk {
                 self.charge(LIGHT.saturating_mul(compared));
                 return Ok(Size::SMALL);
             }
-            Some(K::AexprOp | K::AexprOpAny | K::AexprOpAll) => {}
+            Some(K::AexprOpAny | K::AexprOpAll) => {
+                // The operator runs once per element, each time over all of
+                // `x` (a compressed value is even decompressed again).
+                let weight = operator_weight(op);
+                match array {
+                    Some(AnyAll::Elements(count)) => {
+                        let compared = lb.saturating_mul(count).saturating_add(rb);
+                        self.charge(weight.saturating_mul(compared));
+                    }
+                    // `=`/`<>` over scalars: unequal lengths end a comparison
+                    // at once, so the work is both sides once; against numbers,
+                    // a numeric `x` compares its digits with each element
+                    // (about one per two bytes of the array's text, which the
+                    // cast counts twice).
+                    Some(AnyAll::Scalars { numbers }) => {
+                        self.charge(weight.saturating_mul(lb.saturating_add(rb.saturating_mul(2))));
+                        if numbers {
+                            let groups = l.digits / 4 + 1;
+                            self.charge(groups.saturating_mul(rb / 4).saturating_mul(DIGIT_PAIR));
+                        }
+                    }
+                    None => {}
+                }
+                return Ok(Size::SMALL);
+            }
+            Some(K::AexprOp) => {}
             _ => {
                 // DISTINCT, NULLIF, BETWEEN: comparisons.
                 self.charge(COLLATED.saturating_mul(both.saturating_mul(2)));
                 return Ok(l.max(r));
             }
         }
-        let weight = if LIGHT_OPERATORS.contains(&op) {
-            LIGHT
-        } else if COLLATED_OPERATORS.contains(&op) {
-            COLLATED
-        } else {
-            HEAVY
-        };
-        self.charge(weight.saturating_mul(both));
+        self.charge(operator_weight(op).saturating_mul(both));
         Ok(match op {
             "||" => Size {
                 bytes: both,
@@ -573,5 +612,99 @@ impl Walk {
             }),
             _ => Size::SMALL,
         })
+    }
+}
+
+/// What an `x op ANY/ALL (array)` loops over.
+pub(super) enum AnyAll {
+    /// `ARRAY[a, b, ...]`: this many elements.
+    Elements(u64),
+    /// A cast to an array of scalars whose `=`/`<>` first compares lengths;
+    /// `numbers`: of integers or floats, which a numeric `x` meets digit by digit.
+    Scalars { numbers: bool },
+}
+
+/// Element types of an array on the right of `= ANY` / `<> ALL` whose
+/// comparison costs no more than the shorter side (and unequal lengths end
+/// it at once): not `jsonb`, whose `=` decompresses and walks `x` again for
+/// every element, nor `char(n)`, nor a type PostgreSQL infers from `x`.
+const SCALAR_ARRAY_TYPES: &[&str] = &[
+    "bool",
+    "boolean",
+    "bytea",
+    "date",
+    "float4",
+    "float8",
+    "int",
+    "int2",
+    "int4",
+    "int8",
+    "integer",
+    "bigint",
+    "smallint",
+    "real",
+    "text",
+    "timestamp",
+    "timestamptz",
+    "uuid",
+    "varchar",
+];
+
+const NUMBER_TYPES: &[&str] = &[
+    "float4", "float8", "int", "int2", "int4", "int8", "integer", "bigint", "smallint", "real",
+];
+
+/// Checks the array of `x op ANY/ALL (array)`: `ARRAY[...]` with any allowed
+/// operator, or, with `=` and `<>` only, a cast to an array of
+/// [`SCALAR_ARRAY_TYPES`] (`$1::bigint[]`). Anything else (a bare parameter,
+/// whose type PostgreSQL takes from `x`; `<` over text, which copies and
+/// compares all of `x` per element) runs an operator per element over `x`,
+/// for as many elements as a parameter holds, without interruption.
+pub(super) fn any_all_array(op: &str, array: Option<&Value>) -> Result<AnyAll, Refusal> {
+    match array.and_then(|a| a.as_object()).and_then(node) {
+        // ARRAY(subquery): refused as such when visited.
+        Some(("SubLink", _)) => Ok(AnyAll::Elements(0)),
+        Some(("AArrayExpr", a)) => Ok(AnyAll::Elements(
+            a.get("elements").and_then(Value::as_array).map_or(0, Vec::len) as u64,
+        )),
+        Some(("TypeCast", cast))
+            if matches!(op, "=" | "<>")
+                && is_array("TypeCast", cast)
+                && last_name(cast.get("type_name").and_then(|t| t.get("names")))
+                    .is_some_and(|t| SCALAR_ARRAY_TYPES.contains(&t)) =>
+        {
+            let element = last_name(cast.get("type_name").and_then(|t| t.get("names")));
+            Ok(AnyAll::Scalars {
+                numbers: element.is_some_and(|t| NUMBER_TYPES.contains(&t)),
+            })
+        }
+        _ => Err(Refusal::Forbidden(format!(
+            "x {op} ANY/ALL (array) is allowed over ARRAY[...], or with = and <> over an array cast to one of \
+             ({}[]), e.g. = ANY($1::bigint[]): otherwise PostgreSQL runs the operator over all of x once per \
+             element, as many as a parameter holds, without interruption",
+            SCALAR_ARRAY_TYPES.join("[], ")
+        ))),
+    }
+}
+
+pub(super) fn operator_weight(op: &str) -> u64 {
+    if LIGHT_OPERATORS.contains(&op) {
+        LIGHT
+    } else if COLLATED_OPERATORS.contains(&op) {
+        COLLATED
+    } else {
+        HEAVY
+    }
+}
+
+/// True for an expression of literals alone (no parameter, column or
+/// subquery), which the planner evaluates once while planning.
+pub(super) fn is_constant(value: &Value) -> bool {
+    match value {
+        Value::Array(items) => items.iter().all(is_constant),
+        Value::Object(fields) => fields
+            .iter()
+            .all(|(key, v)| !matches!(key.as_str(), "ParamRef" | "ColumnRef" | "SubLink") && is_constant(v)),
+        _ => true,
     }
 }

@@ -365,3 +365,41 @@ async fn postgres_a_tables_own_expressions_count_in_every_write_to_it() {
         .check("SELECT upper(v) || upper(v) FROM t WHERE n = $1")
         .unwrap();
 }
+
+/// Regression (the fifth adversarial read, issue 23): with a custom plan,
+/// PostgreSQL evaluated `md5($1)` in every row of a VALUES list while
+/// planning, 5 s past a cancel. A handler's session plans generically, so
+/// the rows run one at a time and the statement ends at its deadline; the
+/// guard counts such a list as its widest row.
+#[tokio::test]
+async fn postgres_a_values_list_over_parameters_ends_at_its_deadline() {
+    let Some(db) = crate::db::test_support::postgres_db().await else {
+        return;
+    };
+    let name = "wt_values";
+    handler(&db, name).await;
+    let walls = Walls::load(&db, name, Duration::from_secs(1)).await.unwrap();
+    let sql = format!(
+        "SELECT count(*) FROM (VALUES {}) v(h)",
+        vec!["(md5($1))"; 4_000].join(", ")
+    );
+    assert!(row_work_ns(&sql, 1 << 20).unwrap() <= crate::sandbox::work::ROW_WORK_NS);
+    let big: SqlValue = "x".repeat(1 << 20).into();
+    // Past the first five runs, where PostgreSQL's default would plan custom.
+    for _ in 0..6 {
+        let mut tx = db.begin_guest(name).await.unwrap();
+        tx.enter_guest(CALL, &walls).await.unwrap();
+        let started = Instant::now();
+        let result = tx
+            .guest_query(&sql, std::slice::from_ref(&big), 10, 1 << 20)
+            .await;
+        let took = started.elapsed();
+        let err = result.expect_err("4,000 md5 of 1 MiB in 1 s?").to_string();
+        assert!(err.contains("deadline"), "{err}");
+        assert!(
+            took < Duration::from_millis(2_500),
+            "took {took:?}, past the 1 s deadline"
+        );
+        tx.rollback().await.unwrap();
+    }
+}
