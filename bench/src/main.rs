@@ -71,16 +71,10 @@ fn main() {
     // SAFETY: no other thread exists yet; the runtime starts below. Here for
     // the same reason as in `inboxd` (its hosts are this binary's children).
     unsafe { inboxd::telemetry::library_backtraces_off_unless_asked() };
-    let mut rt = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = std::env::var("INBOXD_EXP_WORKERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        rt.worker_threads(n);
-    }
-    rt.enable_all().build().expect("runtime").block_on(start());
+    start();
 }
 
+#[tokio::main]
 async fn start() {
     let cli = Cli::parse();
     let result = match cli.command {

@@ -69,21 +69,24 @@ fn pooling() -> PoolingAllocationConfig {
         .total_stacks(256)
         // Resetting a slot for the next instance is the largest cost of a
         // fresh instance per event: wasmtime memsets this much of the memory
-        // (and of each table) back, dirty or not, and madvises the rest away.
-        // At 1 MiB the memset was 18% of the host's CPU on a backlog (perf);
-        // 64 KiB covers what a small handler dirties at the bottom of its
-        // memory, and mode (a) ran 20-30% faster than at 1 MiB, on a par with
-        // 0 and 256 KiB (/tmp/keep.sh in issue 15's note).
+        // (and of each table) back, dirty or not, and madvises the rest away;
+        // every page the guest dirties past it is faulted in again by the
+        // next instance, with a TLB shootdown for the madvise (27%, 9% and 8%
+        // of the host's CPU on a backlog, perf, issue 24). So it covers what
+        // a Rust guest built with this repository's flags dirties: a 64 KiB
+        // stack (`.cargo/config.toml`; rustc puts the stack first), its data
+        // and the start of its heap. Measured side by side on mode (a):
+        // billing.wasm with a 1 MiB stack and 64 KiB resident, 3.6 minor
+        // faults and 236 µs of host CPU per event; with a 64 KiB stack and
+        // 128 KiB resident, 0.1 faults and 167 µs.
         //
-        // Not PAGEMAP_SCAN, which resets only the pages found dirty: it was
-        // somewhat faster in our runs, but in wasmtime
-        // 48 a dirty page that was swapped out is neither reset nor
+        // Not PAGEMAP_SCAN, which resets only the pages found dirty: in
+        // wasmtime 48 a dirty page that was swapped out is neither reset nor
         // decommitted, so the next instance in the slot (another handler's,
         // maybe) could read it. A wall that depends on swap being off is not
         // a wall.
         .linear_memory_keep_resident(exp("INBOXD_EXP_KEEP", KEEP_RESIDENT))
-        .table_keep_resident(exp("INBOXD_EXP_KEEP_TABLE", KEEP_RESIDENT))
-        .decommit_batch_size(exp("INBOXD_EXP_DECOMMIT", 1))
+        .table_keep_resident(KEEP_RESIDENT)
         .max_unused_warm_slots(16);
     pool
 }
@@ -96,7 +99,7 @@ fn exp(name: &str, default: usize) -> usize {
 }
 
 /// Bytes of a slot's linear memory (and table) reset by memset, not madvise.
-const KEEP_RESIDENT: usize = 64 << 10;
+const KEEP_RESIDENT: usize = 128 << 10;
 
 /// Advances the engine's epoch every [`EPOCH_TICK`] until the engine is dropped.
 fn spawn_epoch_ticker(engine: &Engine) {
