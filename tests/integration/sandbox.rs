@@ -182,8 +182,18 @@ fn attacks(brokers: &str, backend: Backend) -> Vec<(Value, &'static str)> {
                 "limits.max_row_bytes",
             ),
             (
-                json!({ "attack": "query", "statement": "SELECT event_id::jsonb - ARRAY['a'] FROM hostile_effects" }),
+                json!({ "attack": "query", "statement": "SELECT '{}'::jsonb - ARRAY['a'] FROM hostile_effects" }),
                 "an array is allowed only",
+            ),
+            // The sixth adversarial read: reading an object into jsonb sorts
+            // its keys, quadratic for a crafted order, without interruption.
+            (
+                json!({ "attack": "query", "statement": "SELECT event_id::jsonb FROM hostile_effects" }),
+                "a cast to json or jsonb may take only a parameter or a literal",
+            ),
+            (
+                json!({ "attack": "query", "statement": "SELECT to_timestamp(event_id, event_id) FROM hostile_effects" }),
+                "to_timestamp(x, format) needs a literal format",
             ),
             (
                 json!({ "attack": "query", "statement": "SELECT length((event_id::numeric * 2)::text) FROM hostile_effects" }),

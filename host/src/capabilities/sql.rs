@@ -12,6 +12,7 @@ use crate::bindings::{SqlDialect, SqlError, Value, sql_api};
 use crate::db::{Backend, DbError, SqlValue, Tx};
 use crate::handler::Limits;
 use crate::sandbox::guard::Ctes;
+use crate::sandbox::work::json_keys;
 use crate::sandbox::{Guard, Refusal};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -177,6 +178,14 @@ impl SqlView<'_> {
                      hex); the limit is {max_row_bytes}",
                     i + 1
                 )));
+            }
+            // A text PostgreSQL may read as json/jsonb: its objects' keys
+            // are sorted without interruption (`sandbox::work::json_keys`).
+            if let (Value::Text(text), Backend::Postgres) = (param, self.state.guard.backend())
+                && text.trim_start().starts_with(['{', '['])
+            {
+                json_keys::check(text, &format!("parameter {}", i + 1))
+                    .map_err(|refusal| SqlError::Limit(refusal.to_string()))?;
             }
         }
         if self.state.statements_left == 0 {

@@ -150,6 +150,10 @@ impl Guard {
         self
     }
 
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
     /// `limits.max_row_bytes`, which also bounds each value a statement binds.
     pub fn max_row_bytes(&self) -> usize {
         self.max_row_bytes

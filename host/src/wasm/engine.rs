@@ -85,17 +85,10 @@ fn pooling() -> PoolingAllocationConfig {
         // decommitted, so the next instance in the slot (another handler's,
         // maybe) could read it. A wall that depends on swap being off is not
         // a wall.
-        .linear_memory_keep_resident(exp("INBOXD_EXP_KEEP", KEEP_RESIDENT))
+        .linear_memory_keep_resident(KEEP_RESIDENT)
         .table_keep_resident(KEEP_RESIDENT)
         .max_unused_warm_slots(16);
     pool
-}
-
-fn exp(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 /// Bytes of a slot's linear memory (and table) reset by memset, not madvise.

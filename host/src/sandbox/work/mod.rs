@@ -57,6 +57,7 @@ pub const VALUE_ROWS: u64 = 64;
 /// row of a table is one, by the host's constraint; of a view, this many).
 pub const VIEW_ROWS: u64 = 4;
 
+pub mod json_keys;
 mod sizes;
 mod tree;
 mod walk;

@@ -79,7 +79,7 @@ fn ordinary_statements_fit_the_row_bound() {
 fn many_calls_over_one_row_are_refused_with_the_bound_named() {
     refused(&calls("md5(v)", 200), "limits.max_row_bytes = 1048576");
     refused(&calls("upper(v)", 40), "limits.max_row_bytes");
-    refused(&calls("v::jsonb", 20), "ms on one row");
+    refused(&calls("$1::jsonb", 20), "ms on one row");
     // The same statement fits rows a team holds small.
     assert_eq!(judged(&calls("md5(v)", 200), 16 << 10), Ok(()));
     // In a WHERE clause, a join or a subquery alike.
@@ -488,4 +488,41 @@ fn a_values_lists_literal_rows_add_up_and_its_parameter_rows_do_not() {
     );
     let params = |n| format!("SELECT h FROM (VALUES {}) v(h)", vec!["(md5($1))"; n].join(", "));
     assert_eq!(work(&params(100)), work(&params(1)), "parameter rows count once");
+}
+
+/// Regression (the sixth adversarial read, issue 23): reading an object
+/// into jsonb sorts its keys without an interrupt check, quadratic for a
+/// crafted order (131,000 keys: 39.5 s), and `to_timestamp`'s format fields
+/// each scan the rest of its input (1 MiB of each: minutes).
+#[test]
+fn json_reads_only_what_the_host_counted_and_formats_stay_short() {
+    allowed("INSERT INTO docs (id, body) VALUES ($1, $2::jsonb)");
+    allowed("SELECT CAST($1 AS json) ->> 'a', '{\"a\": 1}'::jsonb ? 'a'");
+    allowed("SELECT body -> 'a', body ->> 'b' FROM docs");
+    for sql in [
+        "SELECT v::jsonb FROM t",
+        "SELECT CAST(v AS json) FROM t",
+        "SELECT (v || $1)::jsonb FROM t",
+        "UPDATE docs SET body = (SELECT v FROM t)::jsonb",
+    ] {
+        refused(
+            sql,
+            "a cast to json or jsonb may take only a parameter or a literal",
+        );
+    }
+    let keys: Vec<String> = (0..7_000).map(|i| format!("\"k{i}\": 0")).collect();
+    refused(
+        &format!("SELECT '{{{}}}'::jsonb", keys.join(", ")),
+        "too many keys",
+    );
+    // Each cast of a checked value still costs its sort.
+    refused(&calls("$1::jsonb", 11), "limits.max_row_bytes");
+    assert!(migration("CREATE TABLE j (t text, b jsonb GENERATED ALWAYS AS (t::jsonb) STORED)").is_err());
+
+    allowed("SELECT to_timestamp($1, 'YYYY-MM-DD HH24:MI:SS'), to_timestamp($2::float8)");
+    refused("SELECT to_timestamp($1, $2)", "needs a literal format");
+    refused(
+        &format!("SELECT to_timestamp($1, '{}')", "HH".repeat(40)),
+        "needs a literal format",
+    );
 }

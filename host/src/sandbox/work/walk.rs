@@ -272,6 +272,11 @@ impl Walk {
             },
             "AConst" => literal(n),
             "TypeCast" => {
+                let to_json = is_json_cast(n.get("type_name"));
+                if to_json {
+                    json_cast_argument(n.get("arg"))?;
+                    self.charge(super::json_keys::SORT_NS);
+                }
                 let arg = self.field(n, "arg")?;
                 let (size, weight) = cast(n.get("type_name"), arg)?;
                 self.charge(weight.saturating_mul(arg.bytes));
@@ -426,6 +431,11 @@ impl Walk {
             HEAVY
         };
         self.charge(weight.saturating_mul(total(&args)));
+        if name == "to_timestamp" && args.len() == 2 {
+            // Each field of the format scans the rest of the input.
+            let format = short_literal_format(n.get("args"))?;
+            self.charge(LIGHT.saturating_mul(args[0].bytes).saturating_mul(format));
+        }
         let widest = args.iter().fold(Size::default(), |a, b| a.max(*b));
         if from_function {
             // Its columns are parts of its arguments (elements, members).
@@ -708,3 +718,57 @@ pub(super) fn is_constant(value: &Value) -> bool {
         _ => true,
     }
 }
+
+/// True for a cast to `json` or `jsonb` (an array of them is refused elsewhere).
+pub(super) fn is_json_cast(type_name: Option<&Value>) -> bool {
+    let name = last_name(type_name.and_then(|t| t.get("names")));
+    matches!(name, Some("json" | "jsonb"))
+}
+
+/// A cast to `json`/`jsonb` may take a parameter (the host counts its keys
+/// when it binds it, `capabilities::sql`) or a literal (counted here), never
+/// a value PostgreSQL computes or stores: reading an object into `jsonb`
+/// sorts its keys, in time quadratic in their number for a crafted order.
+pub(super) fn json_cast_argument(arg: Option<&Value>) -> Result<(), Refusal> {
+    match arg.and_then(|a| a.as_object()).and_then(node) {
+        Some(("ParamRef", _)) => Ok(()),
+        Some(("AConst", c)) => match c.get("val").and_then(|v| v.get("Sval")).and_then(|v| v.get("sval")).and_then(Value::as_str) {
+            Some(text) => super::json_keys::check(text, "a literal cast to json"),
+            None => Ok(()),
+        },
+        _ => Err(Refusal::Forbidden(
+            "a cast to json or jsonb may take only a parameter or a literal ($1::jsonb): PostgreSQL sorts an \
+             object's keys when it reads one into jsonb, in time that grows with the square of their number \
+             and without interruption, and the host counts them only in what the handler binds or writes"
+                .into(),
+        )),
+    }
+}
+
+/// The length of `to_timestamp(x, format)`'s format, which must be a literal
+/// of at most [`MAX_FORMAT_BYTES`].
+pub(super) fn short_literal_format(args: Option<&Value>) -> Result<u64, Refusal> {
+    let format = args
+        .and_then(Value::as_array)
+        .and_then(|a| a.get(1))
+        .and_then(|f| f.as_object())
+        .and_then(node)
+        .and_then(|(kind, c)| (kind == "AConst").then_some(c))
+        .and_then(|c| {
+            c.get("val")
+                .and_then(|v| v.get("Sval"))
+                .and_then(|v| v.get("sval"))
+        })
+        .and_then(Value::as_str);
+    match format {
+        Some(format) if format.len() <= MAX_FORMAT_BYTES => Ok(format.len().max(1) as u64),
+        _ => Err(Refusal::Forbidden(format!(
+            "to_timestamp(x, format) needs a literal format of at most {MAX_FORMAT_BYTES} bytes: each field \
+             of the format scans the rest of x, so a long format over a long x runs minutes without \
+             interruption"
+        ))),
+    }
+}
+
+/// The longest format `to_timestamp(x, format)` may have.
+const MAX_FORMAT_BYTES: usize = 64;
