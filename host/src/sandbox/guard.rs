@@ -229,6 +229,9 @@ impl Guard {
             }
         };
         let ctes = check_dml(statement, &self.owned, self.backend)?;
+        if self.backend == Backend::Sqlite {
+            super::sqlite_work::check(statement, self.max_row_bytes)?;
+        }
         if self.backend == Backend::Postgres {
             // The same text as PostgreSQL itself reads it (see `super::postgres`).
             match super::postgres::check(
@@ -596,6 +599,13 @@ mod tests {
             refused(sql, "not allowed");
         }
         allowed("SELECT json_extract(order_id, '$.a') FROM invoices");
+        // The seventh read: SQLite looks at the deadline only between rows.
+        let uppers = vec!["length(upper(order_id))"; 60].join(", ");
+        let err = guard(Backend::Sqlite)
+            .check(&format!("SELECT {uppers} FROM invoices"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("calls and operators"), "{err}");
         guard(Backend::Postgres)
             .check("SELECT POSITION('a' IN order_id) FROM invoices")
             .unwrap_err();

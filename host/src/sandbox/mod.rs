@@ -14,6 +14,7 @@ pub mod guard;
 pub mod migration;
 pub mod nesting;
 pub mod postgres;
+pub mod sqlite_work;
 mod walk;
 pub mod work;
 

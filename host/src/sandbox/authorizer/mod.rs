@@ -307,6 +307,10 @@ fn nanos(at: Instant) -> u64 {
 /// a vDSO clock read, a few nanoseconds against the tens a step takes.
 const PROGRESS_STEPS: c_int = 10;
 
+/// `SQLITE_QueryFlattener | SQLITE_FlttnUnionAll` (sqlite3.c's optimization
+/// bits, stable since 3.x), the optimizations [`install`] turns off.
+const UNFLATTENED: c_int = 0x0000_0001 | 0x0080_0000;
+
 fn text<'a>(ptr: *const c_char) -> Option<&'a str> {
     // SAFETY: SQLite passes NUL-terminated strings (or NULL) valid for the callback.
     (!ptr.is_null()).then(|| unsafe { CStr::from_ptr(ptr) }.to_str().unwrap_or(""))
@@ -354,6 +358,12 @@ pub unsafe fn install(db: *mut ffi::sqlite3) {
     unsafe {
         ffi::sqlite3_set_authorizer(db, Some(authorize), user);
         ffi::sqlite3_progress_handler(db, PROGRESS_STEPS, Some(progress), user);
+        // The query flattener copies a derived column's expression into
+        // every reference to it; nested, a few hundred bytes became millions
+        // of calls and gigabytes while preparing, where no progress handler
+        // runs (the seventh adversarial read, issue 23). Without it a derived
+        // table is computed once per row, as a co-routine.
+        ffi::sqlite3_test_control(ffi::SQLITE_TESTCTRL_OPTIMIZATIONS, db, UNFLATTENED);
     }
     registry()
         .lock()

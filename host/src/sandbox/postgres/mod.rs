@@ -70,11 +70,18 @@ pub const OPERATORS: &[&str] = &[
 ];
 
 /// Functions of [`PURE_FUNCTIONS`] that PostgreSQL may not call, and why.
-const REFUSED_HERE: &[(&str, &str)] = &[(
-    "power",
-    "on numeric it builds a number of up to 131,072 digits, whose arithmetic then takes seconds PostgreSQL \
-     does not interrupt",
-)];
+const REFUSED_HERE: &[(&str, &str)] = &[
+    (
+        "power",
+        "on numeric it builds a number of up to 131,072 digits, whose arithmetic then takes seconds PostgreSQL \
+         does not interrupt",
+    ),
+    (
+        "json_object",
+        "on PostgreSQL it takes its keys from a text array, as many as a value holds, and a jsonb column sorts \
+         them without interruption when it stores the result; use json_build_object",
+    ),
+];
 
 /// The work a write to each of a handler's tables adds by the table's own
 /// expressions (see `db::migrate::hidden_work`).

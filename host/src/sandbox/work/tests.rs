@@ -519,6 +519,12 @@ fn json_reads_only_what_the_host_counted_and_formats_stay_short() {
     refused(&calls("$1::jsonb", 11), "limits.max_row_bytes");
     assert!(migration("CREATE TABLE j (t text, b jsonb GENERATED ALWAYS AS (t::jsonb) STORED)").is_err());
 
+    // The seventh read: json_object('{k1,0,...}') takes its keys from an array's text.
+    refused(
+        "INSERT INTO docs (body) SELECT json_object('{a,0,b,0}')",
+        "json_build_object",
+    );
+
     allowed("SELECT to_timestamp($1, 'YYYY-MM-DD HH24:MI:SS'), to_timestamp($2::float8)");
     refused("SELECT to_timestamp($1, $2)", "needs a literal format");
     refused(

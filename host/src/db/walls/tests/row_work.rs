@@ -402,3 +402,32 @@ async fn postgres_a_values_list_over_parameters_ends_at_its_deadline() {
         tx.rollback().await.unwrap();
     }
 }
+
+/// Regression (the seventh adversarial read, issue 23): SQLite's query
+/// flattener copied a derived column's expression into each reference, so
+/// five nested levels of `max(x, x, ...)` over a 900 KB value made 32,768
+/// calls in one row, 15 s past a 100 ms deadline (at seven levels, 3.8 GB
+/// while preparing). Without the flattener each level is computed once.
+#[tokio::test]
+async fn sqlite_nested_derived_columns_are_computed_once_each() {
+    let db = crate::db::test_support::sqlite_db().await;
+    let name = "wt_flatten";
+    handler(&db, name).await;
+    let walls = Walls::load(&db, name, Duration::from_secs(1)).await.unwrap();
+    let mut sql = "SELECT length(s) AS x0 FROM r WHERE n = 17".to_owned();
+    for level in 1..=6 {
+        let args = vec![format!("x{}", level - 1); 8].join(", ");
+        sql = format!("SELECT max({args}) AS x{level} FROM ({sql})");
+    }
+    let sql = format!(
+        "WITH RECURSIVE r(s, n) AS (SELECT 'xxxxxxx', 0 UNION ALL SELECT s || s, n + 1 FROM r WHERE n < 17) {sql}"
+    );
+    let mut tx = db.begin_guest(name).await.unwrap();
+    tx.enter_guest(CALL, &walls).await.unwrap();
+    let started = Instant::now();
+    let rows = tx.guest_query(&sql, &[], 10, 1 << 20).await.unwrap();
+    let took = started.elapsed();
+    assert_eq!(rows.len(), 1);
+    assert!(took < Duration::from_millis(500), "took {took:?}");
+    tx.rollback().await.unwrap();
+}
