@@ -595,10 +595,13 @@ mod tests {
             "SELECT TRIM(BOTH 'xyz' FROM order_id) FROM invoices",
             // The fifth adversarial read: many paths are one SQLite step.
             "SELECT json_extract(order_id, '$.a', '$.b') FROM invoices",
+            // The eighth read: a long strftime format is one slow step.
+            "SELECT strftime(order_id, 'now') FROM invoices",
         ] {
             refused(sql, "not allowed");
         }
         allowed("SELECT json_extract(order_id, '$.a') FROM invoices");
+        allowed("SELECT strftime('%Y-%m-%d %H:%M:%S', 'now') FROM invoices");
         // The seventh read: SQLite looks at the deadline only between rows.
         let uppers = vec!["length(upper(order_id))"; 60].join(", ");
         let err = guard(Backend::Sqlite)

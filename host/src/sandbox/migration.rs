@@ -264,6 +264,9 @@ fn check_alter(operation: &AlterTableOperation) -> Result<(), Refusal> {
 
 /// The ownership half: every table named is the handler's, every new name is free.
 fn check_owned(statement: &Statement, owned: &Owned, backend: Backend) -> Result<(), Refusal> {
+    if backend == Backend::Sqlite {
+        sqlite_schema_work(statement)?;
+    }
     match statement {
         Statement::Query(_) | Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {
             check_dml(statement, owned, backend).map(drop)
@@ -343,6 +346,83 @@ fn check_owned(statement: &Statement, owned: &Owned, backend: Backend) -> Result
             Ok(())
         }
         _ => check_kind(statement),
+    }
+}
+
+/// SQLite runs one row's expressions without looking at any deadline
+/// (`super::sqlite_work`), and a table's own expressions run inside every
+/// write to it, a view's inside every read (the eighth adversarial read,
+/// issue 23). So on SQLite each migration statement is held to the same call
+/// budget as a run-time one, a table's CHECK and generated expressions are
+/// written once, in its CREATE TABLE (not added by ALTER TABLE, where they
+/// would add up), indexes are over plain columns, and a view selects plain
+/// columns of one table (a view reading a view twice, fourteen deep, made
+/// 16,384 subqueries and 1.4 GB).
+fn sqlite_schema_work(statement: &Statement) -> Result<(), Refusal> {
+    super::sqlite_work::check(statement, SCHEMA_ROW_BYTES as usize)?;
+    match statement {
+        Statement::AlterTable(alter) => {
+            for operation in &alter.operations {
+                if let AlterTableOperation::AddColumn { column_def, .. } = operation
+                    && column_def
+                        .options
+                        .iter()
+                        .any(|o| matches!(o.option, ColumnOption::Check(_) | ColumnOption::Generated { .. }))
+                {
+                    return Err(forbidden(
+                        "on SQLite a column added by ALTER TABLE may not have a CHECK or be generated: a \
+                         table's own expressions run inside every write without interruption, so they are \
+                         written once, in CREATE TABLE",
+                    ));
+                }
+            }
+            Ok(())
+        }
+        Statement::CreateIndex(index) => {
+            let plain = index.columns.iter().all(|c| {
+                matches!(
+                    c.column.expr,
+                    sqlparser::ast::Expr::Identifier(_) | sqlparser::ast::Expr::CompoundIdentifier(_)
+                )
+            });
+            if !plain || index.predicate.is_some() {
+                return Err(forbidden(
+                    "on SQLite an index is over plain columns, with no WHERE: its expressions would run \
+                     inside every write without interruption",
+                ));
+            }
+            Ok(())
+        }
+        Statement::CreateView(view) => {
+            let simple = match view.query.body.as_ref() {
+                sqlparser::ast::SetExpr::Select(select) => {
+                    select.from.len() <= 1
+                        && select.from.iter().all(|f| {
+                            f.joins.is_empty()
+                                && matches!(f.relation, sqlparser::ast::TableFactor::Table { .. })
+                        })
+                        && select.projection.iter().all(|item| match item {
+                            sqlparser::ast::SelectItem::UnnamedExpr(e)
+                            | sqlparser::ast::SelectItem::ExprWithAlias { expr: e, .. } => matches!(
+                                e,
+                                sqlparser::ast::Expr::Identifier(_)
+                                    | sqlparser::ast::Expr::CompoundIdentifier(_)
+                                    | sqlparser::ast::Expr::Value(_)
+                            ),
+                            _ => true,
+                        })
+                }
+                _ => false,
+            };
+            if !simple || view.query.with.is_some() {
+                return Err(forbidden(
+                    "on SQLite a view selects and renames plain columns of one table: its expressions, \
+                     and every table or view it reads, run inside every read of it without interruption",
+                ));
+            }
+            Ok(())
+        }
+        _ => Ok(()),
     }
 }
 
@@ -516,13 +596,59 @@ mod tests {
         }
     }
 
+    /// Regression (the eighth adversarial read, issue 23): on SQLite a view's
+    /// or table's own expressions ran inside every read or write of it,
+    /// uncounted, and views reading views twice each made 2^14 subqueries.
+    #[test]
+    fn sqlite_schema_expressions_are_bounded() {
+        let sqlite = |sql: &str| run(Backend::Sqlite, sql);
+        let base = "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT CHECK (length(body) < 100000));\n";
+        assert!(
+            sqlite(&format!(
+                "{base}CREATE VIEW plain AS SELECT id, body AS text FROM notes;"
+            ))
+            .is_ok()
+        );
+        assert!(sqlite(&format!("{base}CREATE INDEX notes_body ON notes (body);")).is_ok());
+        for (sql, because) in [
+            (
+                "CREATE VIEW heavy AS SELECT length(upper(body)) AS c FROM notes;",
+                "a view selects",
+            ),
+            (
+                "CREATE VIEW twice AS SELECT x.id FROM notes x, notes y;",
+                "a view selects",
+            ),
+            (
+                "CREATE INDEX notes_upper ON notes (upper(body));",
+                "plain columns",
+            ),
+            (
+                "CREATE INDEX notes_some ON notes (body) WHERE id > 0;",
+                "plain columns",
+            ),
+            (
+                "ALTER TABLE notes ADD COLUMN tag TEXT CHECK (length(tag) < 10);",
+                "ALTER TABLE",
+            ),
+        ] {
+            let err = sqlite(&format!("{base}{sql}")).unwrap_err();
+            assert!(err.contains(because), "{sql}: {err}");
+        }
+        let upper = vec!["length(upper(body)) < 9"; 100].join(" AND ");
+        let err = sqlite(&format!("CREATE TABLE n (body TEXT CHECK ({upper}));")).unwrap_err();
+        assert!(err.contains("calls and operators"), "{err}");
+        let err = sqlite(&format!("{base}UPDATE notes SET body = 'x' WHERE {upper};")).unwrap_err();
+        assert!(err.contains("calls and operators"), "{err}");
+    }
+
     #[test]
     fn ordinary_migrations_pass_and_are_cut_into_statements() {
         let sql = "-- invoices; and more\nCREATE TABLE emails (id INTEGER PRIMARY KEY, body TEXT DEFAULT 'a;b', \
                    invoice TEXT REFERENCES invoices (order_id), created TEXT DEFAULT (lower('X')));\n\
-                   CREATE INDEX emails_body ON emails (lower(body));\n\
+                   CREATE INDEX emails_body ON emails (body);\n\
                    ALTER TABLE emails ADD COLUMN extra TEXT;\n\
-                   CREATE VIEW recent AS SELECT * FROM emails JOIN invoices ON invoices.order_id = emails.invoice;\n\
+                   CREATE VIEW recent AS SELECT * FROM emails;\n\
                    INSERT INTO emails (body) VALUES ('seed; not a cut');\n\
                    DROP VIEW recent; /* trailing comment */";
         for backend in [Backend::Sqlite, Backend::Postgres] {

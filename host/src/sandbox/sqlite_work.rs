@@ -50,17 +50,13 @@ struct Count(u64);
 impl Visitor for Count {
     type Break = ();
 
+    // Every expression but a name or a literal counts: sqlparser has a node
+    // of its own for many calls (`TRIM`, `SUBSTRING`, `IN (...)`), and a list
+    // of the kinds that are calls missed some (the eighth adversarial read).
     fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<()> {
-        if matches!(
+        if !matches!(
             expr,
-            Expr::Function(_)
-                | Expr::BinaryOp { .. }
-                | Expr::UnaryOp { .. }
-                | Expr::Like { .. }
-                | Expr::ILike { .. }
-                | Expr::Cast { .. }
-                | Expr::Case { .. }
-                | Expr::Between { .. }
+            Expr::Identifier(_) | Expr::CompoundIdentifier(_) | Expr::Value(_) | Expr::Nested(_)
         ) {
             self.0 += 1;
         }

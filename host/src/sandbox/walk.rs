@@ -325,6 +325,13 @@ impl Visitor for Walk {
                     function.name
                 )));
             }
+            if single_name(&function.name).as_deref() == Some("strftime") && !short_literal_first(function) {
+                return ControlFlow::Break(forbidden(format!(
+                    "strftime(format, ...) is not allowed with anything but a literal format of at most \
+                     {MAX_FORMAT_BYTES} bytes: over a long format one call is one step of tens of milliseconds, \
+                     which no deadline interrupts"
+                )));
+            }
             if single_name(&function.name).as_deref() == Some("json_extract") && argument_count(function) > 2
             {
                 return ControlFlow::Break(forbidden(
@@ -351,6 +358,24 @@ impl Visitor for Walk {
 /// to trim) each is one step whose time grows with both lengths, which
 /// neither database interrupts at a deadline.
 const SINGLE_ARGUMENT: &[&str] = &["trim", "ltrim", "rtrim"];
+
+/// The longest format `strftime` may have.
+const MAX_FORMAT_BYTES: usize = 64;
+
+/// True if the call's first argument is a string literal of at most
+/// [`MAX_FORMAT_BYTES`].
+fn short_literal_first(function: &sqlparser::ast::Function) -> bool {
+    use sqlparser::ast::{FunctionArg, FunctionArgExpr, FunctionArguments, Value};
+    let FunctionArguments::List(list) = &function.args else {
+        return false;
+    };
+    match list.args.first() {
+        Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(v)))) => {
+            matches!(&v.value, Value::SingleQuotedString(f) if f.len() <= MAX_FORMAT_BYTES)
+        }
+        _ => false,
+    }
+}
 
 fn argument_count(function: &sqlparser::ast::Function) -> usize {
     match &function.args {
