@@ -57,7 +57,13 @@ fn a_small_benchmark_run_reports_every_mode_with_exact_effects() {
             assert!(m["half_rate"].as_f64().unwrap() > 0.0, "{backend} {mode}: {m}");
             assert!(m["half_rate_p99_ms"].as_f64().is_some(), "{backend} {mode}: {m}");
             let host_cpu = m["cpu_per_event"]["host_cpu_us"].as_f64().unwrap();
-            assert!(host_cpu > 0.0, "{backend} {mode}: {m}");
+            // CPU time comes in 10 ms ticks: a host spends hundreds of them on
+            // this backlog, the plain consumer may spend less than one.
+            assert!(host_cpu > 0.0 || mode == "plain", "{backend} {mode}: {m}");
+            assert!(
+                m["cpu_per_event"]["postgres_cpu_us"].as_f64().is_some(),
+                "{backend} {mode}: {m}"
+            );
             // Every mode but plain writes an outbox, and is done once its relay has drained.
             let drained = m["relay_drained_after_ms"].as_f64();
             assert_eq!(drained.is_some(), mode != "plain", "{backend} {mode}: {m}");
