@@ -265,7 +265,7 @@ fn check_alter(operation: &AlterTableOperation) -> Result<(), Refusal> {
 /// The ownership half: every table named is the handler's, every new name is free.
 fn check_owned(statement: &Statement, owned: &Owned, backend: Backend) -> Result<(), Refusal> {
     if backend == Backend::Sqlite {
-        sqlite_schema_work(statement)?;
+        super::sqlite_work::check_schema(statement, SCHEMA_ROW_BYTES as usize)?;
     }
     match statement {
         Statement::Query(_) | Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {
@@ -346,83 +346,6 @@ fn check_owned(statement: &Statement, owned: &Owned, backend: Backend) -> Result
             Ok(())
         }
         _ => check_kind(statement),
-    }
-}
-
-/// SQLite runs one row's expressions without looking at any deadline
-/// (`super::sqlite_work`), and a table's own expressions run inside every
-/// write to it, a view's inside every read (the eighth adversarial read,
-/// issue 23). So on SQLite each migration statement is held to the same call
-/// budget as a run-time one, a table's CHECK and generated expressions are
-/// written once, in its CREATE TABLE (not added by ALTER TABLE, where they
-/// would add up), indexes are over plain columns, and a view selects plain
-/// columns of one table (a view reading a view twice, fourteen deep, made
-/// 16,384 subqueries and 1.4 GB).
-fn sqlite_schema_work(statement: &Statement) -> Result<(), Refusal> {
-    super::sqlite_work::check(statement, SCHEMA_ROW_BYTES as usize)?;
-    match statement {
-        Statement::AlterTable(alter) => {
-            for operation in &alter.operations {
-                if let AlterTableOperation::AddColumn { column_def, .. } = operation
-                    && column_def
-                        .options
-                        .iter()
-                        .any(|o| matches!(o.option, ColumnOption::Check(_) | ColumnOption::Generated { .. }))
-                {
-                    return Err(forbidden(
-                        "on SQLite a column added by ALTER TABLE may not have a CHECK or be generated: a \
-                         table's own expressions run inside every write without interruption, so they are \
-                         written once, in CREATE TABLE",
-                    ));
-                }
-            }
-            Ok(())
-        }
-        Statement::CreateIndex(index) => {
-            let plain = index.columns.iter().all(|c| {
-                matches!(
-                    c.column.expr,
-                    sqlparser::ast::Expr::Identifier(_) | sqlparser::ast::Expr::CompoundIdentifier(_)
-                )
-            });
-            if !plain || index.predicate.is_some() {
-                return Err(forbidden(
-                    "on SQLite an index is over plain columns, with no WHERE: its expressions would run \
-                     inside every write without interruption",
-                ));
-            }
-            Ok(())
-        }
-        Statement::CreateView(view) => {
-            let simple = match view.query.body.as_ref() {
-                sqlparser::ast::SetExpr::Select(select) => {
-                    select.from.len() <= 1
-                        && select.from.iter().all(|f| {
-                            f.joins.is_empty()
-                                && matches!(f.relation, sqlparser::ast::TableFactor::Table { .. })
-                        })
-                        && select.projection.iter().all(|item| match item {
-                            sqlparser::ast::SelectItem::UnnamedExpr(e)
-                            | sqlparser::ast::SelectItem::ExprWithAlias { expr: e, .. } => matches!(
-                                e,
-                                sqlparser::ast::Expr::Identifier(_)
-                                    | sqlparser::ast::Expr::CompoundIdentifier(_)
-                                    | sqlparser::ast::Expr::Value(_)
-                            ),
-                            _ => true,
-                        })
-                }
-                _ => false,
-            };
-            if !simple || view.query.with.is_some() {
-                return Err(forbidden(
-                    "on SQLite a view selects and renames plain columns of one table: its expressions, \
-                     and every table or view it reads, run inside every read of it without interruption",
-                ));
-            }
-            Ok(())
-        }
-        _ => Ok(()),
     }
 }
 

@@ -127,6 +127,11 @@ pub const PURE_FUNCTIONS: &[&str] = &[
     "upper",
 ];
 
+/// The longest format a formatting call may take (`to_timestamp` on
+/// PostgreSQL, `strftime` on SQLite): each of its fields is a pass over the
+/// input, in one call no deadline interrupts.
+pub const MAX_FORMAT_BYTES: usize = 64;
+
 /// Set-returning functions a handler may use in FROM.
 pub const TABLE_FUNCTIONS: &[&str] = &[
     "generate_series",

@@ -11,10 +11,13 @@
 //! same row. SQLite's query flattener, which copied a derived column's
 //! expression to every reference (nested, exponentially many calls from a
 //! few hundred bytes, and gigabytes of memory while preparing), is turned off
-//! on every connection (`authorizer::install`).
+//! on every connection (`authorizer::install`). A migration's statements are
+//! held to the same budget, and its tables' and views' own expressions to
+//! the rules of [`check_schema`].
 
 use super::guard::Refusal;
-use sqlparser::ast::{Expr, Statement, Visit, Visitor};
+use super::guard::forbidden;
+use sqlparser::ast::{AlterTableOperation, ColumnOption, Expr, Statement, Visit, Visitor};
 use std::ops::ControlFlow;
 
 /// Nanoseconds one call or operator may take per byte of its input.
@@ -43,6 +46,83 @@ pub fn check(statement: &Statement, row_bytes: usize) -> Result<(), Refusal> {
         )));
     }
     Ok(())
+}
+
+/// SQLite runs one row's expressions without looking at any deadline
+/// (see above), and a table's own expressions run inside every
+/// write to it, a view's inside every read (the eighth adversarial read,
+/// issue 23). So on SQLite each migration statement is held to the same call
+/// budget as a run-time one, a table's CHECK and generated expressions are
+/// written once, in its CREATE TABLE (not added by ALTER TABLE, where they
+/// would add up), indexes are over plain columns, and a view selects plain
+/// columns of one table (a view reading a view twice, fourteen deep, made
+/// 16,384 subqueries and 1.4 GB).
+pub fn check_schema(statement: &Statement, row_bytes: usize) -> Result<(), Refusal> {
+    check(statement, row_bytes)?;
+    match statement {
+        Statement::AlterTable(alter) => {
+            for operation in &alter.operations {
+                if let AlterTableOperation::AddColumn { column_def, .. } = operation
+                    && column_def
+                        .options
+                        .iter()
+                        .any(|o| matches!(o.option, ColumnOption::Check(_) | ColumnOption::Generated { .. }))
+                {
+                    return Err(forbidden(
+                        "on SQLite a column added by ALTER TABLE may not have a CHECK or be generated: a \
+                         table's own expressions run inside every write without interruption, so they are \
+                         written once, in CREATE TABLE",
+                    ));
+                }
+            }
+            Ok(())
+        }
+        Statement::CreateIndex(index) => {
+            let plain = index.columns.iter().all(|c| {
+                matches!(
+                    c.column.expr,
+                    sqlparser::ast::Expr::Identifier(_) | sqlparser::ast::Expr::CompoundIdentifier(_)
+                )
+            });
+            if !plain || index.predicate.is_some() {
+                return Err(forbidden(
+                    "on SQLite an index is over plain columns, with no WHERE: its expressions would run \
+                     inside every write without interruption",
+                ));
+            }
+            Ok(())
+        }
+        Statement::CreateView(view) => {
+            let simple = match view.query.body.as_ref() {
+                sqlparser::ast::SetExpr::Select(select) => {
+                    select.from.len() <= 1
+                        && select.from.iter().all(|f| {
+                            f.joins.is_empty()
+                                && matches!(f.relation, sqlparser::ast::TableFactor::Table { .. })
+                        })
+                        && select.projection.iter().all(|item| match item {
+                            sqlparser::ast::SelectItem::UnnamedExpr(e)
+                            | sqlparser::ast::SelectItem::ExprWithAlias { expr: e, .. } => matches!(
+                                e,
+                                sqlparser::ast::Expr::Identifier(_)
+                                    | sqlparser::ast::Expr::CompoundIdentifier(_)
+                                    | sqlparser::ast::Expr::Value(_)
+                            ),
+                            _ => true,
+                        })
+                }
+                _ => false,
+            };
+            if !simple || view.query.with.is_some() {
+                return Err(forbidden(
+                    "on SQLite a view selects and renames plain columns of one table: its expressions, \
+                     and every table or view it reads, run inside every read of it without interruption",
+                ));
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
 }
 
 struct Count(u64);

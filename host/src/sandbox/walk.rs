@@ -3,7 +3,7 @@
 //! and the migration guard ([`super::migration`]) both judge statements with it.
 
 use super::guard::{Owned, Refusal, forbidden, name_parts};
-use super::{PURE_FUNCTIONS, TABLE_FUNCTIONS};
+use super::{MAX_FORMAT_BYTES, PURE_FUNCTIONS, TABLE_FUNCTIONS};
 use crate::config::Backend;
 use sqlparser::ast::{
     CastKind, Expr, FromTable, ObjectName, Query, Select, SetExpr, SqliteOnConflict, Statement, TableFactor,
@@ -358,9 +358,6 @@ impl Visitor for Walk {
 /// to trim) each is one step whose time grows with both lengths, which
 /// neither database interrupts at a deadline.
 const SINGLE_ARGUMENT: &[&str] = &["trim", "ltrim", "rtrim"];
-
-/// The longest format `strftime` may have.
-const MAX_FORMAT_BYTES: usize = 64;
 
 /// True if the call's first argument is a string literal of at most
 /// [`MAX_FORMAT_BYTES`].

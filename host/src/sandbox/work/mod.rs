@@ -58,6 +58,7 @@ pub const VALUE_ROWS: u64 = 64;
 pub const VIEW_ROWS: u64 = 4;
 
 pub mod json_keys;
+mod repeats;
 mod sizes;
 mod tree;
 mod walk;

@@ -217,3 +217,14 @@ pub(super) fn digit_pairs(l: Size, r: Size) -> u64 {
         .saturating_mul(r.digits / 4 + 1)
         .saturating_mul(DIGIT_PAIR)
 }
+
+/// The weight of a binary operator, per byte of both sides.
+pub(super) fn operator_weight(op: &str) -> u64 {
+    if LIGHT_OPERATORS.contains(&op) {
+        LIGHT
+    } else if COLLATED_OPERATORS.contains(&op) {
+        COLLATED
+    } else {
+        HEAVY
+    }
+}

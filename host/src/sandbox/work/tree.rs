@@ -231,3 +231,15 @@ pub(super) fn reads_table(value: Option<&Value>, name: &str) -> bool {
     }
     false
 }
+
+/// True for an expression of literals alone (no parameter, column or
+/// subquery), which the planner evaluates once while planning.
+pub(super) fn is_constant(value: &Value) -> bool {
+    match value {
+        Value::Array(items) => items.iter().all(is_constant),
+        Value::Object(fields) => fields
+            .iter()
+            .all(|(key, v)| !matches!(key.as_str(), "ParamRef" | "ColumnRef" | "SubLink") && is_constant(v)),
+        _ => true,
+    }
+}
