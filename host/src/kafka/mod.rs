@@ -3,6 +3,7 @@
 
 pub mod consumer;
 mod outage;
+mod partition;
 pub mod pump;
 pub mod relay;
 

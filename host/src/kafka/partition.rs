@@ -1,0 +1,424 @@
+//! One assigned partition's loop: its own queue read into a bounded buffer,
+//! micro-batches out one at a time (so its records commit in order), and only
+//! after each commit its offset to Kafka.
+//!
+//! A batch starts when `batch.max_events` records are waiting or the first
+//! has waited `batch.linger_ms`; while one is in flight the next fills, so
+//! batches grow with the load. A full buffer stops the reading, nothing else:
+//! librdkafka keeps what it prefetched and stops fetching at its
+//! per-partition bounds, and the other partitions' tasks go on.
+
+use super::consumer::{InboxConsumer, PartitionKey, PartitionQueue};
+use super::outage::{Attempt, OutageLog};
+use crate::config::BatchConfig;
+use crate::db::offsets;
+use crate::pipeline::{BatchCursor, BatchEnd, Pipeline, PipelineError};
+use crate::record::Record;
+use rdkafka::Message;
+use rdkafka::consumer::Consumer;
+use rdkafka::message::{BorrowedMessage, Headers};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+const SEEK_TIMEOUT: Duration = Duration::from_secs(5);
+/// Records buffered per partition, in batches: enough that the next full
+/// batch is ready the moment the last one commits, few enough that memory
+/// stays bounded when the database is slower than the broker.
+const BUFFERED_BATCHES: usize = 3;
+/// Records buffered per partition, at least, so one event per transaction
+/// still reads ahead like the defaults (3 batches of 100).
+const MIN_BUFFERED: usize = 300;
+
+/// Records a partition may buffer before its queue is left unread.
+pub(super) fn max_buffered(batching: &BatchConfig) -> usize {
+    (batching.max_events * BUFFERED_BATCHES).max(MIN_BUFFERED)
+}
+
+/// What one handler's partition tasks share.
+pub(super) struct Shared {
+    pub handler: String,
+    pub pipeline: Arc<Pipeline>,
+    pub consumer: Arc<InboxConsumer>,
+    pub batching: BatchConfig,
+    pub outage: Arc<OutageLog>,
+    pub max_buffered: usize,
+    /// Batches in flight across the handler's partitions (a gauge).
+    pub in_flight: AtomicUsize,
+}
+
+impl Shared {
+    fn batches_in_flight(&self, change: isize) {
+        let now = if change > 0 {
+            self.in_flight.fetch_add(1, Ordering::Relaxed) + 1
+        } else {
+            self.in_flight.fetch_sub(1, Ordering::Relaxed) - 1
+        };
+        self.pipeline.stats().batches_in_flight(now);
+    }
+}
+
+/// Why a partition task stops.
+#[derive(Clone)]
+pub(super) struct Stops {
+    /// The host or the handler stops: the batch in flight commits, and its
+    /// offset is stored for the consumer's last commit.
+    pub shutdown: CancellationToken,
+    /// The partition was revoked (a child of `shutdown`): the batch in flight
+    /// ends as it would, but the offset is the new owner's to tell.
+    pub revoked: CancellationToken,
+}
+
+/// A finished batch: how it ended and the position after what it committed.
+struct BatchDone {
+    generation: u64,
+    end: BatchEnd,
+    cursor: BatchCursor,
+}
+
+pub(super) struct PartitionTask {
+    key: PartitionKey,
+    queue: PartitionQueue,
+    shared: Arc<Shared>,
+    /// The stored next offset as this task knows it (`None`: no row yet).
+    next: Option<i64>,
+    /// Where to start if the database has no position (see `Pump::stray`).
+    floor: Option<i64>,
+    /// The position was just read: the next record is checked against it.
+    fresh: bool,
+    buffer: Vec<Record>,
+    /// When the oldest buffered record arrived: the linger clock.
+    since: Option<Instant>,
+    batch: Option<JoinHandle<BatchDone>>,
+    /// Bumped when the position is re-read, so a batch launched before that
+    /// cannot overwrite the fresh position.
+    generation: u64,
+}
+
+impl PartitionTask {
+    pub fn new(key: PartitionKey, queue: PartitionQueue, floor: Option<i64>, shared: Arc<Shared>) -> Self {
+        Self {
+            key,
+            queue,
+            shared,
+            next: None,
+            floor,
+            fresh: true,
+            buffer: Vec::new(),
+            since: None,
+            batch: None,
+            generation: 0,
+        }
+    }
+
+    pub async fn run(mut self, stops: Stops) {
+        let linger = Duration::from_millis(self.shared.batching.linger_ms);
+        loop {
+            self.launch_if_due(linger, &stops.shutdown);
+            let wake = match (&self.batch, self.since) {
+                (None, Some(since)) => Some(since + linger),
+                _ => None,
+            };
+            let room = self.buffer.len() < self.shared.max_buffered;
+            tokio::select! {
+                biased;
+                _ = stops.revoked.cancelled() => break,
+                done = wait(&mut self.batch), if self.batch.is_some() => {
+                    self.batch = None;
+                    self.shared.batches_in_flight(-1);
+                    if !self.batch_done(done, &stops.revoked).await {
+                        break;
+                    }
+                }
+                _ = sleep_until(wake), if wake.is_some() => {}
+                message = self.queue.recv(), if room => match message {
+                    Ok(message) => {
+                        let record = to_record(&message);
+                        drop(message);
+                        if !self.accept(record, &stops.revoked).await {
+                            break;
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(
+                            handler = self.shared.handler,
+                            topic = self.key.0,
+                            partition = self.key.1,
+                            "kafka consumer error: {error}"
+                        );
+                        // librdkafka reconnects by itself; this only keeps a
+                        // persistent error from flooding the log.
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                },
+            }
+        }
+        // The batch in flight ends its transaction first: committed or rolled back.
+        if self.batch.is_some() {
+            let done = wait(&mut self.batch).await;
+            self.batch = None;
+            self.shared.batches_in_flight(-1);
+            if !stops.revoked.is_cancelled() || stops.shutdown.is_cancelled() {
+                self.record_progress(&done);
+            }
+        }
+    }
+
+    /// Buffers a record, first reading the stored position (and seeking
+    /// there) if the partition was just assigned or a seek failed. `false`:
+    /// the task stops (`stop`: revoked or shutdown) before that was done.
+    async fn accept(&mut self, record: Record, stop: &CancellationToken) -> bool {
+        self.shared.pipeline.stats().consumed();
+        if self.fresh {
+            if !self.load_position(stop).await {
+                return false;
+            }
+            self.fresh = false;
+            if let Some(next) = self.next.or(self.floor)
+                && record.offset != next
+            {
+                // Kafka's committed offset lags the database after a crash
+                // between the two commits, or leads it if the database was
+                // restored: the database wins either way.
+                tracing::info!(
+                    handler = self.shared.handler,
+                    topic = record.topic,
+                    partition = record.partition,
+                    broker_offset = record.offset,
+                    database_offset = next,
+                    "seeking to the offset stored in the database"
+                );
+                if !self.seek(next) || record.offset > next {
+                    return true;
+                }
+            }
+        }
+        if self.next.is_some_and(|next| record.offset < next) {
+            return true;
+        }
+        if self.buffer.is_empty() {
+            self.since = Some(Instant::now());
+        }
+        self.buffer.push(record);
+        true
+    }
+
+    /// Re-reads the stored position and forgets what was buffered. `false`:
+    /// the task stops first. A task that lost its partition must not seek it.
+    async fn load_position(&mut self, stop: &CancellationToken) -> bool {
+        let shared = self.shared.clone();
+        let key = &self.key;
+        let stored = shared
+            .outage
+            .retry("reading the stored offset", stop, || async {
+                offsets::load(shared.pipeline.db(), &shared.handler, &key.0, key.1)
+                    .await
+                    .map_err(PipelineError::from)
+            })
+            .await;
+        let Some(stored) = stored else {
+            return false;
+        };
+        self.generation += 1;
+        self.next = stored;
+        self.buffer.clear();
+        self.since = None;
+        true
+    }
+
+    /// Seeks the partition; on failure the position is re-read (and the seek
+    /// tried again) at its next record, so nothing is processed past a gap.
+    fn seek(&mut self, next: i64) -> bool {
+        let (topic, partition) = (&self.key.0, self.key.1);
+        match self
+            .shared
+            .consumer
+            .seek(topic, partition, Offset::Offset(next), SEEK_TIMEOUT)
+        {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::warn!(
+                    handler = self.shared.handler,
+                    topic,
+                    partition,
+                    "seek failed ({error}); retrying it on the next record"
+                );
+                self.buffer.clear();
+                self.since = None;
+                self.fresh = true;
+                false
+            }
+        }
+    }
+
+    /// Starts a batch if none is in flight and the buffered records are due.
+    fn launch_if_due(&mut self, linger: Duration, shutdown: &CancellationToken) {
+        let max = self.shared.batching.max_events;
+        let due = self.buffer.len() >= max || self.since.is_some_and(|s| s.elapsed() >= linger);
+        if self.batch.is_some() || self.buffer.is_empty() || !due {
+            return;
+        }
+        let take = self.buffer.len().min(max);
+        let records: Vec<Record> = self.buffer.drain(..take).collect();
+        // The rest waited since before this batch started: launch it as soon
+        // as this one is done, if it is due by then.
+        self.since = if self.buffer.is_empty() { None } else { self.since };
+        let task = BatchTask {
+            generation: self.generation,
+            cursor: BatchCursor::new(self.next),
+            // A batch runs on the version current when it starts, to its end.
+            pipeline: Arc::new(self.shared.pipeline.pinned()),
+            outage: self.shared.outage.clone(),
+        };
+        self.shared.batches_in_flight(1);
+        self.batch = Some(tokio::spawn(task.run(records, shutdown.clone())));
+    }
+
+    /// Takes a finished batch's position; a fenced one re-reads the partition
+    /// and seeks back to where the database says it stands. `false`: the
+    /// task stops (`stop`: revoked or shutdown).
+    async fn batch_done(&mut self, done: BatchDone, stop: &CancellationToken) -> bool {
+        self.record_progress(&done);
+        if done.end == BatchEnd::Fenced && done.generation == self.generation {
+            if !self.load_position(stop).await {
+                return false;
+            }
+            if let Some(next) = self.next {
+                self.seek(next);
+            }
+        }
+        true
+    }
+
+    /// Moves the position past a batch's committed records and tells Kafka,
+    /// unless the position was re-read since the batch began.
+    fn record_progress(&mut self, done: &BatchDone) {
+        if done.cursor.done == 0 || done.generation != self.generation {
+            return;
+        }
+        self.next = done.cursor.expected;
+        if let Some(next) = done.cursor.expected {
+            // Only now, after the database commit, may Kafka hear about it.
+            if let Err(error) = store_next_offset(&self.shared.consumer, &self.key, next) {
+                tracing::debug!(
+                    handler = self.shared.handler,
+                    "storing the Kafka offset failed (partition revoked?): {error}"
+                );
+            }
+        }
+    }
+}
+
+/// The batch in flight's result (never, if there is none). A panic in it is
+/// the host's bug: it goes on up to the pump, which stops.
+async fn wait(batch: &mut Option<JoinHandle<BatchDone>>) -> BatchDone {
+    let Some(handle) = batch else {
+        return std::future::pending().await;
+    };
+    match handle.await {
+        Ok(done) => done,
+        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+        // Only the runtime's own teardown cancels a task.
+        Err(error) => panic!("a batch task was cancelled: {error}"),
+    }
+}
+
+/// One batch's run on its own task, retrying the host's own failures; the
+/// cursor makes a retry resume after what already committed.
+struct BatchTask {
+    generation: u64,
+    cursor: BatchCursor,
+    pipeline: Arc<Pipeline>,
+    outage: Arc<OutageLog>,
+}
+
+impl BatchTask {
+    async fn run(mut self, records: Vec<Record>, shutdown: CancellationToken) -> BatchDone {
+        let mut attempt = Attempt::new(&self.outage);
+        let started = Instant::now();
+        let end = loop {
+            match self
+                .pipeline
+                .process_batch(&records, &mut self.cursor, &shutdown)
+                .await
+            {
+                Ok(end) => {
+                    attempt.succeeded("processing records");
+                    break Some(end);
+                }
+                Err(PipelineError::Abandoned) => break None,
+                Err(error) => {
+                    if !attempt.failed("processing records", &error, &shutdown).await {
+                        break None;
+                    }
+                }
+            }
+        };
+        drop(attempt);
+        self.pipeline.stats().batch_took(started.elapsed());
+        BatchDone {
+            generation: self.generation,
+            end: end.unwrap_or(BatchEnd::Done),
+            cursor: self.cursor,
+        }
+    }
+}
+
+async fn sleep_until(wake: Option<Instant>) {
+    if let Some(wake) = wake {
+        tokio::time::sleep_until(wake.into()).await;
+    }
+}
+
+pub(super) fn to_record(message: &BorrowedMessage<'_>) -> Record {
+    let headers = message
+        .headers()
+        .map(|hs| {
+            hs.iter()
+                .map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec).unwrap_or_default()))
+                .collect()
+        })
+        .unwrap_or_default();
+    Record {
+        topic: message.topic().to_owned(),
+        partition: message.partition(),
+        offset: message.offset(),
+        key: message.key().map(<[u8]>::to_vec),
+        payload: message.payload().map(<[u8]>::to_vec).unwrap_or_default(),
+        headers,
+        timestamp_ms: message.timestamp().to_millis(),
+    }
+}
+
+/// Stores the partition's next offset for the next Kafka commit. The list form
+/// is used because it takes the next offset as is; the single-partition
+/// `store_offset` adds one to what it is given (it wants the last processed offset).
+fn store_next_offset(
+    consumer: &InboxConsumer,
+    key: &PartitionKey,
+    next: i64,
+) -> rdkafka::error::KafkaResult<()> {
+    let mut list = TopicPartitionList::new();
+    list.add_partition_offset(&key.0, key.1, Offset::Offset(next))?;
+    consumer.store_offsets(&list)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_partitions_buffer_holds_three_batches_and_never_fewer_than_the_defaults() {
+        let batching = |max_events| BatchConfig {
+            max_events,
+            linger_ms: 0,
+        };
+        assert_eq!(max_buffered(&BatchConfig::default()), 300);
+        assert_eq!(max_buffered(&batching(500)), 1500);
+        // One event per transaction still reads ahead like the default.
+        assert_eq!(max_buffered(&batching(1)), 300);
+    }
+}
