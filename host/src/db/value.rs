@@ -24,6 +24,19 @@ pub enum SqlValue {
 }
 
 impl SqlValue {
+    /// One letter per kind, for the parameter kinds in a cached statement's
+    /// text (see `Tx::guest_text`).
+    pub fn kind_letter(&self) -> char {
+        match self {
+            SqlValue::Null => 'n',
+            SqlValue::Int64(_) => 'i',
+            SqlValue::Float64(_) => 'f',
+            SqlValue::Text(_) => 't',
+            SqlValue::Blob(_) => 'b',
+            SqlValue::Boolean(_) => 'o',
+        }
+    }
+
     /// Bytes the value takes in a result: its text or blob, 8 for numbers.
     pub fn size(&self) -> usize {
         match self {

@@ -41,21 +41,28 @@ pub async fn load_handler(
             source,
         })?;
     let own_schema = migrate::own_schema(db.backend(), &handler.name);
-    let guard = Guard::new(
-        db.backend(),
-        &own_schema,
-        &own_tables,
-        handler.limits.max_statement_bytes,
-        handler.limits.max_row_bytes,
-    )
-    .with_hidden_work(
-        migrate::hidden_work(db, &handler.name, handler.limits.max_row_bytes)
-            .await
-            .map_err(|source| RegistryError::RowBound {
+    let guard =
+        Guard::new(
+            db.backend(),
+            &own_schema,
+            &own_tables,
+            handler.limits.max_statement_bytes,
+            handler.limits.max_row_bytes,
+        )
+        .with_hidden_work(
+            migrate::hidden_work(db, &handler.name, handler.limits.max_row_bytes)
+                .await
+                .map_err(|source| RegistryError::RowBound {
+                    handler: handler.name.clone(),
+                    source,
+                })?,
+        )
+        .with_row_functions(migrate::row_functions(db).await.map_err(|source| {
+            RegistryError::GuardCatalog {
                 handler: handler.name.clone(),
                 source,
-            })?,
-    );
+            }
+        })?);
     tracing::debug!(handler = handler.name, tables = ?own_tables, "handler's own tables");
     let limits = Limits::from(&handler.limits);
     // A statement may run as long as the whole event may.

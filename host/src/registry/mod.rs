@@ -43,6 +43,10 @@ pub enum RegistryError {
     Tables { handler: String, source: DbError },
     #[error("handler {handler}: cannot bound its tables' rows to limits.max_row_bytes: {source}")]
     RowBound { handler: String, source: DbError },
+    #[error(
+        "handler {handler}: cannot read from PostgreSQL's catalog what the statement guard needs: {source}"
+    )]
+    GuardCatalog { handler: String, source: DbError },
     #[error("handler {handler}: {source}")]
     Load {
         handler: String,

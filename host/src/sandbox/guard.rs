@@ -121,8 +121,9 @@ pub struct Guard {
     max_statement_bytes: usize,
     /// `limits.max_row_bytes`: the largest row and bound value (see `super::work`).
     max_row_bytes: usize,
-    /// PostgreSQL: what a write to each own table adds by its own expressions.
-    hidden: super::postgres::Hidden,
+    /// PostgreSQL: what the guard knows of the database (each own table's
+    /// own expressions, the functions it could call on a whole row).
+    catalog: super::postgres::Catalog,
 }
 
 impl Guard {
@@ -139,14 +140,21 @@ impl Guard {
             owned: Owned::new(own_schema, own_tables),
             max_statement_bytes,
             max_row_bytes,
-            hidden: Default::default(),
+            catalog: Default::default(),
         }
     }
 
     /// The work a write to each own table adds by that table's CHECK,
     /// DEFAULT, generated and index expressions (`db::migrate::hidden_work`).
     pub fn with_hidden_work(mut self, hidden: super::postgres::Hidden) -> Self {
-        self.hidden = hidden;
+        self.catalog.hidden = hidden;
+        self
+    }
+
+    /// The functions PostgreSQL could call on a whole row
+    /// (`db::migrate::row_functions`): a qualified name that is one of them is refused.
+    pub fn with_row_functions(mut self, functions: std::collections::BTreeSet<String>) -> Self {
+        self.catalog.row_functions = Some(functions);
         self
     }
 
@@ -238,7 +246,7 @@ impl Guard {
                 sql,
                 super::postgres::Mode::RunTime,
                 self.max_row_bytes as u64,
-                &self.hidden,
+                &self.catalog,
             )? {
                 1 => {}
                 n => {

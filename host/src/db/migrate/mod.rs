@@ -331,14 +331,17 @@ pub async fn apply_one_reserving(
             // Counted again at the handler's own row bound, with what its
             // tables' own expressions add to a write (see `sandbox::work`).
             let bound = row_bound::handler_bound_in(tx, handler).await?;
-            let hidden = row_bound::hidden_work_in(tx, handler, bound as usize).await?;
+            let catalog = crate::sandbox::postgres::Catalog {
+                hidden: row_bound::hidden_work_in(tx, handler, bound as usize).await?,
+                row_functions: Some(row_functions::row_functions_in(tx).await?),
+            };
             let text = piece.text.clone();
             crate::sandbox::nesting::on_guard_stack(move || {
                 crate::sandbox::postgres::check(
                     &text,
                     crate::sandbox::postgres::Mode::Migration,
                     bound,
-                    &hidden,
+                    &catalog,
                 )
             })
             .map_err(|refusal| refused(refusal.to_string()))?;
@@ -534,7 +537,9 @@ fn short(text: &str) -> String {
 }
 
 mod row_bound;
+mod row_functions;
 pub use row_bound::{CONSTRAINT as ROW_BOUND, bound_rows, hidden_work};
+pub use row_functions::row_functions;
 
 #[cfg(test)]
 mod tests;

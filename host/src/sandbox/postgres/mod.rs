@@ -87,10 +87,24 @@ const REFUSED_HERE: &[(&str, &str)] = &[
 /// expressions (see `db::migrate::hidden_work`).
 pub type Hidden = std::collections::BTreeMap<String, u64>;
 
+/// What the guard knows of the database it guards.
+#[derive(Debug, Clone, Default)]
+pub struct Catalog {
+    /// The work a write to each of the handler's tables adds by the table's
+    /// own expressions (`db::migrate::hidden_work`).
+    pub hidden: Hidden,
+    /// The names of the functions PostgreSQL could call on a whole row
+    /// (`db::migrate::row_functions`): see [`check_row_calls`]. `None`: not
+    /// read, for a check that the database's own one follows (a migration's
+    /// first reading at upload) and for tests.
+    pub row_functions: Option<std::collections::BTreeSet<String>>,
+}
+
 /// Checks `sql` as PostgreSQL reads it, with every row and bound value at
-/// most `row_bytes` and `hidden` the work its tables' own expressions add
-/// (see [`super::work`]); `Ok`: how many statements it holds.
-pub fn check(sql: &str, mode: Mode, row_bytes: u64, hidden: &Hidden) -> Result<usize, Refusal> {
+/// most `row_bytes` and what `catalog` knows of the database (see
+/// [`super::work`] and [`check_row_calls`]); `Ok`: how many statements it holds.
+pub fn check(sql: &str, mode: Mode, row_bytes: u64, catalog: &Catalog) -> Result<usize, Refusal> {
+    let hidden = &catalog.hidden;
     let parsed = pg_query::parse(sql, pg_query::ParserOptions::DEFAULT).map_err(|e| match e {
         pg_query::Error::Decode(_) => Refusal::Limit(
             "PostgreSQL's parse tree of this statement is nested too deeply for the statement guard \
@@ -105,7 +119,7 @@ pub fn check(sql: &str, mode: Mode, row_bytes: u64, hidden: &Hidden) -> Result<u
             "the statement guard cannot read PostgreSQL's parse tree ({e})"
         ))
     })?;
-    walk(&tree, mode)?;
+    walk(&tree, mode, catalog.row_functions.as_ref())?;
     let view = parsed.protobuf.stmts.iter().any(|s| {
         matches!(
             s.stmt.as_ref().and_then(|n| n.node.as_ref()),
@@ -152,7 +166,11 @@ struct Facts<'a> {
     qualified: Vec<(&'a str, &'a str)>,
 }
 
-fn walk(tree: &Value, mode: Mode) -> Result<(), Refusal> {
+fn walk(
+    tree: &Value,
+    mode: Mode,
+    row_functions: Option<&std::collections::BTreeSet<String>>,
+) -> Result<(), Refusal> {
     let mut facts = Facts::default();
     let mut stack = vec![(tree, Place::Anywhere)];
     while let Some((value, place)) = stack.pop() {
@@ -179,7 +197,8 @@ fn walk(tree: &Value, mode: Mode) -> Result<(), Refusal> {
             _ => {}
         }
     }
-    check_function_columns(&facts)
+    check_function_columns(&facts)?;
+    check_row_calls(&facts, row_functions)
 }
 
 fn gather<'a>(kind: &str, node: &'a Value, facts: &mut Facts<'a>) {
@@ -235,6 +254,31 @@ fn check_function_columns(facts: &Facts<'_>) -> Result<(), Refusal> {
         }
     }
     Ok(())
+}
+
+/// Regression (the ninth adversarial read, issue 23): PostgreSQL reads
+/// `q.name` as the call `name(q)` on q's whole row whenever q has no column
+/// `name`, whatever q is (a table, a view, a subquery, a CTE). So
+/// `t.json_build_array` built megabytes of JSON from a row in one call no
+/// deadline interrupts, and `t.json_agg` ran an aggregate the guard refuses
+/// by name. Which functions could be called that way is the database's own
+/// knowledge (`row_functions`, read from `pg_proc`), so a qualified name
+/// that is one of them is refused; written unqualified it can only be a column.
+fn check_row_calls(
+    facts: &Facts<'_>,
+    row_functions: Option<&std::collections::BTreeSet<String>>,
+) -> Result<(), Refusal> {
+    let Some(functions) = row_functions else {
+        return Ok(());
+    };
+    match facts.qualified.iter().find(|(_, name)| functions.contains(*name)) {
+        Some((qualifier, name)) => Err(forbidden(format!(
+            "{qualifier}.{name} is not allowed: PostgreSQL reads it as the call {name}({qualifier}) on the \
+             whole row when {qualifier} has no column {name}, and {name} is such a function: write the column \
+             unqualified, or give it another name in a subquery (`excluded.{name}`: rename the column)"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Checks one node; returns the place its children stand in.
@@ -407,7 +451,49 @@ fn check_call(node: &Value, place: Place) -> Result<(), Refusal> {
              interrupted at the event's deadline; use {name}(x)"
         )));
     }
+    // Regression (the ninth adversarial read, issue 23): with a text second
+    // argument `substring` is a POSIX regular expression, with a third a
+    // SIMILAR TO one, both refused as operators. Which overload PostgreSQL
+    // picks depends on the arguments' types, so they must be integers by
+    // their syntax: a literal or a cast to an integer type.
+    if name == "substring" {
+        let rest = node
+            .get("args")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .skip(1);
+        if !rest.into_iter().all(is_integer_syntax) {
+            return Err(forbidden(
+                "substring(x, pattern) is a regular expression on PostgreSQL: give the start and length as \
+                 integer literals or casts, as in `substring(x FROM 2 FOR CAST($1 AS integer))`",
+            ));
+        }
+    }
     Ok(())
+}
+
+/// An integer literal, or a cast to an integer type (not an array).
+fn is_integer_syntax(node: &Value) -> bool {
+    let Some(inner) = node.get("node") else {
+        return false;
+    };
+    if let Some(constant) = inner.get("AConst") {
+        return constant.get("val").and_then(|v| v.get("Ival")).is_some();
+    }
+    let Some(cast) = inner.get("TypeCast") else {
+        return false;
+    };
+    let Some(type_name) = cast.get("type_name") else {
+        return false;
+    };
+    let array = type_name
+        .get("array_bounds")
+        .and_then(Value::as_array)
+        .is_some_and(|bounds| !bounds.is_empty());
+    let names = strings(type_name.get("names"));
+    let integer = catalog_name(&names).is_some_and(|name| ["int2", "int4", "int8"].contains(&name));
+    integer && !array
 }
 
 fn check_operator_expr(node: &Value) -> Result<(), Refusal> {

@@ -2,7 +2,7 @@ use super::*;
 
 /// As the guard calls it: on its own stack.
 fn checked(sql: &str, mode: Mode) -> Result<usize, Refusal> {
-    super::super::nesting::on_guard_stack(|| check(sql, mode, 1 << 20, &Hidden::new()))
+    super::super::nesting::on_guard_stack(|| check(sql, mode, 1 << 20, &Catalog::default()))
 }
 
 fn allowed(sql: &str) {
@@ -106,7 +106,7 @@ fn every_syntax_postgres_reads_as_a_call_is_judged_as_one() {
 #[test]
 fn statements_are_counted_as_postgres_splits_them() {
     assert_eq!(
-        check("SELECT 1; SELECT 2", Mode::RunTime, 1 << 20, &Hidden::new()),
+        check("SELECT 1; SELECT 2", Mode::RunTime, 1 << 20, &Catalog::default()),
         Ok(2)
     );
     // A nested block comment is one comment to PostgreSQL.
@@ -115,7 +115,7 @@ fn statements_are_counted_as_postgres_splits_them() {
             "SELECT 1 /* a /* b */ ; SELECT 2 */",
             Mode::RunTime,
             1 << 20,
-            &Hidden::new()
+            &Catalog::default()
         ),
         Ok(1)
     );
@@ -125,7 +125,7 @@ fn statements_are_counted_as_postgres_splits_them() {
 fn migrations_may_hold_their_ddl_with_the_same_expression_rules() {
     let ok = |sql: &str| {
         assert_eq!(
-            check(sql, Mode::Migration, 1 << 20, &Hidden::new()),
+            check(sql, Mode::Migration, 1 << 20, &Catalog::default()),
             Ok(1),
             "{sql}"
         )
@@ -137,7 +137,7 @@ fn migrations_may_hold_their_ddl_with_the_same_expression_rules() {
     ok("ALTER TABLE emails ADD COLUMN extra TEXT DEFAULT ''");
     ok("CREATE VIEW recent AS SELECT * FROM emails");
     ok("DROP TABLE emails");
-    let refused = |sql: &str, because: &str| match check(sql, Mode::Migration, 1 << 20, &Hidden::new()) {
+    let refused = |sql: &str, because: &str| match check(sql, Mode::Migration, 1 << 20, &Catalog::default()) {
         Err(Refusal::Forbidden(m)) => assert!(m.contains(because), "{sql}: {m}"),
         other => panic!("{sql}: {other:?}"),
     };
@@ -154,7 +154,15 @@ fn migrations_may_hold_their_ddl_with_the_same_expression_rules() {
     refused("CREATE TABLE t (id SERIAL PRIMARY KEY)", "identity column");
     refused("ALTER TABLE t ADD COLUMN a tsquery", "a column of type");
     ok("CREATE TABLE t (a TIMESTAMPTZ, b NUMERIC(10, 2), c VARCHAR(20), d JSONB, e UUID, f BYTEA)");
-    assert!(check("CREATE TABLE t (a TEXT)", Mode::RunTime, 1 << 20, &Hidden::new()).is_err());
+    assert!(
+        check(
+            "CREATE TABLE t (a TEXT)",
+            Mode::RunTime,
+            1 << 20,
+            &Catalog::default()
+        )
+        .is_err()
+    );
 }
 
 /// libpg_query and its tree's reader recurse per level, past a
@@ -165,7 +173,7 @@ fn migrations_may_hold_their_ddl_with_the_same_expression_rules() {
 fn a_chain_at_the_nesting_bound_is_a_limit_not_a_crash() {
     let chain = format!("SELECT 1{}", "+1".repeat(super::super::nesting::MAX_NESTING - 10));
     let checked =
-        super::super::nesting::on_guard_stack(|| check(&chain, Mode::RunTime, 1 << 20, &Hidden::new()));
+        super::super::nesting::on_guard_stack(|| check(&chain, Mode::RunTime, 1 << 20, &Catalog::default()));
     assert!(matches!(checked, Err(Refusal::Limit(_))), "{checked:?}");
     // The longest chain it reads.
     let longest = super::super::nesting::on_guard_stack(|| {
@@ -175,7 +183,7 @@ fn a_chain_at_the_nesting_bound_is_a_limit_not_a_crash() {
                     &format!("SELECT 1{}", "+1".repeat(*n)),
                     Mode::RunTime,
                     1 << 20,
-                    &Hidden::new(),
+                    &Catalog::default(),
                 )
                 .is_ok()
             })
@@ -184,4 +192,66 @@ fn a_chain_at_the_nesting_bound_is_a_limit_not_a_crash() {
     .unwrap();
     assert!(longest.is_some_and(|n| n >= 30), "{longest:?}");
     eprintln!("longest chain read: {longest:?}");
+}
+
+/// Regression (the ninth adversarial read, issue 23): `substring` with a text
+/// pattern is a regular expression; only its integer forms pass.
+#[test]
+fn substring_takes_integer_positions_only() {
+    allowed("SELECT substring(a FROM 2 FOR 3), substring(a, 2), substring(a FOR 4) FROM t");
+    allowed(
+        "SELECT substring(a FROM CAST($1 AS integer) FOR $2::int8), substring(a, -1, 3::smallint) FROM t",
+    );
+    for sql in [
+        r"SELECT substring(a, '^(a*)\1$') FROM t",
+        "SELECT substring(a FROM 'x+') FROM t",
+        "SELECT substring(a SIMILAR '%x%' ESCAPE '#') FROM t",
+        "SELECT substring(a, $1) FROM t",
+        "SELECT substring(a, b, c) FROM t",
+        "SELECT substring(a FROM 2 FOR $1) FROM t",
+        "SELECT substring(a, $1::text) FROM t",
+        "SELECT substring(a, $1::int4[]) FROM t",
+    ] {
+        refused(sql, "regular expression");
+    }
+}
+
+/// Regression (the ninth adversarial read, issue 23): `q.name` is the call
+/// `name(q)` on the whole row when q has no such column, so a qualified name
+/// that the database says is such a function is refused wherever it stands.
+/// The live list is read from PostgreSQL (`db::migrate::row_functions`,
+/// tested on a real server); this is the check over a stand-in.
+#[test]
+fn a_qualified_name_that_is_a_whole_row_function_is_refused() {
+    let catalog = Catalog {
+        row_functions: Some(["json_build_array", "json_agg", "count"].map(String::from).into()),
+        ..Catalog::default()
+    };
+    let judged =
+        |sql: &str| super::super::nesting::on_guard_stack(|| check(sql, Mode::RunTime, 1 << 20, &catalog));
+    for sql in [
+        "SELECT count(*) FROM t1 WHERE t1.json_build_array IS NOT NULL",
+        "SELECT s.json_agg FROM (SELECT a FROM t) s",
+        "WITH c AS (SELECT a FROM t) SELECT md5(c.json_agg::text) FROM c",
+        "INSERT INTO t (a, count) VALUES ($1, 1) ON CONFLICT (a) DO UPDATE SET count = excluded.count",
+        "UPDATE t SET a = $1 RETURNING t.count",
+    ] {
+        match judged(sql) {
+            Err(Refusal::Forbidden(m)) => assert!(m.contains("on the whole row"), "{sql}: {m}"),
+            other => panic!("{sql}: {other:?}"),
+        }
+    }
+    // Unqualified, a name is only ever a column; other qualified names pass.
+    for sql in [
+        "SELECT count, json_agg FROM t",
+        "SELECT t.a, t.b FROM t JOIN u ON u.id = t.id",
+        "INSERT INTO t (a, n) VALUES ($1, 1) ON CONFLICT (a) DO UPDATE SET n = excluded.n + t.n",
+    ] {
+        assert_eq!(judged(sql), Ok(1), "{sql}");
+    }
+    // Without the database's list (a first reading, tests) nothing is refused for it.
+    assert_eq!(
+        checked("SELECT t1.json_build_array FROM t1", Mode::RunTime),
+        Ok(1)
+    );
 }

@@ -252,3 +252,32 @@ async fn postgres_a_handlers_session_cannot_write_another_handlers_rows_through_
     host.commit().await.unwrap();
     assert_eq!(claims(&db).await, ["e1", "e2"]);
 }
+
+/// Regression (the ninth adversarial read, issue 23): PostgreSQL infers a
+/// NULL parameter's type (here numeric), sqlx finds a prepared statement by
+/// its text alone, so a blob sent later to the same text went raw into
+/// numeric's binary decoder: crafted digits ran 9.8 s in one row against a
+/// 5 s limit. A statement is prepared per kinds of its parameters, so the
+/// blob meets a statement of its own, prepared for a blob.
+#[tokio::test]
+async fn postgres_a_parameter_is_typed_by_its_own_kind_on_every_call() {
+    let Some(url) = crate::db::test_support::postgres_url().await else {
+        return;
+    };
+    let db = OneConnection::new(&url, None).await;
+    let h = handler(&db, "wt_kinds").await;
+    let sql = "SELECT ($1 + 0.0)::text";
+    let mut tx = db.begin_guest(h.handler()).await.unwrap();
+    tx.enter_guest(CALL, &h).await.unwrap();
+    let primed = tx.guest_query(sql, &[SqlValue::Null], 10, 1 << 20).await.unwrap();
+    assert_eq!(primed, vec![vec![SqlValue::Null]]);
+    tx.exit_guest(CALL, true).await.unwrap();
+    tx.commit().await.unwrap();
+    // 12345 in numeric's binary form: 2 digit groups, weight 1, sign +, scale 0.
+    let numeric = vec![0, 2, 0, 1, 0, 0, 0, 0, 0, 1, 0x09, 0x29];
+    let mut tx = db.begin_guest(h.handler()).await.unwrap();
+    tx.enter_guest(CALL, &h).await.unwrap();
+    let result = tx.guest_query(sql, &[SqlValue::Blob(numeric)], 10, 1 << 20).await;
+    let err = result.expect_err("the blob was read as a numeric").to_string();
+    assert!(err.contains("operator does not exist: bytea + numeric"), "{err}");
+}

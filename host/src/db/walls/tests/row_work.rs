@@ -431,3 +431,64 @@ async fn sqlite_nested_derived_columns_are_computed_once_each() {
     assert!(took < Duration::from_millis(500), "took {took:?}");
     tx.rollback().await.unwrap();
 }
+
+/// Regression (the ninth adversarial read, issue 23): PostgreSQL reads
+/// `t.json_build_array` as `json_build_array(t)` on the whole row, which ran
+/// 8.8 s in one row against a 1 s limit. The list of such functions comes
+/// from the server itself, and a handler's guard refuses every qualified
+/// name on it, at run time and in migrations.
+#[tokio::test]
+async fn postgres_a_qualified_name_postgres_would_call_on_the_row_is_refused() {
+    let Some(db) = crate::db::test_support::postgres_db().await else {
+        return;
+    };
+    let functions = migrate::row_functions(&db).await.unwrap();
+    for name in [
+        "json_build_array",
+        "row_to_json",
+        "to_json",
+        "to_jsonb",
+        "json_agg",
+        "jsonb_agg",
+        "array_agg",
+        "count",
+        "num_nulls",
+        "pg_typeof",
+        "pg_column_size",
+        "hash_record",
+        "quote_literal",
+        "record_out",
+    ] {
+        assert!(functions.contains(name), "{name} missing from {functions:?}");
+    }
+    // Text and numeric functions no row can be passed to are not on it.
+    for name in ["md5", "upper", "abs", "left", "max", "lower"] {
+        assert!(!functions.contains(name), "{name} is on the list");
+    }
+    let name = "wt_rowcall";
+    migrate::prepare_handler(&db, name).await.unwrap();
+    let attack = "CREATE TABLE t (a TEXT);\nCREATE VIEW v AS SELECT t.json_agg AS j FROM t;\n";
+    let migration = Migration::new("0001_init.sql", attack.to_owned()).unwrap();
+    let mut tx = db.begin_migration(name).await.unwrap();
+    let err = migrate::apply_one(&mut tx, name, &migration)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("t.json_agg is not allowed"), "{err}");
+    tx.rollback().await.unwrap();
+
+    let guard = crate::sandbox::Guard::new(
+        Backend::Postgres,
+        "handler_wt_rowcall",
+        &["t".to_owned()],
+        64 << 10,
+        1 << 20,
+    )
+    .with_row_functions(functions);
+    let err = guard
+        .check("SELECT count(*) FROM t WHERE t.json_build_array IS NOT NULL")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("json_build_array(t) on the whole row"), "{err}");
+    guard.check("SELECT t.a FROM t WHERE t.a = $1").unwrap();
+}
