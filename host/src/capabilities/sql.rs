@@ -11,7 +11,7 @@
 use crate::bindings::{SqlDialect, SqlError, Value, sql_api};
 use crate::db::{Backend, DbError, SqlValue, Tx};
 use crate::handler::Limits;
-use crate::sandbox::guard::Ctes;
+use crate::sandbox::guard::Approved;
 use crate::sandbox::work::json_keys;
 use crate::sandbox::{Guard, Refusal};
 use std::sync::Arc;
@@ -145,7 +145,7 @@ fn to_sql_error(err: &DbError, timeout: Duration) -> SqlError {
 impl SqlView<'_> {
     /// The walls before any statement: the event's deadline, the per-event
     /// statement budget, the parameters' count and sizes, then the guard.
-    async fn admit(&mut self, statement: &str, params: &[Value]) -> Result<Ctes, SqlError> {
+    async fn admit(&mut self, statement: &str, params: &[Value]) -> Result<Approved, SqlError> {
         if self.state.host_error.is_some() {
             return Err(SqlError::Database(
                 "the database connection failed; the host will retry this event".into(),
@@ -249,22 +249,25 @@ impl sql_api::Host for SqlView<'_> {
     }
 
     async fn execute(&mut self, statement: String, params: Vec<Value>) -> Result<u64, SqlError> {
-        let ctes = self.admit(&statement, &params).await?;
+        let approved = self.admit(&statement, &params).await?;
         let params: Vec<SqlValue> = params.into_iter().map(to_sql).collect();
         let tx = self.tx()?;
-        tx.set_ctes(ctes);
-        match tx.guest_execute(&statement, &params).await {
+        tx.set_ctes(approved.ctes);
+        match tx
+            .guest_execute_approved(&statement, &params, approved.insert.as_ref())
+            .await
+        {
             Ok(changed) => Ok(changed),
             Err(error) => Err(self.fail(error)),
         }
     }
 
     async fn query(&mut self, statement: String, params: Vec<Value>) -> Result<Vec<Vec<Value>>, SqlError> {
-        let ctes = self.admit(&statement, &params).await?;
+        let approved = self.admit(&statement, &params).await?;
         let params: Vec<SqlValue> = params.into_iter().map(to_sql).collect();
         let (max_rows, max_bytes) = (self.state.max_rows, self.state.max_result_bytes);
         let tx = self.tx()?;
-        tx.set_ctes(ctes);
+        tx.set_ctes(approved.ctes);
         let rows = match tx.guest_query(&statement, &params, max_rows, max_bytes).await {
             Ok(rows) => rows,
             Err(error) => return Err(self.fail(error)),

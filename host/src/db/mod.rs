@@ -8,6 +8,7 @@
 
 pub mod audit;
 pub mod dead_letters;
+mod deferred;
 pub mod inbox;
 pub mod invariants;
 mod logins;
@@ -67,6 +68,11 @@ pub enum DbError {
         "handler {handler}'s SQL may only run on a session of its own login; refused to run it on the host's"
     )]
     NotHandlerSession { handler: String },
+    /// Plain INSERTs a batch's shared call held back failed when sent
+    /// (`Tx`'s deferred rows): the pipeline runs the batch again call by
+    /// call, where the failure reaches its own event.
+    #[error("a handler's held-back INSERTs failed when sent: {0}")]
+    DeferredFailed(String),
 }
 
 impl DbError {

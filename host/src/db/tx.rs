@@ -4,11 +4,14 @@
 //! sequence; while a guest runs, it is moved into the guest's store so the
 //! guest's statements land in it and in nothing else.
 
+use super::deferred::Deferred;
 use super::value::{bind_postgres, bind_sqlite, decode_postgres, decode_sqlite};
 use super::walls::{Connection, WallState, Walls};
 use super::{Backend, DbError, SqlValue};
+use crate::sandbox::postgres::PlainInsert;
 use futures_util::TryStreamExt;
 use sqlx::{Postgres, Sqlite, SqliteConnection, Transaction};
+use std::sync::Arc;
 use tokio::sync::OwnedSemaphorePermit;
 
 /// Wraps each guest statement on PostgreSQL, where a failed statement would
@@ -26,6 +29,8 @@ pub struct Tx {
     statement_savepoints: bool,
     /// A guest statement failed while `statement_savepoints` was off.
     statement_failed: bool,
+    /// PostgreSQL: plain INSERTs of a shared call not sent yet (see `super::deferred`).
+    deferred: Option<Deferred>,
     /// The SQLite writer slot this transaction holds, if any; released when it ends.
     _writer: Option<OwnedSemaphorePermit>,
     /// PostgreSQL: the host's key to the gates its own writes go through.
@@ -78,6 +83,7 @@ impl Tx {
             inner,
             statement_savepoints: true,
             statement_failed: false,
+            deferred: None,
             _writer: None,
             gate,
             session_of: None,
@@ -139,6 +145,7 @@ impl Tx {
         // The old transaction drops here; its connection, whose backend is
         // gone (or going), is closed when sqlx finds it broken.
         self.inner = Inner::Postgres(fresh);
+        self.deferred = None;
         let pid = self.backend_pid().await?;
         if let Some(session) = &mut self.session_of {
             session.pid = pid;
@@ -250,6 +257,7 @@ impl Tx {
     /// changed. A lingering guest call's walls come down first, so no host
     /// statement ever runs inside them.
     pub async fn execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, DbError> {
+        self.send_before_host().await?;
         self.walls.leave_lingering(&mut self.inner).await?;
         self.inner.run(sql, params, true).await
     }
@@ -257,6 +265,7 @@ impl Tx {
     /// As [`Tx::execute`], for a host statement whose text holds a secret
     /// (a role's password): never kept in the connection's statement cache.
     pub(super) async fn execute_uncached(&mut self, sql: &str) -> Result<u64, DbError> {
+        self.send_before_host().await?;
         self.walls.leave_lingering(&mut self.inner).await?;
         self.inner.run(sql, &[], false).await
     }
@@ -264,6 +273,7 @@ impl Tx {
     /// Runs one of the host's statements and returns every row it produced
     /// (outside the walls, as [`Tx::execute`]).
     pub async fn query(&mut self, sql: &str, params: &[SqlValue]) -> Result<Vec<Vec<SqlValue>>, DbError> {
+        self.send_before_host().await?;
         self.walls.leave_lingering(&mut self.inner).await?;
         let unbounded = Bound {
             rows: usize::MAX,
@@ -282,6 +292,33 @@ impl Tx {
     /// statement still running at the walls' deadline is cancelled by the
     /// database ([`DbError::StatementTimeout`]).
     pub async fn guest_execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, DbError> {
+        self.guest_execute_approved(sql, params, None).await
+    }
+
+    /// As [`Tx::guest_execute`], with what the guard found: `insert`, the
+    /// statement is a plain one-row INSERT, which a shared call holds back
+    /// and sends with the next ones of the same text (see `super::deferred`):
+    /// its one row is its effect.
+    pub async fn guest_execute_approved(
+        &mut self,
+        sql: &str,
+        params: &[SqlValue],
+        insert: Option<&Arc<PlainInsert>>,
+    ) -> Result<u64, DbError> {
+        if let (Some(insert), Some(handler)) = (insert, self.defers()) {
+            let joins = self.deferred.as_ref().is_some_and(|d| d.takes(&handler, sql));
+            if !joins {
+                self.send_in_call().await?;
+                self.deferred = Some(Deferred::new(&handler, sql, insert.clone()));
+            }
+            let deferred = self.deferred.as_mut().expect("set above");
+            deferred.push(params);
+            if deferred.full() {
+                self.send_in_call().await?;
+            }
+            return Ok(1);
+        }
+        self.send_in_call().await?;
         let text = self.guest_text(sql, params);
         let sql = &*text;
         if self.optimistic()? {
@@ -310,6 +347,7 @@ impl Tx {
             rows: max_rows,
             bytes: max_bytes,
         };
+        self.send_in_call().await?;
         let text = self.guest_text(sql, params);
         let sql = &*text;
         if self.optimistic()? {
@@ -333,6 +371,50 @@ impl Tx {
     pub async fn migration_execute(&mut self, sql: &str) -> Result<u64, DbError> {
         let result = self.inner.run(sql, &[], false).await;
         self.deadline_error(result).await
+    }
+
+    /// The handler whose plain INSERTs may be held back now: a shared call,
+    /// on PostgreSQL, without statement savepoints, nothing failed yet.
+    fn defers(&self) -> Option<String> {
+        let shared = self.backend() == Backend::Postgres
+            && self.walls.shares_savepoint()
+            && !self.statement_savepoints
+            && !self.statement_failed;
+        shared
+            .then(|| self.walls.handler_in_call().map(str::to_owned))
+            .flatten()
+    }
+
+    /// Sends the rows held back, inside the walls they were written in; a
+    /// failure is the call's (see [`Tx::take_statement_failed`]).
+    async fn send_in_call(&mut self) -> Result<(), DbError> {
+        let result = self.send_deferred().await;
+        if result.is_err() {
+            self.statement_failed = true;
+        }
+        self.deadline_error(result).await
+    }
+
+    /// Before a statement of the host's: sends the rows held back, still
+    /// inside the walls of the call that lingers. A failure belongs to one
+    /// of the batch's calls, so the batch runs again call by call
+    /// ([`DbError::DeferredFailed`]).
+    async fn send_before_host(&mut self) -> Result<(), DbError> {
+        self.send_deferred()
+            .await
+            .map_err(|error| DbError::DeferredFailed(error.to_string()))
+    }
+
+    async fn send_deferred(&mut self) -> Result<(), DbError> {
+        let Some(deferred) = self.deferred.take() else {
+            return Ok(());
+        };
+        for (text, params) in deferred.statements() {
+            let kinds: String = params.iter().map(SqlValue::kind_letter).collect();
+            let text = format!("/* {} {kinds} */ {text}", deferred.handler);
+            self.inner.run(&text, params, true).await?;
+        }
+        Ok(())
     }
 
     /// PostgreSQL keeps one prepared statement per text and connection, with
@@ -495,6 +577,13 @@ impl Tx {
     /// up, and only the savepoint (and on SQLite the deadline) is renewed.
     pub async fn enter_guest(&mut self, savepoint: &'static str, walls: &Walls) -> Result<(), DbError> {
         self.own_session(walls)?;
+        if self
+            .deferred
+            .as_ref()
+            .is_some_and(|d| d.handler != walls.handler())
+        {
+            self.send_before_host().await?;
+        }
         self.walls.enter_guest(&mut self.inner, savepoint, walls).await
     }
 
@@ -516,12 +605,17 @@ impl Tx {
     /// *lingers* inside its walls until the next host statement or the next
     /// call of the same handler (see `walls::state`).
     pub async fn exit_guest(&mut self, savepoint: &'static str, succeeded: bool) -> Result<(), DbError> {
+        if !succeeded {
+            // Rolled back with the shared savepoint, as the calls they came from.
+            self.deferred = None;
+        }
         self.walls.exit_guest(&mut self.inner, savepoint, succeeded).await
     }
 
     pub async fn commit(mut self) -> Result<(), DbError> {
         // The walls come down before COMMIT, and on SQLite before the
         // connection goes back to the pool.
+        self.send_before_host().await?;
         self.walls.before_commit(&mut self.inner).await?;
         match self.inner {
             Inner::Sqlite(tx) => tx.commit().await?,

@@ -20,6 +20,7 @@
 
 use super::guest::{Call, Called};
 use super::{Outcome, Park, Parked, Pipeline, PipelineError};
+use crate::db::DbError;
 use crate::db::inbox;
 use crate::db::invariants;
 use crate::db::now_ms;
@@ -107,9 +108,17 @@ impl Pipeline {
         let mut optimistic = self.slot.optimistic();
         while cursor.done < records.len() {
             let rest = &records[cursor.done..];
-            let end = self
+            let end = match self
                 .batch_tx(rest, cursor.expected, optimistic && rest.len() > 1)
-                .await?;
+                .await
+            {
+                // A held-back INSERT of one of the calls failed when sent.
+                Err(PipelineError::Database(DbError::DeferredFailed(reason))) => {
+                    tracing::debug!(handler = self.handler.name(), reason, "held-back INSERTs failed");
+                    TxEnd::Redo
+                }
+                other => other?,
+            };
             match end {
                 TxEnd::Fenced => return Ok(BatchEnd::Fenced),
                 TxEnd::Redo => {

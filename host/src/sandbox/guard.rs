@@ -20,7 +20,7 @@ use sqlparser::ast::{ObjectName, ObjectNamePart};
 use sqlparser::dialect::{Dialect, PostgreSqlDialect, SQLiteDialect};
 use sqlparser::parser::Parser;
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
@@ -174,7 +174,7 @@ impl Guard {
 
     /// The verdict on `sql` if the guard has already judged that text (or
     /// it is too long to judge): no parse, so an async caller may take it inline.
-    pub fn remembered(&self, sql: &str) -> Option<Result<Ctes, Refusal>> {
+    pub fn remembered(&self, sql: &str) -> Option<Result<Approved, Refusal>> {
         if sql.len() > self.max_statement_bytes {
             return Some(self.approve(sql));
         }
@@ -187,7 +187,7 @@ impl Guard {
     /// A new text is parsed and walked here, which takes up to milliseconds:
     /// async callers use [`Guard::remembered`] first and run this on a
     /// blocking thread.
-    pub fn approve(&self, sql: &str) -> Result<Ctes, Refusal> {
+    pub fn approve(&self, sql: &str) -> Result<Approved, Refusal> {
         if sql.len() > self.max_statement_bytes {
             return Err(Refusal::Limit(format!(
                 "limits.max_statement_bytes: the statement is {} bytes; the limit is {}",
@@ -213,13 +213,13 @@ impl Guard {
     /// Parses and checks one statement text: its depth first, from its
     /// tokens, then the tree on a thread with a stack sized for that depth
     /// (see [`super::nesting`]), where the tree is also dropped.
-    fn judge(&self, sql: &str) -> Result<Ctes, Refusal> {
+    fn judge(&self, sql: &str) -> Result<Approved, Refusal> {
         refuse_nul(sql)?;
         super::nesting::check(dialect(self.backend), sql)?;
         super::nesting::on_guard_stack(|| self.judge_tree(sql))
     }
 
-    fn judge_tree(&self, sql: &str) -> Result<Ctes, Refusal> {
+    fn judge_tree(&self, sql: &str) -> Result<Approved, Refusal> {
         let statements = Parser::parse_sql(dialect(self.backend), sql).map_err(|e| {
             forbidden(format!(
                 "the statement guard cannot parse this statement ({e}); only single SELECT, INSERT, UPDATE \
@@ -237,6 +237,7 @@ impl Guard {
             }
         };
         let ctes = check_dml(statement, &self.owned, self.backend)?;
+        let mut insert = None;
         if self.backend == Backend::Sqlite {
             super::sqlite_work::check(statement, self.max_row_bytes)?;
         }
@@ -255,20 +256,24 @@ impl Guard {
                     )));
                 }
             }
+            insert = super::postgres::PlainInsert::of(sql).map(Arc::new);
         }
-        Ok(Ctes::from(ctes))
+        Ok(Approved {
+            ctes: Ctes::from(ctes),
+            insert,
+        })
     }
 }
 
 /// Statement text -> verdict, bounded in count and bytes.
 #[derive(Default)]
 struct Verdicts {
-    by_text: HashMap<String, Result<Ctes, Refusal>>,
+    by_text: HashMap<String, Result<Approved, Refusal>>,
     bytes: usize,
 }
 
 impl Verdicts {
-    fn remember(&mut self, sql: &str, verdict: Result<Ctes, Refusal>) {
+    fn remember(&mut self, sql: &str, verdict: Result<Approved, Refusal>) {
         if sql.len() > MAX_VERDICT_BYTES {
             return;
         }
@@ -293,6 +298,16 @@ pub fn refuse_nul(sql: &str) -> Result<(), Refusal> {
 
 /// The CTE names a statement defines.
 pub type Ctes = std::sync::Arc<[String]>;
+
+/// What the guard approved a statement with.
+#[derive(Debug, Clone)]
+pub struct Approved {
+    /// Its CTEs' names (SQLite's authorizer sees a read of a CTE as a read of that name).
+    pub ctes: Ctes,
+    /// PostgreSQL: it is a plain one-row INSERT, which the host may send
+    /// with others of the same text as one statement (see `db::deferred`).
+    pub insert: Option<Arc<super::postgres::PlainInsert>>,
+}
 
 pub(super) fn forbidden(message: impl Into<String>) -> Refusal {
     Refusal::Forbidden(message.into())

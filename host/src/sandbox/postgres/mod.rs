@@ -26,6 +26,9 @@
 //! there as a syntax error; nothing older reads differently.
 
 mod allowlists;
+mod plain_insert;
+
+pub use plain_insert::PlainInsert;
 
 use super::guard::Refusal;
 use super::walk::CAST_TYPES;

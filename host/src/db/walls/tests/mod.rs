@@ -483,3 +483,78 @@ async fn a_lost_sqlite_transaction_is_restarted_and_the_call_stays_walled_until_
 fn leaving_restores_the_hosts_search_path() {
     assert!(PG_LEAVE.contains(&format!("'search_path', '{HOST_SEARCH_PATH}'")));
 }
+
+/// PostgreSQL, an optimistic batch (issue 24): plain one-row INSERTs are held
+/// back and sent together, inside the walls, before the call's next other
+/// statement (which sees them) and before the host's; a failed call drops
+/// its held rows with the savepoint; a held row that fails when sent fails
+/// the batch as [`DbError::DeferredFailed`], for the pipeline to rerun call
+/// by call.
+#[tokio::test]
+async fn postgres_plain_inserts_of_shared_calls_go_out_together_and_in_order() {
+    let Some(db) = crate::db::test_support::postgres_db().await else {
+        return;
+    };
+    let h = handler(&db, "wt_defer").await;
+    let sql = "INSERT INTO wt_defer_t (a) VALUES ($1)";
+    let insert = std::sync::Arc::new(crate::sandbox::postgres::PlainInsert::of(sql).unwrap());
+    async fn call(
+        tx: &mut Tx,
+        insert: &std::sync::Arc<crate::sandbox::postgres::PlainInsert>,
+        a: i64,
+    ) -> Result<u64, DbError> {
+        tx.guest_execute_approved(
+            "INSERT INTO wt_defer_t (a) VALUES ($1)",
+            &[a.into()],
+            Some(insert),
+        )
+        .await
+    }
+    let mut tx = db.begin_guest(h.handler()).await.unwrap();
+    tx.share_guest_savepoint(true);
+    for a in 1..=3 {
+        tx.enter_guest(CALL, &h).await.unwrap();
+        tx.set_statement_savepoints(false);
+        assert_eq!(call(&mut tx, &insert, a).await.unwrap(), 1);
+        if a == 3 {
+            // The call's own read sees its rows and the earlier calls'.
+            let seen = tx
+                .guest_query("SELECT count(*) FROM wt_defer_t", &[], 10, 1 << 20)
+                .await
+                .unwrap();
+            assert_eq!(seen, vec![vec![SqlValue::Int64(3)]]);
+        }
+        tx.exit_guest(CALL, true).await.unwrap();
+    }
+    assert!(claim(&mut tx, "wt_defer", "e1").await.unwrap());
+    tx.commit().await.unwrap();
+    assert_eq!(rows(&db, &h).await, [1, 2, 3]);
+
+    // Held, then dropped with a failed call's savepoint (as every call that
+    // shares it is).
+    let mut tx = db.begin_guest(h.handler()).await.unwrap();
+    tx.share_guest_savepoint(true);
+    tx.enter_guest(CALL, &h).await.unwrap();
+    tx.set_statement_savepoints(false);
+    call(&mut tx, &insert, 4).await.unwrap();
+    tx.exit_guest(CALL, false).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(rows(&db, &h).await, [1, 2, 3]);
+
+    // A row that cannot be written (not an integer) fails only when sent.
+    let mut tx = db.begin_guest(h.handler()).await.unwrap();
+    tx.share_guest_savepoint(true);
+    tx.enter_guest(CALL, &h).await.unwrap();
+    tx.set_statement_savepoints(false);
+    call(&mut tx, &insert, 5).await.unwrap();
+    let text = tx
+        .guest_execute_approved(sql, &["five".into()], Some(&insert))
+        .await;
+    assert_eq!(text.unwrap(), 1, "held back, not sent yet");
+    tx.exit_guest(CALL, true).await.unwrap();
+    let err = claim(&mut tx, "wt_defer", "e2").await.unwrap_err();
+    assert!(matches!(err, DbError::DeferredFailed(_)), "{err}");
+    drop(tx);
+    assert_eq!(rows(&db, &h).await, [1, 2, 3]);
+    assert_eq!(claims(&db).await, ["e1"]);
+}

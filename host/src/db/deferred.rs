@@ -1,0 +1,106 @@
+//! PostgreSQL: a shared guest call's plain INSERTs, held back and sent as
+//! one multi-row statement (issue 24: one round trip per guest statement
+//! was the largest part of the host's CPU).
+//!
+//! Only in an optimistic batch, where the events' calls share one savepoint
+//! and any failure runs the whole batch again with a savepoint per call: a
+//! held-back row that fails when sent fails the batch that way, and the rerun
+//! sends every statement at once, where its error reaches its own event. The
+//! rows go out in their order, only consecutive ones of the same text
+//! together, and always inside the walls: before the call's next statement of
+//! another kind, and before any statement of the host's.
+
+use super::SqlValue;
+use crate::sandbox::postgres::PlainInsert;
+use std::sync::Arc;
+
+/// Rows held back at most: a statement of this many rows is sent at once.
+const MAX_ROWS: usize = 64;
+/// PostgreSQL's bound on the parameters of one statement.
+const MAX_PARAMS: usize = 65_535;
+
+/// Rows of one plain INSERT, not sent yet.
+pub struct Deferred {
+    /// The handler whose walls they are sent in (the text's tag).
+    pub handler: String,
+    text: String,
+    insert: Arc<PlainInsert>,
+    params: Vec<SqlValue>,
+    rows: usize,
+}
+
+impl Deferred {
+    pub fn new(handler: &str, text: &str, insert: Arc<PlainInsert>) -> Self {
+        Self {
+            handler: handler.to_owned(),
+            text: text.to_owned(),
+            insert,
+            params: Vec::new(),
+            rows: 0,
+        }
+    }
+
+    /// True if a row of `text` may join these.
+    pub fn takes(&self, handler: &str, text: &str) -> bool {
+        self.handler == handler && self.text == text && (self.rows + 1) * self.insert.params <= MAX_PARAMS
+    }
+
+    pub fn push(&mut self, params: &[SqlValue]) {
+        self.params.extend_from_slice(params);
+        self.rows += 1;
+    }
+
+    /// True once the rows fill a statement of their own.
+    pub fn full(&self) -> bool {
+        self.rows >= MAX_ROWS || (self.rows + 1) * self.insert.params > MAX_PARAMS
+    }
+
+    /// The statements that send them: the rows cut in powers of two, so a
+    /// connection prepares at most seven texts per INSERT, each reused.
+    pub fn statements(&self) -> Vec<(String, &[SqlValue])> {
+        let mut out = Vec::new();
+        let mut start = 0;
+        let mut left = self.rows;
+        while left > 0 {
+            let rows = 1 << left.ilog2();
+            let params = &self.params[start * self.insert.params..(start + rows) * self.insert.params];
+            out.push((self.insert.text(rows), params));
+            start += rows;
+            left -= rows;
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_go_out_in_order_in_powers_of_two() {
+        let insert = Arc::new(PlainInsert::of("INSERT INTO t (a) VALUES ($1)").unwrap());
+        let mut d = Deferred::new("h", "INSERT INTO t (a) VALUES ($1)", insert);
+        for i in 0..11 {
+            d.push(&[SqlValue::Int64(i)]);
+        }
+        let sent: Vec<(usize, Vec<i64>)> = d
+            .statements()
+            .into_iter()
+            .map(|(text, params)| {
+                let rows = text.matches('(').count() - 1;
+                let values = params
+                    .iter()
+                    .map(|p| match p {
+                        SqlValue::Int64(v) => *v,
+                        other => panic!("{other:?}"),
+                    })
+                    .collect();
+                (rows, values)
+            })
+            .collect();
+        assert_eq!(sent, vec![(8, (0..8).collect()), (2, vec![8, 9]), (1, vec![10])]);
+        assert!(d.takes("h", "INSERT INTO t (a) VALUES ($1)"));
+        assert!(!d.takes("h", "INSERT INTO t (b) VALUES ($1)"));
+        assert!(!d.takes("other", "INSERT INTO t (a) VALUES ($1)"));
+    }
+}
