@@ -188,7 +188,7 @@ fn attacks(brokers: &str, backend: Backend) -> Vec<(Value, &'static str)> {
             // The sixth adversarial read: reading an object into jsonb sorts
             // its keys, quadratic for a crafted order, without interruption.
             (
-                json!({ "attack": "query", "statement": "SELECT event_id::jsonb FROM hostile_effects" }),
+                json!({ "attack": "query", "statement": "SELECT event_id::json FROM hostile_effects" }),
                 "a cast to json or jsonb may take only a parameter or a literal",
             ),
             (

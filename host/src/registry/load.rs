@@ -31,6 +31,21 @@ pub async fn load_handler(
                 handler: handler.name.clone(),
                 source,
             })?;
+    let jsonb = migrate::jsonb_column(db, &handler.name)
+        .await
+        .map_err(|source| RegistryError::Tables {
+            handler: handler.name.clone(),
+            source,
+        })?;
+    if let Some(column) = jsonb {
+        return Err(RegistryError::Refused {
+            handler: handler.name.clone(),
+            reason: format!(
+                "column {column}: {} (ALTER its type to json, as the host's own login)",
+                crate::sandbox::postgres::JSONB_REFUSED
+            ),
+        });
+    }
     // The id names of its messages' possible consumers are the host's to write.
     crate::capabilities::outbox::register_id_source(&handler.event_id.header, &handler.event_id.json_field);
     // Before any event: the guard's work bound counts every row at this size.

@@ -47,6 +47,8 @@ pub enum RegistryError {
         "handler {handler}: cannot read from PostgreSQL's catalog what the statement guard needs: {source}"
     )]
     GuardCatalog { handler: String, source: DbError },
+    #[error("handler {handler}: {reason}")]
+    Refused { handler: String, reason: String },
     #[error("handler {handler}: {source}")]
     Load {
         handler: String,

@@ -404,6 +404,12 @@ pub async fn apply_one_reserving(
             // no statement names, so each table's own expressions must fit
             // the bound by themselves.
             if !changed.is_empty() {
+                if let Some(column) = row_bound::jsonb_column_in(tx, handler).await? {
+                    return Err(after(format!(
+                        "column {column}: {}",
+                        crate::sandbox::postgres::JSONB_REFUSED
+                    )));
+                }
                 if let Some(column) = row_bound::bare_numeric_in(tx, handler).await? {
                     return Err(after(format!(
                         "column {column} is a numeric without a precision: cast it, as in \
@@ -538,7 +544,7 @@ fn short(text: &str) -> String {
 
 mod row_bound;
 mod row_functions;
-pub use row_bound::{CONSTRAINT as ROW_BOUND, bound_rows, hidden_work};
+pub use row_bound::{CONSTRAINT as ROW_BOUND, bound_rows, hidden_work, jsonb_column};
 pub use row_functions::row_functions;
 
 #[cfg(test)]

@@ -218,6 +218,36 @@ pub async fn bare_numeric_in(tx: &mut Tx, handler: &str) -> Result<Option<String
     Ok(super::strings(rows).into_iter().next())
 }
 
+/// A column of the handler's tables whose type is jsonb (or an array or a
+/// domain of it), if any: see `sandbox::postgres::JSONB_REFUSED`. A table
+/// an older release let a migration make is caught here, when the handler loads.
+pub async fn jsonb_column_in(tx: &mut Tx, handler: &str) -> Result<Option<String>, DbError> {
+    let rows = tx
+        .query(
+            "SELECT c.relname || '.' || a.attname
+               FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
+               JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+               JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+              WHERE n.nspname = $1 AND a.attnum > 0 AND NOT a.attisdropped
+                AND 'pg_catalog.jsonb'::pg_catalog.regtype IN (t.oid, t.typelem, t.typbasetype)
+              LIMIT 1",
+            &[handler_schema(handler).as_str().into()],
+        )
+        .await?;
+    Ok(super::strings(rows).into_iter().next())
+}
+
+/// [`jsonb_column_in`] in a transaction of its own; `None` on SQLite.
+pub async fn jsonb_column(db: &Database, handler: &str) -> Result<Option<String>, DbError> {
+    if db.backend() != Backend::Postgres {
+        return Ok(None);
+    }
+    let mut tx = db.begin().await?;
+    let column = jsonb_column_in(&mut tx, handler).await?;
+    tx.commit().await?;
+    Ok(column)
+}
+
 /// The statement that (re)places the bound on a table, checked against every row.
 fn rebound(schema: &str, table: &str, limit: i64) -> String {
     let name = quote(table);

@@ -72,8 +72,23 @@ pub const OPERATORS: &[&str] = &[
     "#>", "#>>", "?",
 ];
 
-/// Functions of [`PURE_FUNCTIONS`] that PostgreSQL may not call, and why.
+/// Why `jsonb` is refused on PostgreSQL (regression, the tenth adversarial
+/// read, issue 23): reading a value into jsonb's tree, which a cast, jsonb's
+/// operators (`-`, `||`, `#-`) and the jsonb builders all do, takes up to
+/// about 200 bytes of memory per byte of text, held until the row ends. One
+/// row ran 7.5 s against a 5 s limit and grew its backend to 4 GB. `json`
+/// keeps the text and reads it as a stream, in the memory of its result.
+pub const JSONB_REFUSED: &str = "jsonb is not allowed on PostgreSQL: reading a value into jsonb (a cast, a \
+     jsonb column's operators, the jsonb builders) takes up to 200 bytes of memory per byte of text, held \
+     until the row ends, which neither work_mem nor a deadline bounds; use json";
+
+/// Functions of [`PURE_FUNCTIONS`] and [`TABLE_FUNCTIONS`] that PostgreSQL
+/// may not call, and why.
 const REFUSED_HERE: &[(&str, &str)] = &[
+    ("jsonb_build_array", JSONB_REFUSED),
+    ("jsonb_build_object", JSONB_REFUSED),
+    ("jsonb_each", JSONB_REFUSED),
+    ("jsonb_array_elements", JSONB_REFUSED),
     (
         "power",
         "on numeric it builds a number of up to 131,072 digits, whose arithmetic then takes seconds PostgreSQL \
@@ -549,6 +564,9 @@ fn check_cast(node: &Value) -> Result<(), Refusal> {
 
 fn check_type_name(type_name: Option<&Value>, what: &str) -> Result<(), Refusal> {
     let parts = strings(type_name.and_then(|t| t.get("names")));
+    if catalog_name(&parts) == Some("jsonb") {
+        return Err(forbidden(format!("{what} jsonb: {JSONB_REFUSED}")));
+    }
     let flag = |f: &str| type_name.and_then(|t| t.get(f)).and_then(Value::as_bool) == Some(true);
     let plain = catalog_name(&parts).filter(|name| {
         !flag("setof") && !flag("pct_type") && (INTERNAL_TYPES.contains(name) || CAST_TYPES.contains(name))
@@ -596,7 +614,7 @@ fn check_column_type(type_name: Option<&Value>) -> Result<(), Refusal> {
     if list("array_bounds") > 0 {
         return Err(forbidden(
             "a column of an array type is not allowed on PostgreSQL: an operator over an array (such as \
-             jsonb - text[]) loops over both sides without interruption; use a table of rows, or jsonb",
+             jsonb - text[]) loops over both sides without interruption; use a table of rows, or json",
         ));
     }
     let parts = strings(type_name.and_then(|t| t.get("names")));

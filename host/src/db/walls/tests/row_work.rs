@@ -492,3 +492,40 @@ async fn postgres_a_qualified_name_postgres_would_call_on_the_row_is_refused() {
     assert!(err.contains("json_build_array(t) on the whole row"), "{err}");
     guard.check("SELECT t.a FROM t WHERE t.a = $1").unwrap();
 }
+
+/// Regression (the tenth adversarial read, issue 23): a jsonb column lets
+/// one row's operators hold gigabytes. No migration can make one any more;
+/// a table an older release let one make is found when the handler loads
+/// (and it is then refused, see `registry::load`).
+#[tokio::test]
+async fn postgres_a_jsonb_column_is_refused_in_a_migration_and_found_at_load() {
+    let Some(db) = crate::db::test_support::postgres_db().await else {
+        return;
+    };
+    let name = "wt_jsonb";
+    migrate::prepare_handler(&db, name).await.unwrap();
+    let migration =
+        Migration::new("0001_init.sql", "CREATE TABLE t (a TEXT, j JSONB);\n".to_owned()).unwrap();
+    let mut tx = db.begin_migration(name).await.unwrap();
+    let err = migrate::apply_one(&mut tx, name, &migration)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("jsonb is not allowed on PostgreSQL"), "{err}");
+    tx.rollback().await.unwrap();
+    let migration = Migration::new("0001_init.sql", "CREATE TABLE t (a TEXT, j JSON);\n".to_owned()).unwrap();
+    let mut tx = db.begin_migration(name).await.unwrap();
+    assert!(migrate::apply_one(&mut tx, name, &migration).await.unwrap());
+    tx.commit().await.unwrap();
+    assert_eq!(migrate::jsonb_column(&db, name).await.unwrap(), None);
+    // As an older release's migration could have left it.
+    let mut tx = db.begin().await.unwrap();
+    tx.execute("ALTER TABLE handler_wt_jsonb.t ADD COLUMN old jsonb", &[])
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        migrate::jsonb_column(&db, name).await.unwrap().as_deref(),
+        Some("t.old")
+    );
+}
