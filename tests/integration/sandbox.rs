@@ -182,8 +182,14 @@ fn attacks(brokers: &str, backend: Backend) -> Vec<(Value, &'static str)> {
                 "limits.max_row_bytes",
             ),
             (
-                json!({ "attack": "query", "statement": "SELECT '{}'::jsonb - ARRAY['a'] FROM hostile_effects" }),
+                json!({ "attack": "query", "statement": "SELECT event_id || ARRAY['a'] FROM hostile_effects" }),
                 "an array is allowed only",
+            ),
+            // The tenth adversarial read: jsonb's operators rebuild a stored
+            // document in memory, gigabytes in one row.
+            (
+                json!({ "attack": "query", "statement": "SELECT ('{}'::jsonb - 'x') IS NULL FROM hostile_effects" }),
+                "jsonb is not allowed on PostgreSQL",
             ),
             // The sixth adversarial read: reading an object into jsonb sorts
             // its keys, quadratic for a crafted order, without interruption.
