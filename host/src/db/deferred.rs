@@ -16,6 +16,11 @@ use std::sync::Arc;
 
 /// Rows held back at most: a statement of this many rows is sent at once.
 const MAX_ROWS: usize = 64;
+/// Parameter bytes held back at most (each parameter is at most
+/// `limits.max_row_bytes`): past this the rows are sent, so the host never
+/// holds more than a few statements' worth (regression, the eleventh
+/// adversarial read: 64 rows of 100 MiB of parameters each).
+const MAX_BYTES: usize = 4 << 20;
 /// PostgreSQL's bound on the parameters of one statement.
 const MAX_PARAMS: usize = 65_535;
 
@@ -27,6 +32,7 @@ pub struct Deferred {
     insert: Arc<PlainInsert>,
     params: Vec<SqlValue>,
     rows: usize,
+    bytes: usize,
 }
 
 impl Deferred {
@@ -37,7 +43,15 @@ impl Deferred {
             insert,
             params: Vec::new(),
             rows: 0,
+            bytes: 0,
         }
+    }
+
+    /// True if `params` fill one row of `insert` exactly: any other count
+    /// runs as it is, for PostgreSQL to refuse (regression, the eleventh
+    /// read: too few panicked the host, too many shifted into the next row).
+    pub fn fits(insert: &PlainInsert, params: &[SqlValue]) -> bool {
+        params.len() == insert.params
     }
 
     /// True if a row of `text` may join these.
@@ -46,13 +60,15 @@ impl Deferred {
     }
 
     pub fn push(&mut self, params: &[SqlValue]) {
+        debug_assert!(Self::fits(&self.insert, params));
         self.params.extend_from_slice(params);
+        self.bytes += params.iter().map(SqlValue::size).sum::<usize>();
         self.rows += 1;
     }
 
-    /// True once the rows fill a statement of their own.
+    /// True once the rows fill a statement of their own, or hold enough bytes.
     pub fn full(&self) -> bool {
-        self.rows >= MAX_ROWS || (self.rows + 1) * self.insert.params > MAX_PARAMS
+        self.rows >= MAX_ROWS || (self.rows + 1) * self.insert.params > MAX_PARAMS || self.bytes >= MAX_BYTES
     }
 
     /// The statements that send them: the rows cut in powers of two, so a

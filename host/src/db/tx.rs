@@ -305,6 +305,7 @@ impl Tx {
         params: &[SqlValue],
         insert: Option<&Arc<PlainInsert>>,
     ) -> Result<u64, DbError> {
+        let insert = insert.filter(|insert| Deferred::fits(insert, params));
         if let (Some(insert), Some(handler)) = (insert, self.defers()) {
             let joins = self.deferred.as_ref().is_some_and(|d| d.takes(&handler, sql));
             if !joins {

@@ -25,7 +25,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, Stre
 use rdkafka::error::KafkaResult;
 use rdkafka::statistics::Statistics;
 use rdkafka::topic_partition_list::TopicPartitionList;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use tokio::sync::Notify;
 
@@ -42,8 +42,14 @@ pub struct InboxContext {
     /// The consumer this context belongs to, to split the queues of the
     /// partitions it is assigned (set by [`InboxContext::attach`]).
     consumer: OnceLock<Weak<InboxConsumer>>,
-    /// Partitions assigned, each with its queue, since the pump last asked.
-    assigned: Mutex<Vec<(PartitionKey, PartitionQueue)>>,
+    /// One queue per partition ever split, for the consumer's life: the
+    /// wake-up callback belongs to librdkafka's queue, not to a handle, so a
+    /// second handle's drop would silence the first (a partition revoked
+    /// and assigned again while its old task finished a batch then never
+    /// woke up). Cleared by [`InboxContext::release_queues`].
+    queues: Mutex<HashMap<PartitionKey, Arc<PartitionQueue>>>,
+    /// Partitions assigned since the pump last asked.
+    assigned: Mutex<Vec<PartitionKey>>,
     /// Partitions revoked since the pump last asked.
     revoked: Mutex<HashSet<PartitionKey>>,
     /// Woken when `assigned` or `revoked` changed.
@@ -64,8 +70,18 @@ impl InboxContext {
     }
 
     /// Partitions assigned since the pump last asked, each with its own queue.
-    pub fn take_assigned(&self) -> Vec<(PartitionKey, PartitionQueue)> {
-        std::mem::take(&mut *lock(&self.assigned))
+    pub fn take_assigned(&self) -> Vec<(PartitionKey, Arc<PartitionQueue>)> {
+        let keys = std::mem::take(&mut *lock(&self.assigned));
+        let queues = lock(&self.queues);
+        keys.into_iter()
+            .filter_map(|key| queues.get(&key).cloned().map(|queue| (key, queue)))
+            .collect()
+    }
+
+    /// Drops the queues, which hold the consumer: when its pump ends.
+    pub fn release_queues(&self) {
+        lock(&self.assigned).clear();
+        lock(&self.queues).clear();
     }
 
     /// Partitions revoked since the pump last asked: it drops what it buffered for them.
@@ -78,11 +94,19 @@ impl InboxContext {
         self.changed.notified().await;
     }
 
-    /// A queue of its own for one partition: its records no longer reach the
-    /// consumer's queue. `None` if the consumer is gone or not attached.
-    pub fn split(&self, topic: &str, partition: i32) -> Option<PartitionQueue> {
+    /// The queue of one partition, split off the consumer's the first time:
+    /// its records no longer reach the consumer's queue. `None` if the
+    /// consumer is gone or not attached.
+    pub fn split(&self, topic: &str, partition: i32) -> Option<Arc<PartitionQueue>> {
+        let key = (topic.to_owned(), partition);
+        let mut queues = lock(&self.queues);
+        if let Some(queue) = queues.get(&key) {
+            return Some(queue.clone());
+        }
         let consumer = self.consumer.get()?.upgrade()?;
-        consumer.split_partition_queue(topic, partition)
+        let queue = Arc::new(consumer.split_partition_queue(topic, partition)?);
+        queues.insert(key, queue.clone());
+        Some(queue)
     }
 }
 
@@ -130,7 +154,7 @@ impl ConsumerContext for InboxContext {
         let mut assigned = lock(&self.assigned);
         for e in tpl.elements() {
             match self.split(e.topic(), e.partition()) {
-                Some(queue) => assigned.push(((e.topic().to_owned(), e.partition()), queue)),
+                Some(_) => assigned.push((e.topic().to_owned(), e.partition())),
                 // Its records then reach the consumer's queue, where the pump
                 // finds them and tries the split again.
                 None => tracing::error!(
@@ -162,7 +186,7 @@ impl ConsumerContext for InboxContext {
                 let mut assigned = lock(&self.assigned);
                 for e in tpl.elements() {
                     let key = (e.topic().to_owned(), e.partition());
-                    assigned.retain(|(k, _)| *k != key);
+                    assigned.retain(|k| *k != key);
                     revoked.insert(key);
                     self.stats.forget_partition(e.topic(), e.partition());
                 }
@@ -238,6 +262,7 @@ pub fn create_consumer(
     let context = InboxContext {
         handler: handler.to_owned(),
         consumer: OnceLock::new(),
+        queues: Mutex::default(),
         assigned: Mutex::default(),
         revoked: Mutex::default(),
         changed: Notify::new(),

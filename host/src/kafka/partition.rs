@@ -81,7 +81,9 @@ struct BatchDone {
 
 pub(super) struct PartitionTask {
     key: PartitionKey,
-    queue: PartitionQueue,
+    /// Shared with the task before it, if the partition came back (see
+    /// `InboxContext::split`): that one reads no more once revoked.
+    queue: Arc<PartitionQueue>,
     shared: Arc<Shared>,
     /// The stored next offset as this task knows it (`None`: no row yet).
     next: Option<i64>,
@@ -99,7 +101,12 @@ pub(super) struct PartitionTask {
 }
 
 impl PartitionTask {
-    pub fn new(key: PartitionKey, queue: PartitionQueue, floor: Option<i64>, shared: Arc<Shared>) -> Self {
+    pub fn new(
+        key: PartitionKey,
+        queue: Arc<PartitionQueue>,
+        floor: Option<i64>,
+        shared: Arc<Shared>,
+    ) -> Self {
         Self {
             key,
             queue,
@@ -117,6 +124,9 @@ impl PartitionTask {
     pub async fn run(mut self, stops: Stops) {
         let linger = Duration::from_millis(self.shared.batching.linger_ms);
         loop {
+            if stops.revoked.is_cancelled() {
+                break;
+            }
             self.launch_if_due(linger, &stops.shutdown);
             let wake = match (&self.batch, self.since) {
                 (None, Some(since)) => Some(since + linger),
@@ -173,7 +183,8 @@ impl PartitionTask {
     async fn accept(&mut self, record: Record, stop: &CancellationToken) -> bool {
         self.shared.pipeline.stats().consumed();
         if self.fresh {
-            if !self.load_position(stop).await {
+            // Revoked while it read: a task that lost its partition must not seek it.
+            if !self.load_position(stop).await || stop.is_cancelled() {
                 return false;
             }
             self.fresh = false;
@@ -196,7 +207,7 @@ impl PartitionTask {
                 }
             }
         }
-        if self.next.is_some_and(|next| record.offset < next) {
+        if self.next.or(self.floor).is_some_and(|next| record.offset < next) {
             return true;
         }
         if self.buffer.is_empty() {
@@ -283,7 +294,7 @@ impl PartitionTask {
     async fn batch_done(&mut self, done: BatchDone, stop: &CancellationToken) -> bool {
         self.record_progress(&done);
         if done.end == BatchEnd::Fenced && done.generation == self.generation {
-            if !self.load_position(stop).await {
+            if !self.load_position(stop).await || stop.is_cancelled() {
                 return false;
             }
             if let Some(next) = self.next {

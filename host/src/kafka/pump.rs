@@ -105,8 +105,8 @@ impl Pump {
                 tracing::error!(handler, "a partition's task panicked: {error}");
             }
         }
-        // Queues split after the last look hold the consumer: let it go.
-        drop(self.consumer.context().take_assigned());
+        // The queues hold the consumer: let it go.
+        self.consumer.context().release_queues();
         // Leaving the group commits the offsets stored so far (auto commit,
         // see `create_consumer`), the last batches' included.
         self.consumer.unsubscribe();
@@ -133,7 +133,7 @@ impl Pump {
     fn start(
         &mut self,
         key: PartitionKey,
-        queue: PartitionQueue,
+        queue: Arc<PartitionQueue>,
         floor: Option<i64>,
         shutdown: &CancellationToken,
     ) {

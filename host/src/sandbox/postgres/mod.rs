@@ -67,9 +67,11 @@ const SINGLE_ARGUMENT: &[&str] = &["btrim", "ltrim", "rtrim", "trim"];
 /// regular expressions (`~`, `~*`, `!~`, `SIMILAR TO`), text search (`@@`),
 /// geometric and network operators.
 /// Not `^` either: on numeric it builds a number of up to 131,072 digits.
+/// Nor `?`: it exists only for jsonb, so PostgreSQL reads an untyped literal
+/// beside it as jsonb (see [`JSONB_REFUSED`]).
 pub const OPERATORS: &[&str] = &[
     "=", "<>", "<", ">", "<=", ">=", "+", "-", "*", "/", "%", "||", "&", "|", "#", "<<", ">>", "->", "->>",
-    "#>", "#>>", "?",
+    "#>", "#>>",
 ];
 
 /// Why `jsonb` is refused on PostgreSQL (regression, the tenth adversarial
@@ -521,6 +523,17 @@ fn check_operator_expr(node: &Value) -> Result<(), Refusal> {
         .and_then(|k| pg_query::protobuf::AExprKind::try_from(k).ok());
     use pg_query::protobuf::AExprKind as K;
     match kind {
+        Some(K::AexprOp)
+            if operator_is(node, "-")
+                && [node.get("lexpr"), node.get("rexpr")]
+                    .into_iter()
+                    .any(untyped_string) =>
+        {
+            Err(forbidden(
+                "an untyped string literal beside `-` is not allowed on PostgreSQL: with a text on the other \
+                 side it is read as jsonb (see jsonb); cast it, as in `CAST('2024-01-01' AS date) - 1`",
+            ))
+        }
         Some(K::AexprOp | K::AexprOpAny | K::AexprOpAll) => check_operator_name(node.get("name")),
         Some(K::AexprLike | K::AexprIlike) => Err(forbidden(
             "LIKE and ILIKE are not allowed: one call's time grows with both lengths and PostgreSQL does not \
@@ -540,6 +553,23 @@ fn check_operator_expr(node: &Value) -> Result<(), Refusal> {
         Some(K::AexprSimilar) => Err(forbidden("SIMILAR TO (a regular expression) is not allowed")),
         _ => Err(forbidden("this kind of operator expression is not allowed")),
     }
+}
+
+/// True if the operator expression's operator is `op` (or `pg_catalog.op`).
+fn operator_is(node: &Value, op: &str) -> bool {
+    catalog_name(&strings(node.get("name"))) == Some(op)
+}
+
+/// Regression (the eleventh adversarial read, issue 23): a string literal
+/// without a cast is of no type until its context gives it one, and
+/// `'[...]' - 'x'::text` made it jsonb (a tree of ~1 MB per call, held until
+/// the row ends).
+fn untyped_string(operand: Option<&Value>) -> bool {
+    operand
+        .and_then(|o| o.get("node"))
+        .and_then(|n| n.get("AConst"))
+        .and_then(|c| c.get("val"))
+        .is_some_and(|v| v.get("Sval").is_some())
 }
 
 fn check_operator_name(name: Option<&Value>) -> Result<(), Refusal> {

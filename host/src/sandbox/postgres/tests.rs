@@ -41,7 +41,7 @@ fn a_handlers_ordinary_statements_pass() {
     allowed(
         "SELECT trim(order_id), substring(order_id FROM 2 FOR 3), extract(year FROM now()) FROM invoices",
     );
-    allowed("SELECT CASE WHEN a IS NULL THEN 0 ELSE a END, payload ->> 'id', payload ? 'id' FROM t");
+    allowed("SELECT CASE WHEN a IS NULL THEN 0 ELSE a END, payload ->> 'id' FROM t");
     allowed("SELECT * FROM unnest($1::text[]) AS u(id) WHERE EXISTS (SELECT 1 FROM t WHERE t.id = u.id)");
     allowed("SELECT DATE '2020-01-01', INTERVAL '1 day', CURRENT_TIMESTAMP, $1::timestamptz");
     allowed("SELECT row_number() OVER (PARTITION BY a ORDER BY b) FROM t FOR UPDATE");
@@ -265,7 +265,7 @@ fn jsonb_is_refused_and_json_is_not() {
     for sql in [
         "SELECT $1::jsonb",
         "SELECT CAST($1 AS jsonb) ->> 'a'",
-        "SELECT '{}'::jsonb - 'x'",
+        "SELECT '{}'::jsonb - $1::text",
         "SELECT jsonb '[]'",
         "SELECT $1::jsonb[]",
         "SELECT jsonb_build_array(a) FROM t",
@@ -289,4 +289,20 @@ fn jsonb_is_refused_and_json_is_not() {
         }
     }
     assert_eq!(migration("CREATE TABLE docs (id BIGINT, body JSON)"), Ok(1));
+}
+
+/// Regression (the eleventh adversarial read, issue 23): an untyped string
+/// literal takes its type from its context, and beside `-` (with a text on
+/// the other side) or `?` that type is jsonb.
+#[test]
+fn no_untyped_literal_becomes_jsonb() {
+    for sql in [
+        "SELECT ('[[0],[0]]' - 'x'::text) IS NULL",
+        "SELECT '[1]' - ARRAY['x']",
+        "SELECT a - '[1]' FROM t",
+    ] {
+        refused(sql, "untyped string literal beside `-`");
+    }
+    refused("SELECT '{\"a\": 1}' ? 'a'", "operator ? is not allowed");
+    allowed("SELECT CAST('2024-01-02' AS date) - 1, a - 1, now() - interval '1 day', 'a' || b FROM t");
 }

@@ -557,4 +557,39 @@ async fn postgres_plain_inserts_of_shared_calls_go_out_together_and_in_order() {
     drop(tx);
     assert_eq!(rows(&db, &h).await, [1, 2, 3]);
     assert_eq!(claims(&db).await, ["e1"]);
+
+    // Regression (the eleventh adversarial read): a row of fewer or more
+    // parameters than the INSERT names is never held back (too few
+    // panicked the host when sent, too many shifted into the next row): it
+    // runs at once, as it would alone. PostgreSQL refuses too few and
+    // ignores parameters the text does not name.
+    let mut tx = db.begin_guest(h.handler()).await.unwrap();
+    tx.share_guest_savepoint(true);
+    tx.enter_guest(CALL, &h).await.unwrap();
+    tx.set_statement_savepoints(false);
+    call(&mut tx, &insert, 6).await.unwrap();
+    let err = tx
+        .guest_execute_approved(sql, &[], Some(&insert))
+        .await
+        .expect_err("no parameter for $1");
+    assert!(err.to_string().contains("parameter"), "{err}");
+    assert!(tx.take_statement_failed());
+    drop(tx);
+    let mut tx = db.begin_guest(h.handler()).await.unwrap();
+    tx.share_guest_savepoint(true);
+    tx.enter_guest(CALL, &h).await.unwrap();
+    tx.set_statement_savepoints(false);
+    call(&mut tx, &insert, 6).await.unwrap();
+    let extra = [SqlValue::Int64(7), SqlValue::Int64(8)];
+    assert_eq!(
+        tx.guest_execute_approved(sql, &extra, Some(&insert))
+            .await
+            .unwrap(),
+        1
+    );
+    call(&mut tx, &insert, 9).await.unwrap();
+    tx.exit_guest(CALL, true).await.unwrap();
+    assert!(claim(&mut tx, "wt_defer", "e3").await.unwrap());
+    tx.commit().await.unwrap();
+    assert_eq!(rows(&db, &h).await, [1, 2, 3, 6, 7, 9]);
 }
