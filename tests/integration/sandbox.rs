@@ -188,7 +188,7 @@ fn attacks(brokers: &str, backend: Backend) -> Vec<(Value, &'static str)> {
             // The tenth adversarial read: jsonb's operators rebuild a stored
             // document in memory, gigabytes in one row.
             (
-                json!({ "attack": "query", "statement": "SELECT ('{}'::jsonb - 'x') IS NULL FROM hostile_effects" }),
+                json!({ "attack": "query", "statement": "SELECT (event_id::jsonb - event_id) IS NULL FROM hostile_effects" }),
                 "jsonb is not allowed on PostgreSQL",
             ),
             // The sixth adversarial read: reading an object into jsonb sorts
