@@ -17,7 +17,10 @@
 
 use super::guard::Refusal;
 use super::guard::forbidden;
-use sqlparser::ast::{AlterTableOperation, ColumnOption, Expr, Statement, Visit, Visitor};
+use sqlparser::ast::{
+    AlterTableOperation, BinaryOperator, ColumnOption, Expr, Function, FunctionArguments, InTarget,
+    Statement, Visit, Visitor,
+};
 use std::ops::ControlFlow;
 
 /// Nanoseconds one call or operator may take per byte of its input.
@@ -39,9 +42,10 @@ pub fn check(statement: &Statement, row_bytes: usize) -> Result<(), Refusal> {
     let max = max_calls(row_bytes);
     if count.0 > max {
         return Err(Refusal::Limit(format!(
-            "this statement makes {} calls and operators; at limits.max_row_bytes = {row_bytes} at most {max} \
-             fit the time SQLite cannot interrupt (it looks at the deadline only between rows): split the \
-             statement, or lower limits.max_row_bytes",
+            "this statement makes {} calls and operators (each item of an IN list, each CASE arm and each \
+             argument of a call counts, a JSON builder's argument as 6, a JSON read as 3); at \
+             limits.max_row_bytes = {row_bytes} at most {max} fit the time SQLite cannot interrupt (it looks at \
+             the deadline only between rows): split the statement, or lower limits.max_row_bytes",
             count.0
         )));
     }
@@ -125,6 +129,15 @@ pub fn check_schema(statement: &Statement, row_bytes: usize) -> Result<(), Refus
     }
 }
 
+/// Calls a JSON builder's argument counts as: each is escaped into the
+/// result, up to six bytes (`\u0001`) per byte, and SQLite's buffer grows
+/// without a length check until the result is done (the twelfth adversarial
+/// read: `json_array` of 127 copies of 512 KiB, 1.0 s in one step, 406 MB).
+const JSON_ARGUMENT: u64 = 6;
+/// Calls a JSON read (`->`, `->>`, `json_extract`) counts as: parsing text
+/// JSON measured 10-12 ns per byte, twice [`NS_PER_BYTE`].
+const JSON_READ: u64 = 3;
+
 struct Count(u64);
 
 impl Visitor for Count {
@@ -133,14 +146,49 @@ impl Visitor for Count {
     // Every expression but a name or a literal counts: sqlparser has a node
     // of its own for many calls (`TRIM`, `SUBSTRING`, `IN (...)`), and a list
     // of the kinds that are calls missed some (the eighth adversarial read).
+    // And every item of a list counts too (the twelfth): `$2 IN ($1, $1, ...)`
+    // of 20,000 items over a 1 MiB value was one expression and ran 3.5 s in
+    // one step (SQLite builds the list's index as straight-line code), a CASE
+    // compares per arm, a call works per argument.
     fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<()> {
-        if !matches!(
-            expr,
-            Expr::Identifier(_) | Expr::CompoundIdentifier(_) | Expr::Value(_) | Expr::Nested(_)
-        ) {
-            self.0 += 1;
-        }
+        let units = match expr {
+            Expr::Identifier(_) | Expr::CompoundIdentifier(_) | Expr::Value(_) | Expr::Nested(_) => 0,
+            Expr::In {
+                target: InTarget::List(items),
+                ..
+            } => 1 + items.len() as u64,
+            Expr::Case { conditions, .. } => 1 + conditions.len() as u64,
+            Expr::Function(call) => function_units(call),
+            Expr::BinaryOp {
+                op: BinaryOperator::Arrow | BinaryOperator::LongArrow,
+                ..
+            } => JSON_READ,
+            _ => 1,
+        };
+        self.0 = self.0.saturating_add(units);
         ControlFlow::Continue(())
+    }
+}
+
+/// One per argument (at least one), JSON builders' arguments at
+/// [`JSON_ARGUMENT`] each, a JSON read at [`JSON_READ`].
+fn function_units(call: &Function) -> u64 {
+    let arguments = match &call.args {
+        FunctionArguments::List(list) => list.args.len() as u64,
+        FunctionArguments::Subquery(_) => 1,
+        FunctionArguments::None => 0,
+    };
+    let name = call
+        .name
+        .0
+        .last()
+        .and_then(|part| part.as_ident())
+        .map(|ident| ident.value.to_ascii_lowercase())
+        .unwrap_or_default();
+    match name.as_str() {
+        "json_array" | "json_object" => (arguments * JSON_ARGUMENT).max(1),
+        "json_extract" => JSON_READ * arguments.max(1),
+        _ => arguments.max(1),
     }
 }
 
@@ -153,6 +201,39 @@ mod tests {
     fn judged(sql: &str, row_bytes: usize) -> Result<(), Refusal> {
         let statements = Parser::parse_sql(&SQLiteDialect {}, sql).unwrap();
         check(&statements[0], row_bytes)
+    }
+
+    /// Regression (the twelfth adversarial read, issue 23): a list's items,
+    /// a CASE's arms and a call's arguments each work over a whole value.
+    #[test]
+    fn list_items_arms_and_arguments_count() {
+        let items = vec!["$1"; 200].join(", ");
+        let err = judged(&format!("SELECT $2 IN ({items})"), 1 << 20)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("201 calls"), "{err}");
+        let copies = vec!["s"; 20].join(", ");
+        for call in ["json_array", "json_object"] {
+            let err = judged(&format!("SELECT length({call}({copies})) FROM t"), 1 << 20)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("121 calls"), "{call}: {err}");
+        }
+        let arms: Vec<String> = (0..100).map(|i| format!("WHEN $1 THEN {i}")).collect();
+        assert!(judged(&format!("SELECT CASE $2 {} END", arms.join(" ")), 1 << 20).is_err());
+        let reads = vec!["s ->> '$.a'"; 40].join(", ");
+        assert!(judged(&format!("SELECT {reads} FROM t"), 1 << 20).is_err());
+        // What handlers write fits.
+        assert!(
+            judged(
+                "SELECT a FROM t WHERE a IN ($1, $2, $3) AND s ->> '$.k' = $4",
+                1 << 20
+            )
+            .is_ok()
+        );
+        assert!(judged("SELECT json_object('a', a, 'b', b) FROM t", 1 << 20).is_ok());
+        // With small rows, long lists fit.
+        assert!(judged(&format!("SELECT $2 IN ({items})"), 16 << 10).is_ok());
     }
 
     #[test]
