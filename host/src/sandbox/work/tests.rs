@@ -527,6 +527,17 @@ fn json_reads_only_what_the_host_counted_and_formats_stay_short() {
 
     allowed("SELECT to_timestamp($1, 'YYYY-MM-DD HH24:MI:SS'), to_timestamp($2::float8)");
     refused("SELECT to_timestamp($1, $2)", "needs a literal format");
+    // The thirteenth read: to_char's format fields each work over all of a
+    // numeric's (up to 131,001) digits.
+    allowed("SELECT to_char(amount, 'FM999G999D00'), to_char(now(), 'YYYY-MM-DD') FROM t");
+    refused(
+        "SELECT to_char(1.0, $1)",
+        "to_char(x, format) needs a literal format",
+    );
+    refused(
+        &format!("SELECT to_char(1.0, '9V{}')", "9".repeat(100)),
+        "to_char(x, format) needs a literal format",
+    );
     refused(
         &format!("SELECT to_timestamp($1, '{}')", "HH".repeat(40)),
         "needs a literal format",

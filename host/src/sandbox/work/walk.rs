@@ -434,8 +434,13 @@ impl Walk {
         self.charge(weight.saturating_mul(total(&args)));
         if name == "to_timestamp" && args.len() == 2 {
             // Each field of the format scans the rest of the input.
-            let format = short_literal_format(n.get("args"))?;
+            let format = short_literal_format(name, n.get("args"))?;
             self.charge(LIGHT.saturating_mul(args[0].bytes).saturating_mul(format));
+        }
+        if name == "to_char" && args.len() == 2 {
+            // Each field works over the whole number's digits (a short
+            // format: a few passes, within the call's own charge).
+            short_literal_format(name, n.get("args"))?;
         }
         let widest = args.iter().fold(Size::default(), |a, b| a.max(*b));
         if from_function {
