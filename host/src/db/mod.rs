@@ -8,7 +8,6 @@
 
 pub mod audit;
 pub mod dead_letters;
-mod deferred;
 pub mod inbox;
 pub mod invariants;
 mod logins;

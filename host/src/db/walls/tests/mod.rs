@@ -484,6 +484,15 @@ fn leaving_restores_the_hosts_search_path() {
     assert!(PG_LEAVE.contains(&format!("'search_path', '{HOST_SEARCH_PATH}'")));
 }
 
+/// A transaction in an optimistic batch's mode, inside one call of `h`.
+async fn shared_call(db: &Database, h: &Walls) -> Tx {
+    let mut tx = db.begin_guest(h.handler()).await.unwrap();
+    tx.share_guest_savepoint(true);
+    tx.enter_guest(CALL, h).await.unwrap();
+    tx.set_statement_savepoints(false);
+    tx
+}
+
 /// PostgreSQL, an optimistic batch (issue 24): plain one-row INSERTs are held
 /// back and sent together, inside the walls, before the call's next other
 /// statement (which sees them) and before the host's; a failed call drops
@@ -532,20 +541,14 @@ async fn postgres_plain_inserts_of_shared_calls_go_out_together_and_in_order() {
 
     // Held, then dropped with a failed call's savepoint (as every call that
     // shares it is).
-    let mut tx = db.begin_guest(h.handler()).await.unwrap();
-    tx.share_guest_savepoint(true);
-    tx.enter_guest(CALL, &h).await.unwrap();
-    tx.set_statement_savepoints(false);
+    let mut tx = shared_call(&db, &h).await;
     call(&mut tx, &insert, 4).await.unwrap();
     tx.exit_guest(CALL, false).await.unwrap();
     tx.commit().await.unwrap();
     assert_eq!(rows(&db, &h).await, [1, 2, 3]);
 
     // A row that cannot be written (not an integer) fails only when sent.
-    let mut tx = db.begin_guest(h.handler()).await.unwrap();
-    tx.share_guest_savepoint(true);
-    tx.enter_guest(CALL, &h).await.unwrap();
-    tx.set_statement_savepoints(false);
+    let mut tx = shared_call(&db, &h).await;
     call(&mut tx, &insert, 5).await.unwrap();
     let text = tx
         .guest_execute_approved(sql, &["five".into()], Some(&insert))
@@ -563,10 +566,7 @@ async fn postgres_plain_inserts_of_shared_calls_go_out_together_and_in_order() {
     // panicked the host when sent, too many shifted into the next row): it
     // runs at once, as it would alone. PostgreSQL refuses too few and
     // ignores parameters the text does not name.
-    let mut tx = db.begin_guest(h.handler()).await.unwrap();
-    tx.share_guest_savepoint(true);
-    tx.enter_guest(CALL, &h).await.unwrap();
-    tx.set_statement_savepoints(false);
+    let mut tx = shared_call(&db, &h).await;
     call(&mut tx, &insert, 6).await.unwrap();
     let err = tx
         .guest_execute_approved(sql, &[], Some(&insert))
@@ -575,10 +575,7 @@ async fn postgres_plain_inserts_of_shared_calls_go_out_together_and_in_order() {
     assert!(err.to_string().contains("parameter"), "{err}");
     assert!(tx.take_statement_failed());
     drop(tx);
-    let mut tx = db.begin_guest(h.handler()).await.unwrap();
-    tx.share_guest_savepoint(true);
-    tx.enter_guest(CALL, &h).await.unwrap();
-    tx.set_statement_savepoints(false);
+    let mut tx = shared_call(&db, &h).await;
     call(&mut tx, &insert, 6).await.unwrap();
     let extra = [SqlValue::Int64(7), SqlValue::Int64(8)];
     assert_eq!(

@@ -1,4 +1,4 @@
-//! PostgreSQL: a shared guest call's plain INSERTs, held back and sent as
+//! Part of [`Tx`], PostgreSQL: a shared guest call's plain INSERTs, held back and sent as
 //! one multi-row statement (issue 24: one round trip per guest statement
 //! was the largest part of the host's CPU).
 //!
@@ -10,7 +10,7 @@
 //! together, and always inside the walls: before the call's next statement of
 //! another kind, and before any statement of the host's.
 
-use super::SqlValue;
+use super::{Backend, DbError, SqlValue, Tx};
 use crate::sandbox::postgres::PlainInsert;
 use std::sync::Arc;
 
@@ -85,6 +85,52 @@ impl Deferred {
             left -= rows;
         }
         out
+    }
+}
+
+impl Tx {
+    /// The handler whose plain INSERTs may be held back now: a shared call,
+    /// on PostgreSQL, without statement savepoints, nothing failed yet.
+    pub(super) fn defers(&self) -> Option<String> {
+        let shared = self.backend() == Backend::Postgres
+            && self.walls.shares_savepoint()
+            && !self.statement_savepoints
+            && !self.statement_failed;
+        shared
+            .then(|| self.walls.handler_in_call().map(str::to_owned))
+            .flatten()
+    }
+
+    /// Sends the rows held back, inside the walls they were written in; a
+    /// failure is the call's (see [`Tx::take_statement_failed`]).
+    pub(super) async fn send_in_call(&mut self) -> Result<(), DbError> {
+        let result = self.send_deferred().await;
+        if result.is_err() {
+            self.statement_failed = true;
+        }
+        self.deadline_error(result).await
+    }
+
+    /// Before a statement of the host's: sends the rows held back, still
+    /// inside the walls of the call that lingers. A failure belongs to one
+    /// of the batch's calls, so the batch runs again call by call
+    /// ([`DbError::DeferredFailed`]).
+    pub(super) async fn send_before_host(&mut self) -> Result<(), DbError> {
+        self.send_deferred()
+            .await
+            .map_err(|error| DbError::DeferredFailed(error.to_string()))
+    }
+
+    async fn send_deferred(&mut self) -> Result<(), DbError> {
+        let Some(deferred) = self.deferred.take() else {
+            return Ok(());
+        };
+        for (text, params) in deferred.statements() {
+            let kinds: String = params.iter().map(SqlValue::kind_letter).collect();
+            let text = format!("/* {} {kinds} */ {text}", deferred.handler);
+            self.inner.run(&text, params, true).await?;
+        }
+        Ok(())
     }
 }
 

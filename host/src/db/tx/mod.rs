@@ -4,11 +4,14 @@
 //! sequence; while a guest runs, it is moved into the guest's store so the
 //! guest's statements land in it and in nothing else.
 
-use super::deferred::Deferred;
+mod deferred;
+mod gates;
+
 use super::value::{bind_postgres, bind_sqlite, decode_postgres, decode_sqlite};
 use super::walls::{Connection, WallState, Walls};
 use super::{Backend, DbError, SqlValue};
 use crate::sandbox::postgres::PlainInsert;
+use deferred::Deferred;
 use futures_util::TryStreamExt;
 use sqlx::{Postgres, Sqlite, SqliteConnection, Transaction};
 use std::sync::Arc;
@@ -166,84 +169,6 @@ impl Tx {
         Ok(())
     }
 
-    /// Calls one of the host's gate functions (PostgreSQL: see
-    /// migrations/postgres/0006_host_gates.sql) and returns its rows. `sql`
-    /// names the key `$1`; `params` are `$2` onwards. Outside the walls, as
-    /// every host statement.
-    pub(super) async fn gate(
-        &mut self,
-        sql: &str,
-        params: &[SqlValue],
-    ) -> Result<Vec<Vec<SqlValue>>, DbError> {
-        let params = self.keyed(params).await?;
-        self.query(sql, &params).await
-    }
-
-    /// As [`Tx::gate`], for a gate that returns nothing (`void`, which has no decoder).
-    pub(super) async fn gate_void(&mut self, sql: &str, params: &[SqlValue]) -> Result<(), DbError> {
-        let params = self.keyed(params).await?;
-        self.execute(sql, &params).await.map(drop)
-    }
-
-    /// One of the host's statements on a table of its own, as each backend
-    /// runs it: `sqlite` on SQLite, its `gate` on PostgreSQL (which names the
-    /// key `$1` and `params` from `$2`). Rows, as [`Tx::query`].
-    pub(super) async fn host_rows(
-        &mut self,
-        sqlite: &str,
-        gate: &str,
-        params: &[SqlValue],
-    ) -> Result<Vec<Vec<SqlValue>>, DbError> {
-        match self.backend() {
-            Backend::Postgres => self.gate(gate, params).await,
-            Backend::Sqlite => self.query(sqlite, params).await,
-        }
-    }
-
-    /// As [`Tx::host_rows`], for a write: rows changed (the gate returns them).
-    pub(super) async fn host_count(
-        &mut self,
-        sqlite: &str,
-        gate: &str,
-        params: &[SqlValue],
-    ) -> Result<u64, DbError> {
-        match self.backend() {
-            Backend::Postgres => self.gate_count(gate, params).await,
-            Backend::Sqlite => self.execute(sqlite, params).await,
-        }
-    }
-
-    /// As [`Tx::host_rows`], for a write whose count nobody needs (a `void` gate).
-    pub(super) async fn host_write(
-        &mut self,
-        sqlite: &str,
-        gate: &str,
-        params: &[SqlValue],
-    ) -> Result<(), DbError> {
-        match self.backend() {
-            Backend::Postgres => self.gate_void(gate, params).await,
-            Backend::Sqlite => self.execute(sqlite, params).await.map(drop),
-        }
-    }
-
-    /// The host's key, then `params`.
-    async fn keyed(&self, params: &[SqlValue]) -> Result<Vec<SqlValue>, DbError> {
-        let Some(gate) = &self.gate else {
-            unreachable!("only PostgreSQL transactions call the gates");
-        };
-        let mut all = Vec::with_capacity(params.len() + 1);
-        all.push(SqlValue::Text(gate.key.secret(&gate.host).await?.to_owned()));
-        all.extend_from_slice(params);
-        Ok(all)
-    }
-
-    /// As [`Tx::gate`], for a gate that returns one integer (rows changed).
-    pub(super) async fn gate_count(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, DbError> {
-        let rows = self.gate(sql, params).await?;
-        let count = rows.first().and_then(|r| r.first()).and_then(SqlValue::as_i64);
-        Ok(count.unwrap_or(0).max(0) as u64)
-    }
-
     pub(super) fn holding(mut self, writer: Option<OwnedSemaphorePermit>) -> Self {
         self._writer = writer;
         self
@@ -372,50 +297,6 @@ impl Tx {
     pub async fn migration_execute(&mut self, sql: &str) -> Result<u64, DbError> {
         let result = self.inner.run(sql, &[], false).await;
         self.deadline_error(result).await
-    }
-
-    /// The handler whose plain INSERTs may be held back now: a shared call,
-    /// on PostgreSQL, without statement savepoints, nothing failed yet.
-    fn defers(&self) -> Option<String> {
-        let shared = self.backend() == Backend::Postgres
-            && self.walls.shares_savepoint()
-            && !self.statement_savepoints
-            && !self.statement_failed;
-        shared
-            .then(|| self.walls.handler_in_call().map(str::to_owned))
-            .flatten()
-    }
-
-    /// Sends the rows held back, inside the walls they were written in; a
-    /// failure is the call's (see [`Tx::take_statement_failed`]).
-    async fn send_in_call(&mut self) -> Result<(), DbError> {
-        let result = self.send_deferred().await;
-        if result.is_err() {
-            self.statement_failed = true;
-        }
-        self.deadline_error(result).await
-    }
-
-    /// Before a statement of the host's: sends the rows held back, still
-    /// inside the walls of the call that lingers. A failure belongs to one
-    /// of the batch's calls, so the batch runs again call by call
-    /// ([`DbError::DeferredFailed`]).
-    async fn send_before_host(&mut self) -> Result<(), DbError> {
-        self.send_deferred()
-            .await
-            .map_err(|error| DbError::DeferredFailed(error.to_string()))
-    }
-
-    async fn send_deferred(&mut self) -> Result<(), DbError> {
-        let Some(deferred) = self.deferred.take() else {
-            return Ok(());
-        };
-        for (text, params) in deferred.statements() {
-            let kinds: String = params.iter().map(SqlValue::kind_letter).collect();
-            let text = format!("/* {} {kinds} */ {text}", deferred.handler);
-            self.inner.run(&text, params, true).await?;
-        }
-        Ok(())
     }
 
     /// PostgreSQL keeps one prepared statement per text and connection, with
