@@ -15,11 +15,12 @@
 //! held to the same budget, and its tables' and views' own expressions to
 //! the rules of [`check_schema`].
 
+use super::TABLE_FUNCTIONS;
 use super::guard::Refusal;
 use super::guard::forbidden;
 use sqlparser::ast::{
     AlterTableOperation, BinaryOperator, ColumnOption, Expr, Function, FunctionArguments, InTarget,
-    Statement, Visit, Visitor,
+    Statement, TableFactor, Visit, Visitor,
 };
 use std::ops::ControlFlow;
 
@@ -43,7 +44,8 @@ pub fn check(statement: &Statement, row_bytes: usize) -> Result<(), Refusal> {
     if count.0 > max {
         return Err(Refusal::Limit(format!(
             "this statement makes {} calls and operators (each item of an IN list, each CASE arm and each \
-             argument of a call counts, a JSON builder's argument as 6, a JSON read as 3); at \
+             argument of a call counts, a JSON builder's argument as 6, a JSON read or a table function \
+             such as json_each as 3); at \
              limits.max_row_bytes = {row_bytes} at most {max} fit the time SQLite cannot interrupt (it looks at \
              the deadline only between rows): split the statement, or lower limits.max_row_bytes",
             count.0
@@ -168,6 +170,42 @@ impl Visitor for Count {
         self.0 = self.0.saturating_add(units);
         ControlFlow::Continue(())
     }
+
+    // A table function in FROM parses its whole argument when its cursor
+    // opens, and keeps the parse until the statement ends; opening the
+    // cursors of a join down to its first row is straight-line code (the
+    // fourteenth adversarial read: 1,008 `json_each($1)` over a 1 MiB array,
+    // behind `LIMIT 1`, ran 7 s against a 50 ms deadline, and 1,890 took
+    // 3.9 GB). Each counts as a JSON read, written with its arguments or
+    // with them as constraints on its hidden columns (`FROM json_each AS j
+    // WHERE j.json = $1`), which is why the name decides, not the arguments.
+    fn pre_visit_table_factor(&mut self, factor: &TableFactor) -> ControlFlow<()> {
+        let units = match factor {
+            TableFactor::Table { name, args, .. } => {
+                let table_function = name
+                    .0
+                    .last()
+                    .and_then(|part| part.as_ident())
+                    .is_some_and(|ident| {
+                        TABLE_FUNCTIONS
+                            .iter()
+                            .any(|f| ident.value.eq_ignore_ascii_case(f))
+                    });
+                match args {
+                    Some(args) => JSON_READ * (args.args.len() as u64).max(1),
+                    None if table_function => JSON_READ,
+                    None => 0,
+                }
+            }
+            TableFactor::Function { args, .. } => JSON_READ * (args.len() as u64).max(1),
+            TableFactor::TableFunction { .. }
+            | TableFactor::UNNEST { .. }
+            | TableFactor::JsonTable { .. } => JSON_READ,
+            _ => 0,
+        };
+        self.0 = self.0.saturating_add(units);
+        ControlFlow::Continue(())
+    }
 }
 
 /// One per argument (at least one), JSON builders' arguments at
@@ -234,6 +272,47 @@ mod tests {
         assert!(judged("SELECT json_object('a', a, 'b', b) FROM t", 1 << 20).is_ok());
         // With small rows, long lists fit.
         assert!(judged(&format!("SELECT $2 IN ({items})"), 16 << 10).is_ok());
+    }
+
+    /// Regression (the fourteenth adversarial read, issue 23): each table
+    /// function in FROM parses its argument as its cursor opens, behind any
+    /// LIMIT, nested or not, with its arguments or through hidden columns.
+    #[test]
+    fn table_functions_in_from_count_as_json_reads() {
+        let cursors = |n: usize| {
+            (0..n)
+                .map(|i| format!("json_each($1) a{i}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let err = judged(
+            &format!("SELECT (SELECT 1 FROM {} LIMIT 1)", cursors(40)),
+            1 << 20,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("121 calls") && err.contains("json_each"), "{err}");
+        let nested = format!(
+            "SELECT (SELECT 1 FROM {}, (SELECT 1 FROM {} LIMIT 1) d LIMIT 1)",
+            cursors(20),
+            cursors(20)
+        );
+        assert!(judged(&nested, 1 << 20).is_err(), "nested cursors add up");
+        let hidden = (0..40)
+            .map(|i| format!("json_tree AS t{i}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let wheres = (0..40)
+            .map(|i| format!("t{i}.json = $1"))
+            .collect::<Vec<_>>()
+            .join(" AND ");
+        assert!(
+            judged(&format!("SELECT 1 FROM {hidden} WHERE {wheres} LIMIT 1"), 1 << 20).is_err(),
+            "arguments given as hidden columns"
+        );
+        // What handlers write fits.
+        assert!(judged("SELECT j.value FROM json_each($1) AS j WHERE j.key = $2", 1 << 20).is_ok());
+        assert!(judged("SELECT a FROM t, json_each(t.s) AS j WHERE j.value = $1", 1 << 20).is_ok());
     }
 
     #[test]

@@ -57,6 +57,17 @@ const ALTER_FUNCTIONS: &[&str] = &[
     "sqlite_drop_column",
 ];
 
+/// SQLITE_LIMIT_COLUMN inside the walls: the most columns a result row, a
+/// table, an index, an ORDER BY or a GROUP BY may have. Each value is held
+/// to `limits.max_row_bytes` by SQLITE_LIMIT_LENGTH, but a row is not, and
+/// the host copies every value of a returned row (sqlx duplicates it, then
+/// the host decodes it) before it can compare the row with
+/// `limits.max_result_bytes`: `SELECT $1, $1, ...` 2,000 times over a 1 MiB
+/// parameter took SQLite 6 ms and would have been 4 GB of host memory, after
+/// the last deadline check (the fourteenth adversarial read, issue 23). As
+/// many as PostgreSQL's row cap (`work::VALUE_ROWS` rows at the bound).
+pub const MAX_COLUMNS: c_int = crate::sandbox::work::VALUE_ROWS as c_int;
+
 /// One handler's allowlist.
 #[derive(Debug, Clone)]
 pub struct Policy {
@@ -176,6 +187,8 @@ pub struct ConnectionWalls {
     /// SQLITE_LIMIT_LENGTH outside the walls (the host stores components of
     /// up to `admin.max_component_mb`), restored when they come down.
     host_max_length: c_int,
+    /// SQLITE_LIMIT_COLUMN outside the walls, restored when they come down.
+    host_max_columns: c_int,
     policy: Mutex<Option<Arc<Policy>>>,
     /// The CTE names of the statement about to run (see [`Policy::decide`]).
     ctes: Mutex<Ctes>,
@@ -192,7 +205,7 @@ pub struct ConnectionWalls {
 impl ConnectionWalls {
     /// Puts a handler's walls up until [`ConnectionWalls::leave`].
     pub fn enter(&self, policy: Arc<Policy>, deadline: Instant) {
-        self.set_max_length(policy.max_length);
+        self.set_limits(policy.max_length, MAX_COLUMNS);
         *self.policy.lock().unwrap_or_else(|p| p.into_inner()) = Some(policy);
         *self.creating.lock().unwrap_or_else(|p| p.into_inner()) = Creating::default();
         self.interrupted.store(false, Ordering::Relaxed);
@@ -207,7 +220,7 @@ impl ConnectionWalls {
     /// Takes the walls down: the host's own statements run unrestricted.
     pub fn leave(&self) {
         self.set_ctes(Ctes::from([]));
-        self.set_max_length(self.host_max_length);
+        self.set_limits(self.host_max_length, self.host_max_columns);
         self.deadline.store(0, Ordering::Relaxed);
         *self.policy.lock().unwrap_or_else(|p| p.into_inner()) = None;
         *self.creating.lock().unwrap_or_else(|p| p.into_inner()) = Creating::default();
@@ -215,12 +228,16 @@ impl ConnectionWalls {
 
     /// Only between statements, by the transaction that owns the connection:
     /// sqlx's worker thread is idle then, and its next command is ordered after this.
-    fn set_max_length(&self, length: c_int) {
+    fn set_limits(&self, length: c_int, columns: c_int) {
         if self.db != 0 {
+            let db = self.db as *mut ffi::sqlite3;
             // SAFETY: `db` is the open connection `install` was given (a
-            // connection's walls live as long as the process); the limit is a
-            // plain setting read when the next statement runs.
-            unsafe { ffi::sqlite3_limit(self.db as *mut ffi::sqlite3, ffi::SQLITE_LIMIT_LENGTH, length) };
+            // connection's walls live as long as the process); the limits are
+            // plain settings read when the next statement is prepared or runs.
+            unsafe {
+                ffi::sqlite3_limit(db, ffi::SQLITE_LIMIT_LENGTH, length);
+                ffi::sqlite3_limit(db, ffi::SQLITE_LIMIT_COLUMN, columns);
+            }
         }
     }
 
@@ -228,7 +245,7 @@ impl ConnectionWalls {
     /// it does so when a *writing* statement is interrupted (here, at the
     /// deadline), whatever savepoints were open.
     pub fn in_transaction(&self) -> bool {
-        // SAFETY: as in `set_max_length`; reading the autocommit flag.
+        // SAFETY: as in `set_limits`; reading the autocommit flag.
         self.db == 0 || unsafe { ffi::sqlite3_get_autocommit(self.db as *mut ffi::sqlite3) } == 0
     }
 
@@ -347,10 +364,16 @@ fn registry() -> &'static Mutex<HashMap<usize, &'static ConnectionWalls>> {
 /// `db` must be a valid, open SQLite connection handle, used by no other thread meanwhile.
 pub unsafe fn install(db: *mut ffi::sqlite3) {
     // SAFETY: the caller guarantees `db`; a negative value only reads the limit.
-    let host_max_length = unsafe { ffi::sqlite3_limit(db, ffi::SQLITE_LIMIT_LENGTH, -1) };
+    let (host_max_length, host_max_columns) = unsafe {
+        (
+            ffi::sqlite3_limit(db, ffi::SQLITE_LIMIT_LENGTH, -1),
+            ffi::sqlite3_limit(db, ffi::SQLITE_LIMIT_COLUMN, -1),
+        )
+    };
     let walls: &'static ConnectionWalls = Box::leak(Box::new(ConnectionWalls {
         db: db as usize,
         host_max_length,
+        host_max_columns,
         ..ConnectionWalls::default()
     }));
     let user = walls as *const ConnectionWalls as *mut c_void;

@@ -478,6 +478,44 @@ async fn a_lost_sqlite_transaction_is_restarted_and_the_call_stays_walled_until_
     );
 }
 
+/// Regression (the fourteenth adversarial read, issue 23): SQLite bounds
+/// each value but not a row, and the host copies a returned row twice
+/// before it can weigh it; inside the walls a row has at most
+/// `MAX_COLUMNS` columns, outside them the host's own statements have
+/// SQLite's usual limit again.
+#[tokio::test]
+async fn sqlite_rows_inside_the_walls_have_at_most_max_columns() {
+    use crate::sandbox::authorizer::MAX_COLUMNS;
+    let db = sqlite_db().await;
+    let h = handler(&db, "wt_wide").await;
+    let select = |columns: std::ffi::c_int| format!("SELECT {}", vec!["$1"; columns as usize].join(", "));
+    let mut tx = db.begin_write().await.unwrap();
+    tx.enter_guest(CALL, &h).await.unwrap();
+    let value = SqlValue::from("x".repeat(1000));
+    let err = tx
+        .guest_query(
+            &select(MAX_COLUMNS + 1),
+            std::slice::from_ref(&value),
+            10,
+            1 << 20,
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("too many columns"), "{err}");
+    let rows = tx
+        .guest_query(&select(MAX_COLUMNS), std::slice::from_ref(&value), 10, 1 << 20)
+        .await
+        .unwrap();
+    assert_eq!(rows[0].len(), MAX_COLUMNS as usize);
+    tx.exit_guest(CALL, true).await.unwrap();
+    let host = tx
+        .query(&select(200), std::slice::from_ref(&value))
+        .await
+        .unwrap();
+    assert_eq!(host[0].len(), 200, "the host's own statements are not held to it");
+    tx.commit().await.unwrap();
+}
+
 /// The PostgreSQL leave statement puts back the host's own search path.
 #[test]
 fn leaving_restores_the_hosts_search_path() {
