@@ -20,7 +20,7 @@ use super::guard::Refusal;
 use super::guard::forbidden;
 use sqlparser::ast::{
     AlterTableOperation, BinaryOperator, ColumnOption, Expr, Function, FunctionArguments, InTarget,
-    Statement, TableFactor, Visit, Visitor,
+    ObjectName, Statement, TableFactor, Visit, Visitor,
 };
 use std::ops::ControlFlow;
 
@@ -181,21 +181,11 @@ impl Visitor for Count {
     // WHERE j.json = $1`), which is why the name decides, not the arguments.
     fn pre_visit_table_factor(&mut self, factor: &TableFactor) -> ControlFlow<()> {
         let units = match factor {
-            TableFactor::Table { name, args, .. } => {
-                let table_function = name
-                    .0
-                    .last()
-                    .and_then(|part| part.as_ident())
-                    .is_some_and(|ident| {
-                        TABLE_FUNCTIONS
-                            .iter()
-                            .any(|f| ident.value.eq_ignore_ascii_case(f))
-                    });
-                match args {
-                    Some(args) => JSON_READ * (args.args.len() as u64).max(1),
-                    None if table_function => JSON_READ,
-                    None => 0,
-                }
+            TableFactor::Table { args: Some(args), .. } => JSON_READ * (args.args.len() as u64).max(1),
+            TableFactor::Table { name, args: None, .. }
+                if TABLE_FUNCTIONS.contains(&last_name(name).as_str()) =>
+            {
+                JSON_READ
             }
             TableFactor::Function { args, .. } => JSON_READ * (args.len() as u64).max(1),
             TableFactor::TableFunction { .. }
@@ -216,18 +206,20 @@ fn function_units(call: &Function) -> u64 {
         FunctionArguments::Subquery(_) => 1,
         FunctionArguments::None => 0,
     };
-    let name = call
-        .name
-        .0
-        .last()
-        .and_then(|part| part.as_ident())
-        .map(|ident| ident.value.to_ascii_lowercase())
-        .unwrap_or_default();
-    match name.as_str() {
+    match last_name(&call.name).as_str() {
         "json_array" | "json_object" => (arguments * JSON_ARGUMENT).max(1),
         "json_extract" => JSON_READ * arguments.max(1),
         _ => arguments.max(1),
     }
+}
+
+/// The last part of a (possibly qualified) name, lower-cased.
+fn last_name(name: &ObjectName) -> String {
+    name.0
+        .last()
+        .and_then(|part| part.as_ident())
+        .map(|ident| ident.value.to_ascii_lowercase())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
