@@ -7,7 +7,8 @@
 //! looks before it starts: if any exists, it refuses to start and names each
 //! object, with what to do. The host itself creates none of these.
 
-use super::{Backend, Database, DbError, SqlValue};
+use super::columns::Columns;
+use super::{Backend, Database, DbError};
 
 /// PostgreSQL: functions, procedures and aggregates, operators, triggers,
 /// rules (other than a view's own) and row-level policies, in a handler's
@@ -41,12 +42,11 @@ pub async fn planted_code(db: &Database) -> Result<Vec<String>, DbError> {
         Backend::Sqlite => SQLITE_PLANTED,
         Backend::Postgres => POSTGRES_PLANTED,
     };
-    Ok(db
-        .query(sql, &[])
+    db.query(sql, &[])
         .await?
         .into_iter()
-        .filter_map(|r| r.first().and_then(SqlValue::as_str).map(str::to_owned))
-        .collect())
+        .map(|row| Ok(Columns::new("planted object", row).text("name")?))
+        .collect()
 }
 
 #[cfg(test)]

@@ -4,7 +4,8 @@
 //! inspected and replayed. The caller writes it in the same transaction as the
 //! inbox row with status `dead` and the offset, so "parked" is atomic.
 
-use super::{Database, DbError, SqlValue, Tx, in_list, now_ms};
+use super::columns::Columns;
+use super::{Database, DbError, DecodeError, SqlValue, Tx, in_list, now_ms};
 use std::collections::BTreeMap;
 
 /// Why an event was parked. The kind is stable text for scripts; the message is for people.
@@ -193,49 +194,51 @@ pub fn parse_headers(json: &str) -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
-fn decode(row: Vec<SqlValue>) -> Option<Row> {
-    let mut v = row.into_iter();
-    let mut next = || v.next().unwrap_or(SqlValue::Null);
-    let text = |v: SqlValue| match v {
-        SqlValue::Text(s) => Some(s),
-        _ => None,
+/// One dead letter; `None` for a reason kind this version does not know
+/// (only a newer host writes one: during a rolling upgrade it is skipped
+/// with a warning rather than failing every list). Anything else that
+/// cannot be read is an error.
+fn decode(row: Vec<SqlValue>) -> Result<Option<Row>, DecodeError> {
+    let mut c = Columns::new("dead_letters row", row);
+    let id = c.int("id")?;
+    let handler = c.text("handler")?;
+    let event_id = c.opt_text("event_id")?;
+    let topic = c.text("topic")?;
+    let partition = c.int("partition")?;
+    let partition = i32::try_from(partition)
+        .map_err(|_| c.wrong("partition", "a partition number", "a larger integer"))?;
+    let offset = c.int("offset")?;
+    let key = c.opt_blob("key")?;
+    let payload = c.opt_blob("payload")?.unwrap_or_default();
+    let headers = parse_headers(&c.opt_text("headers")?.unwrap_or_default());
+    let kind = c.text("kind")?;
+    let Some(kind) = ReasonKind::parse(&kind) else {
+        tracing::warn!(
+            id,
+            kind,
+            "a dead letter whose reason kind this version does not know is not shown"
+        );
+        return Ok(None);
     };
-    let int = |v: SqlValue| v.as_i64();
-    let blob = |v: SqlValue| match v {
-        SqlValue::Blob(b) => Some(b),
-        SqlValue::Text(s) => Some(s.into_bytes()),
-        _ => None,
-    };
-    Some(Row {
-        id: int(next())?,
-        handler: text(next())?,
-        event_id: text(next()),
-        topic: text(next())?,
-        partition: int(next())? as i32,
-        offset: int(next())?,
-        key: blob(next()),
-        payload: blob(next()).unwrap_or_default(),
-        headers: parse_headers(&text(next()).unwrap_or_default()),
-        kind: {
-            let kind = text(next())?;
-            // Only another version of the host writes a kind this one does not know.
-            let Some(known) = ReasonKind::parse(&kind) else {
-                tracing::warn!(
-                    kind,
-                    "a dead letter whose reason kind this version does not know is not shown"
-                );
-                return None;
-            };
-            known
-        },
-        reason: text(next())?,
-        attempts: int(next())?,
-        handler_version: text(next()),
-        first_failed_at: int(next())?,
-        last_failed_at: int(next())?,
-        resolution: text(next()),
-        resolved_at: int(next()),
-    })
+    Ok(Some(Row {
+        id,
+        handler,
+        event_id,
+        topic,
+        partition,
+        offset,
+        key,
+        payload,
+        headers,
+        kind,
+        reason: c.text("reason")?,
+        attempts: c.int("attempts")?,
+        handler_version: c.opt_text("handler_version")?,
+        first_failed_at: c.int("first_failed_at")?,
+        last_failed_at: c.int("last_failed_at")?,
+        resolution: c.opt_text("resolution")?,
+        resolved_at: c.opt_int("resolved_at")?,
+    }))
 }
 
 pub async fn find(db: &Database, filter: &Filter<'_>) -> Result<Vec<Row>, DbError> {
@@ -277,12 +280,11 @@ pub async fn find(db: &Database, filter: &Filter<'_>) -> Result<Vec<Row>, DbErro
     if let Some(limit) = filter.limit {
         sql.push_str(&format!(" LIMIT {limit}"));
     }
-    Ok(db
-        .query(&sql, &params)
-        .await?
-        .into_iter()
-        .filter_map(decode)
-        .collect())
+    let mut letters = Vec::new();
+    for row in db.query(&sql, &params).await? {
+        letters.extend(decode(row)?);
+    }
+    Ok(letters)
 }
 
 /// Marks a parked dead letter resolved; `false` if it already was (another
@@ -422,6 +424,41 @@ mod tests {
         assert_eq!(
             headers_json(&headers),
             r#"[{"name":"trace","value":"abc"},{"hex":"ff00","name":"bin"}]"#
+        );
+    }
+
+    /// A dead letter the host cannot read back fails the list with the
+    /// column's name: before, `find` skipped it, and an operator never saw
+    /// the event again.
+    #[tokio::test]
+    async fn a_dead_letter_that_cannot_be_read_fails_the_list_naming_its_column() {
+        let db = sqlite_db().await;
+        let mut tx = db.begin().await.unwrap();
+        let letter = DeadLetter {
+            handler: "billing",
+            event_id: Some("e"),
+            topic: "orders",
+            partition: 0,
+            offset: 1,
+            key: None,
+            payload: b"{}",
+            headers: &[],
+            kind: ReasonKind::Rejected,
+            reason: "no",
+            attempts: 1,
+            handler_version: None,
+            first_failed_at: now_ms(),
+        };
+        insert(&mut tx, &letter).await.unwrap();
+        // SQLite keeps text in an INTEGER column: a damaged row.
+        tx.execute("UPDATE dead_letters SET attempts = 'many'", &[])
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        let err = list(&db, "billing").await.unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "reading a dead_letters row: column attempts holds text where an integer was expected"
         );
     }
 

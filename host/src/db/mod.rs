@@ -7,6 +7,7 @@
 //! decides policy: errors go back to the caller, who retries or fails.
 
 pub mod audit;
+pub mod columns;
 pub mod dead_letters;
 pub mod inbox;
 pub mod invariants;

@@ -116,6 +116,15 @@ pub enum DecodeError {
     Unsupported(#[from] UnsupportedColumn),
     #[error(transparent)]
     Sqlx(#[from] sqlx::Error),
+    /// One of the host's own rows does not hold what its query selected
+    /// (see [`super::columns::Columns`]).
+    #[error("reading a {what}: column {column} holds {found} where {expected} was expected")]
+    Column {
+        what: &'static str,
+        column: &'static str,
+        expected: &'static str,
+        found: String,
+    },
 }
 
 pub(crate) fn bind_sqlite<'q>(

@@ -2,6 +2,7 @@
 //! which one runs. Every change is one short transaction; hosts pick it up by
 //! polling [`deployments`].
 
+use crate::db::columns::Columns;
 use crate::db::migrate::Migration;
 use crate::db::{Database, DbError, SqlValue, Tx, now_ms};
 
@@ -39,19 +40,18 @@ pub async fn deployments(db: &Database) -> Result<Vec<Deployment>, DbError> {
             &[],
         )
         .await?;
-    Ok(rows
-        .into_iter()
-        .filter_map(|row| {
-            let mut v = row.into_iter();
-            Some(Deployment {
-                name: v.next()?.as_str()?.to_owned(),
-                active_version: v.next()?.as_i64()?,
-                previous_version: v.next()?.as_i64(),
-                paused: v.next()?.as_i64()? != 0,
-                updated_at: v.next()?.as_i64()?,
+    rows.into_iter()
+        .map(|row| {
+            let mut c = Columns::new("handler_deployments row", row);
+            Ok(Deployment {
+                name: c.text("name")?,
+                active_version: c.int("active_version")?,
+                previous_version: c.opt_int("previous_version")?,
+                paused: c.int("paused")? != 0,
+                updated_at: c.int("updated_at")?,
             })
         })
-        .collect())
+        .collect()
 }
 
 pub async fn deployment(db: &Database, name: &str) -> Result<Option<Deployment>, DbError> {
@@ -65,16 +65,16 @@ pub async fn versions(db: &Database, name: &str) -> Result<Vec<VersionInfo>, DbE
             &[name.into()],
         )
         .await?;
-    Ok(rows
-        .into_iter()
-        .filter_map(|row| {
-            let mut v = row.into_iter();
-            let version = v.next()?.as_i64()?;
-            let sha256 = v.next()?.as_str()?.to_owned();
-            let uploaded_at = v.next()?.as_i64()?;
-            let uploaded_by = v.next()?.as_str()?.to_owned();
-            let migrations: Vec<Migration> = serde_json::from_str(v.next()?.as_str()?).unwrap_or_default();
-            Some(VersionInfo {
+    rows.into_iter()
+        .map(|row| {
+            let mut c = Columns::new("handlers row", row);
+            let version = c.int("version")?;
+            let sha256 = c.text("sha256")?;
+            let uploaded_at = c.int("uploaded_at")?;
+            let uploaded_by = c.text("uploaded_by")?;
+            let migrations: Vec<Migration> = serde_json::from_str(&c.text("migrations")?)
+                .map_err(|e| c.wrong("migrations", "a JSON list of migrations", &e.to_string()))?;
+            Ok(VersionInfo {
                 version,
                 sha256,
                 uploaded_at,
@@ -82,7 +82,7 @@ pub async fn versions(db: &Database, name: &str) -> Result<Vec<VersionInfo>, DbE
                 migrations: migrations.into_iter().map(|m| m.name).collect(),
             })
         })
-        .collect())
+        .collect()
 }
 
 pub async fn load_version(db: &Database, name: &str, version: i64) -> Result<Option<StoredVersion>, DbError> {
@@ -92,18 +92,14 @@ pub async fn load_version(db: &Database, name: &str, version: i64) -> Result<Opt
             &[name.into(), version.into()],
         )
         .await?;
-    Ok(rows.into_iter().next().and_then(|row| {
-        let mut v = row.into_iter();
-        let component = match v.next()? {
-            SqlValue::Blob(bytes) => bytes,
-            _ => return None,
-        };
-        let settings = v.next()?.as_str()?.to_owned();
-        Some(StoredVersion {
-            version,
-            component,
-            settings,
-        })
+    let Some(row) = rows.into_iter().next() else {
+        return Ok(None);
+    };
+    let mut c = Columns::new("handlers row", row);
+    Ok(Some(StoredVersion {
+        version,
+        component: c.blob("component")?,
+        settings: c.text("settings")?,
     }))
 }
 
@@ -195,13 +191,12 @@ pub async fn active_settings(tx: &mut Tx) -> Result<Vec<(String, String)>, DbErr
             &[],
         )
         .await?;
-    Ok(rows
-        .into_iter()
-        .filter_map(|row| {
-            let mut v = row.into_iter();
-            Some((v.next()?.as_str()?.to_owned(), v.next()?.as_str()?.to_owned()))
+    rows.into_iter()
+        .map(|row| {
+            let mut c = Columns::new("active handler version", row);
+            Ok((c.text("name")?, c.text("settings")?))
         })
-        .collect())
+        .collect()
 }
 
 /// Makes the transactions that change which version is active take turns,
