@@ -48,6 +48,7 @@ pub struct Metrics {
     duplicates: Family<HandlerLabel, Counter>,
     failures: Family<FailureLabels, Counter>,
     dead_lettered: Family<HandlerLabel, Counter>,
+    host_errors: Family<FailureLabels, Counter>,
     batch_seconds: Histograms,
     guest_seconds: Histograms,
     pub(crate) outbox_backlog: Family<HandlerLabel, Gauge>,
@@ -65,6 +66,7 @@ impl Default for Metrics {
         let duplicates = Family::default();
         let failures = Family::default();
         let dead_lettered = Family::default();
+        let host_errors = Family::default();
         let batch_seconds: Histograms = Family::new_with_constructor(seconds_histogram);
         let guest_seconds: Histograms = Family::new_with_constructor(seconds_histogram);
         let outbox_backlog = Family::default();
@@ -93,6 +95,11 @@ impl Default for Metrics {
             "dead_lettered",
             "Events parked in dead_letters",
             dead_lettered.clone(),
+        );
+        registry.register(
+            "host_errors",
+            "Failures of the host's own database statements by kind: transient ones (an outage) are retried until they pass, permanent ones park their event as host-error after a few runs",
+            host_errors.clone(),
         );
         registry.register(
             "batch_duration_seconds",
@@ -131,6 +138,7 @@ impl Default for Metrics {
             duplicates,
             failures,
             dead_lettered,
+            host_errors,
             batch_seconds,
             guest_seconds,
             outbox_backlog,
@@ -149,14 +157,15 @@ impl Metrics {
         let label = HandlerLabel {
             handler: name.to_owned(),
         };
-        let failure = |kind: &str| {
-            self.failures
+        let labelled = |family: &Family<FailureLabels, Counter>, kind: &str| {
+            family
                 .get_or_create(&FailureLabels {
                     handler: name.to_owned(),
                     kind: kind.to_owned(),
                 })
                 .clone()
         };
+        let failure = |kind: &str| labelled(&self.failures, kind);
         HandlerMetrics {
             consumed: self.consumed.get_or_create(&label).clone(),
             applied: self.applied.get_or_create(&label).clone(),
@@ -168,6 +177,7 @@ impl Metrics {
                 failure("trap"),
                 failure("limit"),
             ],
+            host_errors: HOST_ERROR_KINDS.map(|kind| labelled(&self.host_errors, kind)),
             batch_seconds: self.batch_seconds.get_or_create(&label).clone(),
             guest_seconds: self.guest_seconds.get_or_create(&label).clone(),
             batches_in_flight: self.batches_in_flight.get_or_create(&label).clone(),
@@ -187,11 +197,15 @@ impl Metrics {
         ] {
             family.remove(&label);
         }
+        let labels = |kind: &str| FailureLabels {
+            handler: name.to_owned(),
+            kind: kind.to_owned(),
+        };
         for kind in ["retry", "reject", "trap", "limit"] {
-            self.failures.remove(&FailureLabels {
-                handler: name.to_owned(),
-                kind: kind.to_owned(),
-            });
+            self.failures.remove(&labels(kind));
+        }
+        for kind in HOST_ERROR_KINDS {
+            self.host_errors.remove(&labels(kind));
         }
         self.batch_seconds.remove(&label);
         self.guest_seconds.remove(&label);
@@ -219,6 +233,8 @@ pub struct HandlerMetrics {
     pub(crate) dead_lettered: Counter,
     /// By [`FailureKind`] order.
     pub(crate) failures: [Counter; 4],
+    /// By [`HostErrorKind`] order.
+    pub(crate) host_errors: [Counter; 2],
     pub(crate) batch_seconds: Histogram,
     pub(crate) guest_seconds: Histogram,
     pub(crate) batches_in_flight: Gauge,
@@ -238,4 +254,33 @@ pub enum FailureKind {
     Reject = 1,
     Trap = 2,
     Limit = 3,
+}
+
+/// The kinds of a failed host statement, as the `kind` label says them.
+#[derive(Debug, Clone, Copy)]
+pub enum HostErrorKind {
+    Transient = 0,
+    Permanent = 1,
+}
+
+const HOST_ERROR_KINDS: [&str; 2] = ["transient", "permanent"];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_errors_are_exported_by_kind() {
+        let metrics = Metrics::default();
+        let handler = metrics.handler("billing");
+        handler.host_errors[HostErrorKind::Permanent as usize].inc();
+        handler.host_errors[HostErrorKind::Transient as usize].inc_by(2);
+        let text = metrics.encode();
+        for line in [
+            r#"inboxd_host_errors_total{handler="billing",kind="permanent"} 1"#,
+            r#"inboxd_host_errors_total{handler="billing",kind="transient"} 2"#,
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+    }
 }

@@ -3,9 +3,9 @@
 //! A replay runs the parked event through the handler with a fresh claim, in
 //! one transaction: the inbox row that says `dead` is deleted and re-claimed,
 //! the handler runs, and the dead letter is marked `replayed`. Two replays of
-//! one dead letter at once are safe: the second finds no `dead` row to delete
-//! (the database serialises the two deletes) and reports that the event was
-//! already applied. The partition's offset is not touched: the record was
+//! one dead letter at once are safe: the second's claim meets the first's
+//! (the database serialises the two on the inbox key) and it reports that the
+//! event was already applied. The partition's offset is not touched: the record was
 //! passed long ago.
 
 use crate::db::dead_letters::{self, Row};
@@ -65,9 +65,12 @@ pub async fn replay(
     // the pipeline's batches instead of failing on a locked database.
     // (On PostgreSQL, a session of the handler's own: see `db::begin_guest`.)
     let mut tx = db.begin_guest(claim.handler).await?;
-    // Taking over the dead claim is the replay's lock: only one replay can delete it.
-    let released = inbox::release_dead(&mut tx, claim.handler, event_id).await?;
-    if !released || !inbox::claim(&mut tx, &claim).await? {
+    // The dead claim is deleted and the event claimed afresh; the new claim
+    // is the replay's lock: of two replays at once, the second finds the
+    // first's. (A `host-error` letter may have no inbox row to delete, when
+    // the row was what the database refused: then the claim alone.)
+    inbox::release_dead(&mut tx, claim.handler, event_id).await?;
+    if !inbox::claim(&mut tx, &claim).await? {
         tx.rollback().await?;
         return Ok(ReplayOutcome::AlreadyApplied);
     }

@@ -16,7 +16,7 @@ const LIST_LIMIT: u32 = 1000;
 pub struct ListQuery {
     handler: Option<String>,
     /// Only this reason kind (`event-id`, `rejected`, `retries-exhausted`,
-    /// `limit`, `sandbox-violation`).
+    /// `limit`, `sandbox-violation`, `host-error`).
     kind: Option<String>,
     /// Also replayed and discarded ones.
     #[serde(default)]

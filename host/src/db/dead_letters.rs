@@ -21,15 +21,19 @@ pub enum ReasonKind {
     Limit,
     /// The host's own rows were not intact after the handler ran.
     SandboxViolation,
+    /// The database kept refusing the host's own statements for the event
+    /// (not an outage: see `DbError::is_transient`).
+    HostError,
 }
 
 impl ReasonKind {
-    pub const ALL: [ReasonKind; 5] = [
+    pub const ALL: [ReasonKind; 6] = [
         ReasonKind::EventId,
         ReasonKind::Rejected,
         ReasonKind::RetriesExhausted,
         ReasonKind::Limit,
         ReasonKind::SandboxViolation,
+        ReasonKind::HostError,
     ];
 
     /// The kind stored as `text`; `None` for text no version of the host writes.
@@ -44,6 +48,7 @@ impl ReasonKind {
             ReasonKind::RetriesExhausted => "retries-exhausted",
             ReasonKind::Limit => "limit",
             ReasonKind::SandboxViolation => "sandbox-violation",
+            ReasonKind::HostError => "host-error",
         }
     }
 }

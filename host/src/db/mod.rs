@@ -9,6 +9,7 @@
 pub mod audit;
 pub mod columns;
 pub mod dead_letters;
+mod error;
 pub mod inbox;
 pub mod invariants;
 mod logins;
@@ -22,6 +23,7 @@ mod value;
 mod walls;
 
 pub use crate::config::Backend;
+pub use error::DbError;
 pub use open::{OpenError, open, redact_url};
 pub use tx::Tx;
 pub use value::{DecodeError, SqlValue, UnsupportedColumn};
@@ -36,88 +38,6 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
-
-#[derive(Debug, thiserror::Error)]
-pub enum DbError {
-    #[error("database error: {0}")]
-    Sqlx(#[from] sqlx::Error),
-    #[error("{0}")]
-    Decode(#[from] DecodeError),
-    #[error("migrating the host tables failed: {0}")]
-    HostMigration(#[from] sqlx::migrate::MigrateError),
-    #[error("{0}")]
-    HandlerMigration(String),
-    #[error("limits.max_rows: the query returned more than {limit} rows")]
-    TooManyRows { limit: usize },
-    #[error("limits.max_result_bytes: the query returned more than {limit} bytes")]
-    ResultTooLarge { limit: usize },
-    /// SQLite rolled the transaction back under a guest's statement and a new
-    /// one could not begin: the connection is of no further use to the event.
-    #[error("the transaction was lost and a new one could not begin")]
-    TransactionLost,
-    /// The database stopped a handler's statement at its walls' deadline.
-    #[error("the statement was still running at its deadline and was cancelled")]
-    StatementTimeout,
-    /// Only ever seen by a handler run that the pipeline then discards
-    /// (see `Tx::set_statement_savepoints`).
-    #[error("an earlier statement of this call failed, so this one was not run")]
-    AfterFailedStatement,
-    /// A defect of the host: a handler's SQL about to run on a PostgreSQL
-    /// session that is not logged in as the handler (see `Database::begin_guest`).
-    #[error(
-        "handler {handler}'s SQL may only run on a session of its own login; refused to run it on the host's"
-    )]
-    NotHandlerSession { handler: String },
-    /// Plain INSERTs a batch's shared call held back failed when sent
-    /// (`Tx`'s deferred rows): the pipeline runs the batch again call by
-    /// call, where the failure reaches its own event.
-    #[error("a handler's held-back INSERTs failed when sent: {0}")]
-    DeferredFailed(String),
-}
-
-impl DbError {
-    /// True when retrying later may succeed (the server went away, a lock timed
-    /// out); false for errors in the statement itself.
-    pub fn is_transient(&self) -> bool {
-        match self {
-            DbError::Sqlx(sqlx::Error::Protocol(_)) => true,
-            DbError::Sqlx(sqlx::Error::Database(db)) => {
-                // SQLITE_BUSY / SQLITE_LOCKED, PostgreSQL class 40 (serialization), 53 (resources).
-                let code = db.code().unwrap_or_default();
-                matches!(code.as_ref(), "5" | "6" | "517" | "261")
-                    || code.starts_with("40")
-                    || code.starts_with("53")
-                    || self.is_connection_failure()
-            }
-            _ => self.is_connection_failure(),
-        }
-    }
-
-    /// True when the database itself failed (the connection broke, the
-    /// server shuts down, the pool is gone): nothing a statement's text or
-    /// parameters can cause. Only these are the host's to retry when they
-    /// happen under a guest's statement; every other error there is the
-    /// guest's, counted against its attempts.
-    pub fn is_connection_failure(&self) -> bool {
-        match self {
-            DbError::TransactionLost => true,
-            DbError::Sqlx(e) => match e {
-                sqlx::Error::Io(_)
-                | sqlx::Error::PoolTimedOut
-                | sqlx::Error::PoolClosed
-                | sqlx::Error::WorkerCrashed
-                | sqlx::Error::Tls(_) => true,
-                sqlx::Error::Database(db) => {
-                    let code = db.code().unwrap_or_default();
-                    // PostgreSQL class 08 (connection) and 57P (shutdown, crash).
-                    code.starts_with("08") || code.starts_with("57P")
-                }
-                _ => false,
-            },
-            _ => false,
-        }
-    }
-}
 
 #[derive(Clone)]
 pub struct Database {

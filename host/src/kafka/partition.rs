@@ -12,6 +12,7 @@ use super::consumer::{InboxConsumer, PartitionKey, PartitionQueue};
 use super::outage::{Attempt, OutageLog};
 use crate::config::BatchConfig;
 use crate::db::offsets;
+use crate::metrics::HostErrorKind;
 use crate::pipeline::{BatchCursor, BatchEnd, Pipeline, PipelineError};
 use crate::record::Record;
 use rdkafka::Message;
@@ -362,6 +363,12 @@ impl BatchTask {
                 }
                 Err(PipelineError::Abandoned) => break None,
                 Err(error) => {
+                    // A permanent one was counted where it parks its event
+                    // (`Pipeline::process`); it only reaches here when even
+                    // that was refused.
+                    if error.is_transient() {
+                        self.pipeline.stats().host_error(HostErrorKind::Transient);
+                    }
                     if !attempt.failed("processing records", &error, &shutdown).await {
                         break None;
                     }

@@ -85,6 +85,10 @@ enum TxEnd {
     /// committed; run the records again with a savepoint per call.
     Redo,
     Fenced,
+    /// One of the host's own statements failed in a way retrying will not
+    /// mend: nothing committed; run the records one at a time so it reaches
+    /// its own event (see [`super::host_errors`]).
+    HostError(PipelineError),
 }
 
 /// What happened to one record in the open transaction, reported after the commit.
@@ -117,6 +121,8 @@ impl Pipeline {
                     tracing::debug!(handler = self.handler.name(), reason, "held-back INSERTs failed");
                     TxEnd::Redo
                 }
+                // See `host_errors`: the failure is taken to its own event.
+                Err(error) if !error.is_transient() => TxEnd::HostError(error),
                 other => other?,
             };
             match end {
@@ -148,10 +154,11 @@ impl Pipeline {
                         cursor.committed(std::slice::from_ref(record));
                     }
                 }
-                TxEnd::Violation { .. } | TxEnd::Lost { .. } => {
-                    // One of these events broke the walls, or its guest's
-                    // statement took the transaction with it; run them one at
-                    // a time so only that one fails (its attempts counted).
+                TxEnd::Violation { .. } | TxEnd::Lost { .. } | TxEnd::HostError(_) => {
+                    // One of these events broke the walls, its guest's
+                    // statement took the transaction with it, or the database
+                    // refused the host's own statements for it; run them one
+                    // at a time so only that one fails (its attempts counted).
                     let count = match end {
                         TxEnd::Violation { count, violation } => {
                             tracing::error!(
@@ -169,6 +176,15 @@ impl Pipeline {
                                  back; running its records one at a time"
                             );
                             count
+                        }
+                        TxEnd::HostError(error) => {
+                            tracing::warn!(
+                                handler = self.handler.name(),
+                                records = rest.len(),
+                                "the database refused a batch's transaction ({error}); running its records \
+                                 one at a time"
+                            );
+                            rest.len()
                         }
                         _ => unreachable!("matched above"),
                     };

@@ -15,8 +15,10 @@
 
 mod batch;
 pub mod guest;
+mod host_errors;
 
 pub use batch::{BatchCursor, BatchEnd};
+pub use host_errors::HOST_ERROR_ATTEMPTS;
 
 use crate::config::{EventIdConfig, RetryConfig};
 use crate::db::dead_letters::{self, DeadLetter, ReasonKind};
@@ -185,20 +187,6 @@ impl Pipeline {
 
     pub fn handler_name(&self) -> &str {
         self.handler.name()
-    }
-
-    /// Processes one record in a transaction of its own, to its end: applied,
-    /// duplicate, or dead-lettered. `expected` is the partition's stored next
-    /// offset as the caller last saw it (`None`: no row yet). Handler failures
-    /// are retried here (the partition waits); on shutdown a pending retry is
-    /// abandoned uncommitted.
-    pub async fn process(
-        &self,
-        record: &Record,
-        expected: Option<i64>,
-        shutdown: &CancellationToken,
-    ) -> Result<Outcome, PipelineError> {
-        self.process_from(record, expected, shutdown, 1, None).await
     }
 
     /// As [`Pipeline::process`], starting at `attempt` (a batch already ran

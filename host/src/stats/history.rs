@@ -32,6 +32,8 @@ pub struct Counts {
     /// Failed guest calls of every kind, including ones retried successfully.
     pub failures: u64,
     pub dead_lettered: u64,
+    /// Failed host statements, transient and permanent (see `pipeline::host_errors`).
+    pub host_errors: u64,
 }
 
 /// Events per second between two samples.

@@ -7,7 +7,7 @@
 
 pub mod history;
 
-use crate::metrics::{FailureKind, HandlerMetrics};
+use crate::metrics::{FailureKind, HandlerMetrics, HostErrorKind};
 use hdrhistogram::Histogram;
 use history::{Counts, History, Latencies, Percentiles, Rates, Series};
 use std::collections::BTreeMap;
@@ -111,6 +111,8 @@ pub struct Snapshot {
     pub dead_lettered: u64,
     /// Failed guest calls, including ones that later succeeded on retry.
     pub guest_failures: u64,
+    /// Failed host database statements, transient and permanent.
+    pub host_errors: u64,
     /// Records read from Kafka.
     pub consumed: u64,
     /// Median milliseconds from produce (the record's timestamp) to commit.
@@ -146,6 +148,9 @@ impl Stats {
     }
     pub(crate) fn guest_failure(&self, kind: FailureKind) {
         self.metrics.failures[kind as usize].inc();
+    }
+    pub(crate) fn host_error(&self, kind: HostErrorKind) {
+        self.metrics.host_errors[kind as usize].inc();
     }
     pub(crate) fn consumed(&self) {
         self.metrics.consumed.inc();
@@ -188,6 +193,7 @@ impl Stats {
             duplicates: self.metrics.duplicates.get(),
             failures: self.metrics.failures.iter().map(|c| c.get()).sum(),
             dead_lettered: self.metrics.dead_lettered.get(),
+            host_errors: self.metrics.host_errors.iter().map(|c| c.get()).sum(),
         }
     }
 
@@ -229,6 +235,7 @@ impl Stats {
             duplicates: counts.duplicates,
             dead_lettered: counts.dead_lettered,
             guest_failures: counts.failures,
+            host_errors: counts.host_errors,
             consumed: counts.consumed,
             latency_p50_ms: latency.value_at_quantile(0.50),
             latency_p99_ms: latency.value_at_quantile(0.99),

@@ -8,7 +8,7 @@ import { fmt, h } from './dom.js';
 import { clearMessages, confirmAction, notify, showError } from './ui.js';
 
 // The reason kinds the host writes (db::dead_letters::ReasonKind).
-const KINDS = ['event-id', 'rejected', 'retries-exhausted', 'limit', 'sandbox-violation'];
+const KINDS = ['event-id', 'rejected', 'retries-exhausted', 'limit', 'sandbox-violation', 'host-error'];
 
 /** The API's answer for one id, in words, and whether it did what was asked. */
 const ACTIONS = {

@@ -52,6 +52,8 @@ function card(handler, nowMs) {
       stat('Applied (total here)', fmt.count(totals.applied), 'applied-total'),
       stat('Duplicates (total here)', fmt.count(totals.duplicates), 'duplicates-total'),
       stat('Failures (total here)', fmt.count(totals.failures), 'failures-total'),
+      stat('Host errors (total here)', fmt.count(totals.host_errors), 'host-errors-total',
+        { alert: totals.host_errors > 0 }),
       stat('Batch p50 / p99', percentiles(live && live.batch), 'batch-latency'),
       stat('Guest p50 / p99', percentiles(live && live.guest), 'guest-latency'),
       stat('Dead letters parked', fmt.count(handler.dead_letters_parked), 'dead-letters',

@@ -11,6 +11,7 @@
 mod batches;
 mod guards;
 mod harness;
+mod host_errors;
 mod scripted;
 
 use super::backoff;
