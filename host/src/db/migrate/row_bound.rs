@@ -196,6 +196,49 @@ pub async fn hidden_work_in(tx: &mut Tx, handler: &str, max_row_bytes: usize) ->
         let total: &mut u64 = work.entry(table.to_owned()).or_default();
         *total = total.saturating_add(ns);
     }
+    // A write through a view runs the expressions of the tables under it
+    // (through views over views too), where the statement names only the
+    // view: it costs what theirs do. (Regression, the adversarial read of
+    // session 8: a CHECK at the bound ran twice per row through a view.)
+    let views = tx
+        .query(
+            "WITH RECURSIVE reads(view, rel) AS (
+                 SELECT v.oid, d.refobjid
+                   FROM pg_catalog.pg_class v
+                   JOIN pg_catalog.pg_namespace n ON n.oid = v.relnamespace
+                   JOIN pg_catalog.pg_rewrite r ON r.ev_class = v.oid
+                   JOIN pg_catalog.pg_depend d ON d.objid = r.oid
+                    AND d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+                    AND d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                  WHERE n.nspname = $1 AND v.relkind = 'v' AND d.refobjid <> v.oid
+                 UNION
+                 SELECT reads.view, d.refobjid
+                   FROM reads
+                   JOIN pg_catalog.pg_rewrite r ON r.ev_class = reads.rel
+                   JOIN pg_catalog.pg_depend d ON d.objid = r.oid
+                    AND d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+                    AND d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                  WHERE d.refobjid <> reads.rel)
+             SELECT DISTINCT v.relname::pg_catalog.text, t.relname::pg_catalog.text
+               FROM reads
+               JOIN pg_catalog.pg_class v ON v.oid = reads.view
+               JOIN pg_catalog.pg_class t ON t.oid = reads.rel
+              WHERE t.relkind IN ('r', 'p')",
+            &[handler_schema(handler).as_str().into()],
+        )
+        .await?;
+    for row in views {
+        let (Some(view), Some(table)) = (
+            row.first().and_then(SqlValue::as_str),
+            row.get(1).and_then(SqlValue::as_str),
+        ) else {
+            continue;
+        };
+        if let Some(ns) = work.get(table).copied() {
+            let total: &mut u64 = work.entry(view.to_owned()).or_default();
+            *total = total.saturating_add(ns);
+        }
+    }
     Ok(work)
 }
 

@@ -331,7 +331,8 @@ async fn postgres_a_tables_own_expressions_count_in_every_write_to_it() {
     tx.rollback().await.unwrap();
 
     let sql = format!(
-        "CREATE TABLE t (v TEXT, n BIGINT);\nCREATE TABLE u (v TEXT);\n{}",
+        "CREATE TABLE t (v TEXT, n BIGINT);\nCREATE TABLE u (v TEXT);\n{}CREATE VIEW tv AS SELECT * FROM t;\n\
+         CREATE VIEW tvv AS SELECT * FROM tv;\nCREATE VIEW uv AS SELECT * FROM u;\n",
         check(0)
     );
     let migration = Migration::new("0001_init.sql", sql).unwrap();
@@ -344,10 +345,15 @@ async fn postgres_a_tables_own_expressions_count_in_every_write_to_it() {
         !hidden.contains_key("u"),
         "the host's own bound is not counted: {hidden:?}"
     );
+    // Regression (session 8's adversarial read): a write through a view (or
+    // a view of a view) runs its table's expressions and counted nothing.
+    assert_eq!(hidden.get("tv"), Some(&hidden["t"]), "{hidden:?}");
+    assert_eq!(hidden.get("tvv"), Some(&hidden["t"]), "{hidden:?}");
+    assert!(!hidden.contains_key("uv"), "{hidden:?}");
     let guard = crate::sandbox::Guard::new(
         Backend::Postgres,
         "handler_wt_hidden",
-        &["t".to_owned(), "u".to_owned()],
+        &["t", "u", "tv", "tvv", "uv"].map(str::to_owned),
         64 << 10,
         1 << 20,
     )
@@ -358,8 +364,18 @@ async fn postgres_a_tables_own_expressions_count_in_every_write_to_it() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("limits.max_row_bytes"), "{err}");
+    for view in ["tv", "tvv"] {
+        let err = guard
+            .check(&format!("INSERT INTO {view} (v) VALUES (upper($1) || upper($1))"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("limits.max_row_bytes"), "{view}: {err}");
+    }
     guard
         .check("INSERT INTO u (v) VALUES (upper($1) || upper($1))")
+        .unwrap();
+    guard
+        .check("INSERT INTO uv (v) VALUES (upper($1) || upper($1))")
         .unwrap();
     guard
         .check("SELECT upper(v) || upper(v) FROM t WHERE n = $1")
