@@ -88,6 +88,10 @@ pub const HANDLER_SEARCH_PATH_TAIL: &str = "pg_catalog,pg_temp";
 /// (an arbitrary constant, the key of a PostgreSQL advisory lock).
 const MIGRATION_LOCK_KEY: i64 = 0x1b0c_d000_0001;
 
+/// The first key of a handler's own migration lock; the second is a hash of
+/// its name (see `Tx::lock_handler_migrations`).
+const HANDLER_MIGRATION_LOCK_CLASS: i32 = 0x1b0c_d001;
+
 /// How long a connection attempt or a wait for a free connection may take
 /// before the caller sees an error (and, in the pipeline, backs off and retries).
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -130,6 +130,8 @@ pub async fn upload(
         DbError::HandlerMigration(_) => UploadError::Invalid(e.to_string()),
         other => UploadError::Database(other),
     };
+    // All of them together, however many: see `migrate::MIGRATION_TIMEOUT`.
+    let deadline = std::time::Instant::now() + migrate::MIGRATION_TIMEOUT;
     if db.backend() == Backend::Postgres {
         // A team's migrations run on the handler's own login (see
         // `db::begin_migration`), so in a transaction of their own, committed
@@ -138,7 +140,7 @@ pub async fn upload(
         // migrations again finds them recorded and skips them.
         let mut migrating = db.begin_migration(name).await.map_err(UploadError::Database)?;
         for migration in &migrations {
-            migrate::apply_one(&mut migrating, name, migration)
+            migrate::apply_within(&mut migrating, name, migration, deadline)
                 .await
                 .map_err(migration_error)?;
         }
@@ -147,7 +149,7 @@ pub async fn upload(
         // One namespace for every handler's tables: names another token reserved are not this one's.
         let reserved = |table: &str| rules.policy.reserved_by_other(table).map(str::to_owned);
         for migration in &migrations {
-            migrate::apply_one_reserving(&mut tx, name, migration, &reserved)
+            migrate::apply_one_reserving(&mut tx, name, migration, &reserved, deadline)
                 .await
                 .map_err(migration_error)?;
         }

@@ -21,12 +21,26 @@ use crate::sandbox::guard::Owned;
 use crate::sandbox::migration;
 use sha2::{Digest, Sha256};
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// How long one statement of a handler's migration may run. Generous (an
-/// index on a large table takes a while), and still bounded: on SQLite a
-/// migration holds the only writer while it runs.
-pub const MIGRATION_STATEMENT_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long one run of a handler's migrations may take, all its statements
+/// together: an upload's (one transaction), or one migration file of a
+/// config file's handler. Generous (an index on a large table takes a
+/// while), and bounded in all, not per statement: while it runs it holds the
+/// handler's migration lock and, on an upload, the deployments lock every
+/// other upload waits for (on SQLite, the only writer). Regression (the
+/// adversarial read of session 8): a thousand statements of 59 s each held
+/// them for 16 hours.
+pub const MIGRATION_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Why a migration that ran out of [`MIGRATION_TIMEOUT`] was stopped.
+fn out_of_time() -> String {
+    format!(
+        "a handler's migrations may run {} s in all (every statement of an upload, or of one \
+         migration file, together)",
+        MIGRATION_TIMEOUT.as_secs()
+    )
+}
 
 /// One of a handler's migrations: `NNNN_description.sql` and its SQL.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -290,20 +304,32 @@ pub async fn apply_handler(db: &Database, handler: &str, dir: &Path) -> Result<u
 /// runs inside the handler's walls (see the module docs); a refused or
 /// failing statement fails the whole migration, naming the file and the
 /// statement, and the caller's transaction undoes everything before it.
+/// It may take [`MIGRATION_TIMEOUT`].
 pub async fn apply_one(tx: &mut Tx, handler: &str, migration: &Migration) -> Result<bool, DbError> {
-    apply_one_reserving(tx, handler, migration, &|_| None).await
+    apply_within(tx, handler, migration, Instant::now() + MIGRATION_TIMEOUT).await
 }
 
-/// As [`apply_one`], refusing on SQLite every name `reserved` says another
+/// As [`apply_one`], as one of several migrations that must all end by `deadline`.
+pub async fn apply_within(
+    tx: &mut Tx,
+    handler: &str,
+    migration: &Migration,
+    deadline: Instant,
+) -> Result<bool, DbError> {
+    apply_one_reserving(tx, handler, migration, &|_| None, deadline).await
+}
+
+/// As [`apply_within`], refusing on SQLite every name `reserved` says another
 /// token holds (`[[admin.tokens]] tables`; it returns that token's name).
 pub async fn apply_one_reserving(
     tx: &mut Tx,
     handler: &str,
     migration: &Migration,
     reserved: &(dyn Fn(&str) -> Option<String> + Sync),
+    deadline: Instant,
 ) -> Result<bool, DbError> {
     let checksum = format!("{:x}", Sha256::digest(migration.sql.as_bytes()));
-    tx.lock_migrations().await?;
+    tx.lock_handler_migrations(handler).await?;
     if let Some(recorded) = recorded_checksum(tx, handler, migration.version).await? {
         if recorded != checksum {
             return Err(DbError::HandlerMigration(format!(
@@ -368,17 +394,22 @@ pub async fn apply_one_reserving(
                 "cannot create {name}: another handler's table or view has that name"
             )));
         }
-        let walls = Walls::new(handler, Scope::Migration, &own, MIGRATION_STATEMENT_TIMEOUT);
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(DbError::HandlerMigration(format!(
+                "migration {file} of handler {handler} was stopped before `{}`: {}",
+                short(&piece.text),
+                out_of_time()
+            )));
+        }
+        let walls = Walls::new(handler, Scope::Migration, &own, left.min(MIGRATION_TIMEOUT));
         tx.enter_walls(&walls).await?;
         // A failed statement is returned as is: on PostgreSQL the transaction
         // is aborted and will be rolled back whole (its LOCAL settings with it);
         // on SQLite dropping it takes the walls down.
         tx.migration_execute(&piece.text).await.map_err(|e| {
             let e = match e {
-                DbError::StatementTimeout => format!(
-                    "it ran longer than {} s and was cancelled",
-                    MIGRATION_STATEMENT_TIMEOUT.as_secs()
-                ),
+                DbError::StatementTimeout => format!("it was cancelled: {}", out_of_time()),
                 other => other.to_string(),
             };
             DbError::HandlerMigration(format!(

@@ -48,7 +48,7 @@ pub async fn bound_rows(db: &Database, handler: &str, max_row_bytes: usize) -> R
     // On the handler's own login, the tables' owner; under the migration
     // lock, so two hosts loading the handler do not race.
     let mut tx = db.begin_migration(handler).await?;
-    tx.lock_migrations().await?;
+    tx.lock_handler_migrations(handler).await?;
     let rows = tx
         .query(
             "SELECT c.relname::pg_catalog.text FROM pg_catalog.pg_class c

@@ -311,3 +311,71 @@ async fn failing_migration_names_the_file_and_leaves_nothing() {
         "the failed migration rolled back"
     );
 }
+
+/// Regression (the adversarial read of session 8): one upload's migrations
+/// could hold the migration and deployments locks for hours, a statement of
+/// just under 60 s at a time. Now they end together at their deadline,
+/// cancelled in the statement running then or refused before the next.
+#[tokio::test]
+async fn a_runs_migrations_end_at_one_deadline_for_all_their_statements() {
+    let Some(db) = crate::db::test_support::postgres_db().await else {
+        return;
+    };
+    prepare_handler(&db, "slow").await.unwrap();
+    let endless = migration(
+        "0001_init.sql",
+        "CREATE TABLE t (a INTEGER);\nSELECT count(*) FROM generate_series(1, 2000000000) AS g(n);",
+    );
+    let mut tx = db.begin_migration("slow").await.unwrap();
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(1);
+    let err = apply_within(&mut tx, "slow", &endless, deadline)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("60 s in all"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    tx.rollback().await.unwrap();
+
+    let later = migration("0002_more.sql", "CREATE TABLE u (a INTEGER);");
+    let mut tx = db.begin_migration("slow").await.unwrap();
+    let err = apply_within(&mut tx, "slow", &later, Instant::now())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("was stopped before `CREATE TABLE u"), "{err}");
+}
+
+/// Regression (the same read): every handler's migrations took one lock, so
+/// a team's upload still migrating stalled every other team's uploads and
+/// every host loading a handler. Now each handler's are its own.
+#[tokio::test]
+async fn a_handlers_migrations_never_wait_for_another_handlers() {
+    let Some(db) = crate::db::test_support::postgres_db().await else {
+        return;
+    };
+    for handler in ["slow", "other"] {
+        prepare_handler(&db, handler).await.unwrap();
+    }
+    let mut slow = db.begin_migration("slow").await.unwrap();
+    let first = migration("0001_init.sql", "CREATE TABLE s (a INTEGER);");
+    assert!(apply_one(&mut slow, "slow", &first).await.unwrap());
+    // `slow` is still migrating, its transaction open.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("0001_init.sql"), "CREATE TABLE t (a INTEGER);").unwrap();
+    let other = tokio::time::timeout(Duration::from_secs(5), apply_handler(&db, "other", dir.path()));
+    assert_eq!(
+        other.await.expect("waited for another handler's lock").unwrap(),
+        1
+    );
+    let row_bound = tokio::time::timeout(Duration::from_secs(5), bound_rows(&db, "other", 1 << 20));
+    row_bound
+        .await
+        .expect("waited for another handler's lock")
+        .unwrap();
+    slow.commit().await.unwrap();
+}

@@ -13,6 +13,7 @@ use super::{Backend, DbError, SqlValue};
 use crate::sandbox::postgres::PlainInsert;
 use deferred::Deferred;
 use futures_util::TryStreamExt;
+use sha2::Digest;
 use sqlx::{Postgres, Sqlite, SqliteConnection, Transaction};
 use std::sync::Arc;
 use tokio::sync::OwnedSemaphorePermit;
@@ -424,13 +425,33 @@ impl Tx {
             .map(drop)
     }
 
-    /// Holds the migration lock until the transaction ends (PostgreSQL; SQLite
-    /// serialises writers anyway).
+    /// Holds the host's migration lock until the transaction ends: the
+    /// host's own schema, and the roles and grants every handler shares
+    /// (PostgreSQL; SQLite serialises writers anyway). Only the host's own
+    /// short statements run under it.
     pub async fn lock_migrations(&mut self) -> Result<(), DbError> {
         if self.backend() == Backend::Postgres {
             self.execute(
                 "SELECT pg_catalog.pg_advisory_xact_lock($1)",
                 &[super::MIGRATION_LOCK_KEY.into()],
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Holds one handler's migration lock until the transaction ends: its
+    /// migrations and its row bounds, where its own SQL runs. One handler's
+    /// lock never waits for another's (two-key advisory locks are a key space
+    /// of their own, apart from [`Tx::lock_migrations`]'s), so a team whose
+    /// migrations take their whole time delays only itself.
+    pub async fn lock_handler_migrations(&mut self, handler: &str) -> Result<(), DbError> {
+        if self.backend() == Backend::Postgres {
+            let digest = sha2::Sha256::digest(handler.as_bytes());
+            let key = i32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
+            self.execute(
+                "SELECT pg_catalog.pg_advisory_xact_lock($1::pg_catalog.int4, $2::pg_catalog.int4)",
+                &[super::HANDLER_MIGRATION_LOCK_CLASS.into(), key.into()],
             )
             .await?;
         }
