@@ -50,12 +50,14 @@ pub enum DbError {
 }
 
 impl DbError {
-    /// True when retrying later may succeed whatever the event: the
-    /// connection, the server or its resources failed, or another
-    /// transaction was in the way. False for an error the same statement on
-    /// the same row will meet again (a constraint, a bad value, a row that
-    /// cannot be read): the pipeline parks that event instead of waiting on
-    /// it forever.
+    /// True when retrying later may succeed, and the failure is not the
+    /// event's: the connection, the server or its resources failed, another
+    /// transaction was in the way, or the host's statements and the schema
+    /// disagree (an operator's change that every event meets alike, which
+    /// parking them all would not mend). False for an error the same
+    /// statement on the same row will meet again (a constraint, a bad value,
+    /// a row that cannot be read): the pipeline parks that event instead of
+    /// waiting on it forever.
     pub fn is_transient(&self) -> bool {
         match self {
             DbError::Sqlx(sqlx::Error::Database(db)) => transient_database_error(db.as_ref()),
@@ -97,16 +99,20 @@ fn transient_database_error(db: &dyn DatabaseError) -> bool {
     if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
         // SQLite's extended result code; its low byte is the primary code.
         let primary = code.parse::<i32>().unwrap_or_default() & 0xff;
+        // ERROR (the SQL and the schema disagree: a table or function gone),
         // BUSY, LOCKED, NOMEM, READONLY (the file or its mount), IOERR,
-        // FULL (the disk), CANTOPEN, PROTOCOL (a lock race).
-        return matches!(primary, 5 | 6 | 7 | 8 | 10 | 13 | 14 | 15);
+        // FULL (the disk), CANTOPEN, PROTOCOL (a lock race), AUTH.
+        return matches!(primary, 1 | 5 | 6 | 7 | 8 | 10 | 13 | 14 | 15 | 23);
     }
-    // PostgreSQL's SQLSTATE: 08 connection, 40 serialization and deadlocks,
-    // 53 resources (disk full, out of memory, too many connections), 57
-    // operator intervention (a cancel, a shutdown), 58 the server's own I/O;
-    // 55P03 a lock not available in time; 25006 a read-only transaction
-    // (connected to a standby after a failover).
-    ["08", "40", "53", "57", "58"]
+    // PostgreSQL's SQLSTATE: 08 connection, 28 the login refused, 3D the
+    // database gone, 40 serialization and deadlocks, 42 the host's SQL and
+    // the schema disagree (a grant revoked, a table dropped), 53 resources
+    // (disk full, out of memory, too many connections), 57 operator
+    // intervention (a cancel, a shutdown), 58 the server's own I/O; 55P03 a
+    // lock not available in time; 25006 a read-only transaction (connected
+    // to a standby after a failover). What is left is about the row: 22 a
+    // value, 23 a constraint, P0 a trigger's exception, XX corruption.
+    ["08", "28", "3D", "40", "42", "53", "57", "58"]
         .iter()
         .any(|class| code.starts_with(class))
         || matches!(code.as_ref(), "55P03" | "25006")
@@ -135,5 +141,24 @@ mod tests {
             found: "text".into(),
         };
         assert!(!DbError::Decode(unreadable).is_transient());
+    }
+
+    /// What the servers themselves say: a constraint is the row's, a table
+    /// that is gone is every event's.
+    #[tokio::test]
+    async fn a_constraint_is_permanent_and_a_missing_table_transient_on_both_backends() {
+        for db in crate::db::test_support::each_backend().await {
+            let on = db.backend();
+            let mut tx = db.begin().await.unwrap();
+            let gone = tx.query("SELECT * FROM no_such_table", &[]).await.unwrap_err();
+            assert!(gone.is_transient(), "{on:?}: {gone}");
+            drop(tx);
+            let mut tx = db.begin().await.unwrap();
+            let refused = tx
+                .execute("INSERT INTO offsets (handler) VALUES ('h')", &[])
+                .await
+                .unwrap_err();
+            assert!(!refused.is_transient(), "{on:?}: {refused}");
+        }
     }
 }
