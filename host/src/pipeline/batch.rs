@@ -146,7 +146,7 @@ impl Pipeline {
                             .unwrap_or_default();
                         self.wait_to_retry(&event_id, 1, &failure, shutdown).await?;
                         let outcome = self
-                            .process_from(record, cursor.expected, shutdown, 2, Some(first_failed_at))
+                            .process_alone(record, cursor.expected, shutdown, 2, Some(first_failed_at))
                             .await?;
                         if outcome == Outcome::Fenced {
                             return Ok(BatchEnd::Fenced);

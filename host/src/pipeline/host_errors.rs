@@ -14,7 +14,6 @@
 
 use super::{Outcome, Park, Pipeline, PipelineError, backoff};
 use crate::db::dead_letters::{self, DeadLetter, ReasonKind};
-use crate::db::inbox::Claim;
 use crate::db::now_ms;
 use crate::event_id;
 use crate::metrics::HostErrorKind;
@@ -53,10 +52,24 @@ impl Pipeline {
         expected: Option<i64>,
         shutdown: &CancellationToken,
     ) -> Result<Outcome, PipelineError> {
+        self.process_alone(record, expected, shutdown, 1, None).await
+    }
+
+    /// As [`Pipeline::process`], the handler's attempts starting at
+    /// `handler_attempt` (a batch already ran the earlier ones).
+    pub(super) async fn process_alone(
+        &self,
+        record: &Record,
+        expected: Option<i64>,
+        shutdown: &CancellationToken,
+        handler_attempt: u32,
+        handler_failed_at: Option<i64>,
+    ) -> Result<Outcome, PipelineError> {
         let first_failed_at = now_ms();
         let mut attempt = 1;
         loop {
-            let error = match self.process_from(record, expected, shutdown, 1, None).await {
+            let run = self.process_from(record, expected, shutdown, handler_attempt, handler_failed_at);
+            let error = match run.await {
                 Err(error) if !error.is_transient() => error,
                 other => return other,
             };
@@ -105,7 +118,7 @@ impl Pipeline {
         };
         if let Some(event_id) = &event_id {
             let claim = self.claim(record, event_id);
-            match self.park_claimed_alone(&claim, record, expected, park()).await {
+            match self.park_alone(&claim, record, expected, park()).await {
                 Err(error) if !error.is_transient() => {
                     tracing::warn!(
                         handler = self.handler.name(),
@@ -129,19 +142,6 @@ impl Pipeline {
         };
         dead_letters::insert(&mut tx, &letter).await?;
         let parked = super::Parked::new(&letter);
-        self.commit_parked(tx, record, expected, parked).await
-    }
-
-    /// [`Pipeline::park_claimed`] in a transaction of its own, committed.
-    async fn park_claimed_alone(
-        &self,
-        claim: &Claim<'_>,
-        record: &Record,
-        expected: Option<i64>,
-        park: Park,
-    ) -> Result<Outcome, PipelineError> {
-        let mut tx = self.db.begin_guest(self.handler.name()).await?;
-        let parked = self.park_claimed(&mut tx, claim, record, park).await?;
         self.commit_parked(tx, record, expected, parked).await
     }
 }

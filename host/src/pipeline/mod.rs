@@ -241,10 +241,7 @@ impl Pipeline {
                             attempts: attempt,
                             first_failed_at: now_ms(),
                         };
-                        // mark_dead claims the event again as `dead` in the new transaction.
-                        let mut tx = self.db.begin_guest(self.handler.name()).await?;
-                        let letter = self.park_claimed(&mut tx, &claim, record, park).await?;
-                        return self.commit_parked(tx, record, expected, letter).await;
+                        return self.park_alone(&claim, record, expected, park).await;
                     }
                     if !self.finish(tx, record, expected, 1).await? {
                         return Ok(Outcome::Fenced);
@@ -383,6 +380,36 @@ impl Pipeline {
         };
         dead_letters::insert(tx, &letter).await?;
         Ok(Parked::new(&letter))
+    }
+
+    /// Parks an event in a transaction of its own, after the one that
+    /// claimed it was rolled back: it claims the event again first, and if
+    /// another copy of it (another partition's, say) applied or parked it
+    /// meanwhile, this one is the duplicate it now is and nothing is parked.
+    /// (Marking it `dead` over the other's `done` would let a replay apply it
+    /// twice.)
+    async fn park_alone(
+        &self,
+        claim: &Claim<'_>,
+        record: &Record,
+        expected: Option<i64>,
+        park: Park,
+    ) -> Result<Outcome, PipelineError> {
+        let mut tx = self.db.begin_guest(self.handler.name()).await?;
+        if !inbox::claim(&mut tx, claim).await? {
+            if !self.finish(tx, record, expected, 1).await? {
+                return Ok(Outcome::Fenced);
+            }
+            self.stats.duplicates(1);
+            tracing::info!(
+                handler = claim.handler,
+                event_id = claim.event_id,
+                "another copy of the event was applied or parked while this one failed: skipped as a duplicate"
+            );
+            return Ok(Outcome::Duplicate);
+        }
+        let letter = self.park_claimed(&mut tx, claim, record, park).await?;
+        self.commit_parked(tx, record, expected, letter).await
     }
 
     /// A record without a usable event id can never be deduplicated, so it is

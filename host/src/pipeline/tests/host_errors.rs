@@ -168,3 +168,66 @@ async fn a_transient_error_parks_nothing_and_the_batch_applies_once_it_passes() 
     assert_eq!(h.effects().await, vec![(id(1), 1), (id(2), 1), (id(3), 1)]);
     assert_eq!(h.handler.call_order(), first_calls(&[1, 2, 3, 1, 2, 3]));
 }
+
+/// Regression (review of this change): parking an event in a transaction of
+/// its own marked it `dead` over the `done` of a copy that another partition
+/// applied meanwhile, and a replay of the letter would apply it again.
+#[tokio::test]
+async fn parking_after_another_copy_applied_skips_it_as_a_duplicate() {
+    for db in each_backend().await {
+        let h = Harness::new(db).await;
+        let on = h.backend();
+        let copies = records(0, &[2, 2]);
+        assert_eq!(
+            h.single(&copies[0]).await,
+            crate::pipeline::Outcome::Applied,
+            "{on:?}"
+        );
+        let park = crate::pipeline::Park {
+            kind: dead_letters::ReasonKind::HostError,
+            reason: REFUSED.to_owned(),
+            attempts: HOST_ERROR_ATTEMPTS,
+            first_failed_at: 0,
+        };
+        let event_id = id(2);
+        let claim = h.pipeline.claim(&copies[1], &event_id);
+        let outcome = h
+            .pipeline
+            .park_alone(&claim, &copies[1], h.offset().await, park)
+            .await
+            .unwrap();
+        assert_eq!(outcome, crate::pipeline::Outcome::Duplicate, "{on:?}");
+        assert_eq!(h.status(&id(2)).await.as_deref(), Some("done"), "{on:?}");
+        assert!(h.dead_letters().await.is_empty(), "{on:?}");
+        assert_eq!(h.offset().await, Some(2), "{on:?}");
+        assert_eq!(h.effects().await, vec![(id(2), 1)], "{on:?}");
+    }
+}
+
+/// Regression (review of this change): an event whose handler asked to retry
+/// in its batch ran again outside the host-error budget, so a permanent host
+/// error on that retry sent the whole batch round again, forever.
+#[tokio::test]
+async fn a_host_error_on_a_retried_event_still_parks_it() {
+    for db in each_backend().await {
+        let h = Harness::new(db).await;
+        let on = h.backend();
+        script(&h);
+        let busy = crate::handler::GuestFailure::Retry("the ledger is busy".into());
+        h.handler.on_attempt(&id(2), 1, vec![Act::Fail(busy)]);
+        let key = match on {
+            Backend::Sqlite => format!("NEW.key = CAST('{}' AS BLOB)", id(2)),
+            Backend::Postgres => format!("NEW.key = convert_to('{}', 'UTF8')", id(2)),
+        };
+        refuse(&h, "outbox", &key, "23514").await;
+        let (end, cursor) = h.batch(&records(0, &[1, 2, 3])).await;
+        assert_eq!((end, cursor.expected), (BatchEnd::Done, Some(3)), "{on:?}");
+        let parked = h.only_dead_letter(on).await;
+        assert_eq!(
+            parked.kind,
+            dead_letters::ReasonKind::HostError,
+            "{on:?}: {parked:?}"
+        );
+        assert_eq!(h.effects().await, vec![(id(1), 1), (id(3), 1)], "{on:?}");
+    }
+}
