@@ -425,6 +425,18 @@ pub async fn apply_one_reserving(
                     short(&piece.text)
                 ))
             };
+            if let Some(view) = row_bound::check_option_view_in(tx, handler).await? {
+                return Err(after(format!(
+                    "view {view} has a CHECK OPTION, whose condition would run on every row written \
+                     through it where the statement guard cannot count it: leave the option out"
+                )));
+            }
+            if let Some(name) = row_bound::type_named_relation_in(tx, handler).await? {
+                return Err(after(format!(
+                    "{name} is the name of one of PostgreSQL's own types, which a table or view of that \
+                     name would shadow for this handler's SQL: choose another name"
+                )));
+            }
             let changed = migration::tables_changed(piece, &owned);
             for table in &changed {
                 row_bound::bound_table_in(tx, handler, table)

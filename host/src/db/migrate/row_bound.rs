@@ -284,6 +284,47 @@ pub async fn jsonb_column_in(tx: &mut Tx, handler: &str) -> Result<Option<String
     Ok(super::strings(rows).into_iter().next())
 }
 
+/// A view of the handler's with a CHECK OPTION, if any: its condition (and,
+/// cascaded, the conditions of the views under it) runs on every row written
+/// through it, work no statement shows the guard. Read from the catalog, not
+/// the migration's text, so no spelling of the option (`WITH CHECK OPTION`,
+/// `WITH (check_option = ...)`, `ALTER VIEW ... SET`) gets past it.
+pub async fn check_option_view_in(tx: &mut Tx, handler: &str) -> Result<Option<String>, DbError> {
+    let rows = tx
+        .query(
+            "SELECT c.relname::pg_catalog.text
+               FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+              WHERE n.nspname = $1 AND c.relkind = 'v'
+                AND EXISTS (SELECT 1 FROM pg_catalog.unnest(c.reloptions) o
+                             WHERE o OPERATOR(pg_catalog.~~) 'check_option=%')
+              LIMIT 1",
+            &[handler_schema(handler).as_str().into()],
+        )
+        .await?;
+    Ok(super::strings(rows).into_iter().next())
+}
+
+/// A table or view of the handler's named like one of PostgreSQL's own
+/// types (`text`, `int4`), if any: its row type would shadow that type on the
+/// handler's session, whose search path puts the handler's schema first, and
+/// every cast to that name there (the host's row bound among them) would mean
+/// the row type instead.
+pub async fn type_named_relation_in(tx: &mut Tx, handler: &str) -> Result<Option<String>, DbError> {
+    let rows = tx
+        .query(
+            "SELECT c.relname::pg_catalog.text
+               FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+              WHERE n.nspname = $1
+                AND EXISTS (SELECT 1 FROM pg_catalog.pg_type t
+                             WHERE t.typnamespace = 'pg_catalog'::pg_catalog.regnamespace
+                               AND t.typname = c.relname)
+              LIMIT 1",
+            &[handler_schema(handler).as_str().into()],
+        )
+        .await?;
+    Ok(super::strings(rows).into_iter().next())
+}
+
 /// [`jsonb_column_in`] in a transaction of its own; `None` on SQLite.
 pub async fn jsonb_column(db: &Database, handler: &str) -> Result<Option<String>, DbError> {
     if db.backend() != Backend::Postgres {

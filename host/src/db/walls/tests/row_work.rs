@@ -396,6 +396,44 @@ async fn postgres_a_tables_own_expressions_count_in_every_write_to_it() {
     guard
         .check("SELECT upper(v) || upper(v) FROM t WHERE n = $1")
         .unwrap();
+
+    // A view's CHECK OPTION runs its condition on every row written through
+    // it: refused however it is spelled.
+    for (version, sql) in [
+        (
+            2,
+            "CREATE VIEW c1 AS SELECT * FROM u WHERE upper(v) <> '' WITH CHECK OPTION;",
+        ),
+        (
+            3,
+            "CREATE VIEW c2 WITH (check_option = cascaded) AS SELECT * FROM u;",
+        ),
+        (
+            4,
+            "CREATE VIEW c3 AS SELECT * FROM u;\nALTER TABLE c3 SET (check_option = local);",
+        ),
+        // Not a CHECK OPTION, the same place: a name that shadows a type (low,
+        // the handler's own session only, session 8's read).
+        (5, "CREATE VIEW text AS SELECT * FROM u;"),
+        (6, "CREATE TABLE int4 (a INTEGER);"),
+        (7, "CREATE TABLE w (a INTEGER);\nALTER TABLE w RENAME TO date;"),
+    ] {
+        let migration = Migration::new(&format!("{version:04}_check.sql"), sql.to_owned()).unwrap();
+        let mut tx = db.begin_migration(name).await.unwrap();
+        let err = migrate::apply_one(&mut tx, name, &migration)
+            .await
+            .unwrap_err()
+            .to_string();
+        let why = [
+            "CHECK OPTION",
+            "PostgreSQL's own types",
+            "not allowed",
+            "cannot parse",
+            "is refused: only",
+        ];
+        assert!(why.iter().any(|w| err.contains(w)), "{sql}: {err}");
+        tx.rollback().await.unwrap();
+    }
 }
 
 /// Regression (the fifth adversarial read, issue 23): with a custom plan,
