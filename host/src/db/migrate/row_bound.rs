@@ -251,37 +251,35 @@ pub async fn hidden_work_in(tx: &mut Tx, handler: &str, max_row_bytes: usize) ->
 /// definition the guard reads says): its digits are what the guard's
 /// numeric costs rest on.
 pub async fn bare_numeric_in(tx: &mut Tx, handler: &str) -> Result<Option<String>, DbError> {
-    let rows = tx
-        .query(
-            "SELECT c.relname || '.' || a.attname
+    first_name_in(
+        tx,
+        handler,
+        "SELECT c.relname || '.' || a.attname
                FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
                JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
               WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v') AND a.attnum > 0 AND NOT a.attisdropped
                 AND a.atttypid = 'pg_catalog.numeric'::pg_catalog.regtype AND a.atttypmod < 0
               LIMIT 1",
-            &[handler_schema(handler).as_str().into()],
-        )
-        .await?;
-    Ok(super::strings(rows).into_iter().next())
+    )
+    .await
 }
 
 /// A column of the handler's tables whose type is jsonb (or an array or a
 /// domain of it), if any: see `sandbox::postgres::JSONB_REFUSED`. A table
 /// an older release let a migration make is caught here, when the handler loads.
 pub async fn jsonb_column_in(tx: &mut Tx, handler: &str) -> Result<Option<String>, DbError> {
-    let rows = tx
-        .query(
-            "SELECT c.relname || '.' || a.attname
+    first_name_in(
+        tx,
+        handler,
+        "SELECT c.relname || '.' || a.attname
                FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
                JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
                JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
               WHERE n.nspname = $1 AND a.attnum > 0 AND NOT a.attisdropped
                 AND 'pg_catalog.jsonb'::pg_catalog.regtype IN (t.oid, t.typelem, t.typbasetype)
               LIMIT 1",
-            &[handler_schema(handler).as_str().into()],
-        )
-        .await?;
-    Ok(super::strings(rows).into_iter().next())
+    )
+    .await
 }
 
 /// A view of the handler's with a CHECK OPTION, if any: its condition (and,
@@ -290,18 +288,17 @@ pub async fn jsonb_column_in(tx: &mut Tx, handler: &str) -> Result<Option<String
 /// the migration's text, so no spelling of the option (`WITH CHECK OPTION`,
 /// `WITH (check_option = ...)`, `ALTER VIEW ... SET`) gets past it.
 pub async fn check_option_view_in(tx: &mut Tx, handler: &str) -> Result<Option<String>, DbError> {
-    let rows = tx
-        .query(
-            "SELECT c.relname::pg_catalog.text
+    first_name_in(
+        tx,
+        handler,
+        "SELECT c.relname::pg_catalog.text
                FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
               WHERE n.nspname = $1 AND c.relkind = 'v'
                 AND EXISTS (SELECT 1 FROM pg_catalog.unnest(c.reloptions) o
                              WHERE o OPERATOR(pg_catalog.~~) 'check_option=%')
               LIMIT 1",
-            &[handler_schema(handler).as_str().into()],
-        )
-        .await?;
-    Ok(super::strings(rows).into_iter().next())
+    )
+    .await
 }
 
 /// A table or view of the handler's named like one of PostgreSQL's own
@@ -310,19 +307,18 @@ pub async fn check_option_view_in(tx: &mut Tx, handler: &str) -> Result<Option<S
 /// every cast to that name there (the host's row bound among them) would mean
 /// the row type instead.
 pub async fn type_named_relation_in(tx: &mut Tx, handler: &str) -> Result<Option<String>, DbError> {
-    let rows = tx
-        .query(
-            "SELECT c.relname::pg_catalog.text
+    first_name_in(
+        tx,
+        handler,
+        "SELECT c.relname::pg_catalog.text
                FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
               WHERE n.nspname = $1
                 AND EXISTS (SELECT 1 FROM pg_catalog.pg_type t
                              WHERE t.typnamespace = 'pg_catalog'::pg_catalog.regnamespace
                                AND t.typname = c.relname)
               LIMIT 1",
-            &[handler_schema(handler).as_str().into()],
-        )
-        .await?;
-    Ok(super::strings(rows).into_iter().next())
+    )
+    .await
 }
 
 /// [`jsonb_column_in`] in a transaction of its own; `None` on SQLite.
@@ -348,4 +344,10 @@ fn rebound(schema: &str, table: &str, limit: i64) -> String {
 /// An identifier, quoted as PostgreSQL reads it.
 fn quote(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// The first name `sql` reads from the catalog for the handler's schema (`$1`), if any.
+async fn first_name_in(tx: &mut Tx, handler: &str, sql: &str) -> Result<Option<String>, DbError> {
+    let rows = tx.query(sql, &[handler_schema(handler).as_str().into()]).await?;
+    Ok(super::strings(rows).into_iter().next())
 }

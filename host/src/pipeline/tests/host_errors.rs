@@ -49,6 +49,31 @@ async fn stop_refusing(h: &Harness, table: &str) {
     tx.commit().await.unwrap();
 }
 
+/// A trigger's condition: the outbox row is a message event `n` published
+/// (the scripted handler keys its messages by the event id).
+fn published_by(on: Backend, n: u32) -> String {
+    match on {
+        Backend::Sqlite => format!("NEW.key = CAST('{}' AS BLOB)", id(n)),
+        Backend::Postgres => format!("NEW.key = convert_to('{}', 'UTF8')", id(n)),
+    }
+}
+
+/// Runs events 1-3 as one batch, which must end with event 2 alone parked as
+/// `host-error` after its attempts, quoting the trigger.
+async fn parks_event_2_of_a_batch(h: &Harness) {
+    let on = h.backend();
+    let (end, cursor) = h.batch(&records(0, &[1, 2, 3])).await;
+    assert_eq!((end, cursor.expected), (BatchEnd::Done, Some(3)), "{on:?}");
+    let parked = h.only_dead_letter(on).await;
+    let attempts = i64::from(HOST_ERROR_ATTEMPTS);
+    assert_eq!(
+        parked.said(),
+        (Some(id(2).as_str()), 1, "host-error", attempts),
+        "{on:?}"
+    );
+    assert!(parked.reason.contains(REFUSED), "{on:?}: {}", parked.reason);
+}
+
 /// Events 1-3, each writing an effect and publishing one message.
 fn script(h: &Harness) {
     for n in [1, 2, 3] {
@@ -64,16 +89,8 @@ async fn an_inbox_row_the_database_refuses_parks_its_event_and_its_neighbours_co
         script(&h);
         refuse(&h, "inbox", &format!("NEW.event_id = '{}'", id(2)), "23514").await;
         // Before: the batch failed on every retry and its partition never moved.
-        let (end, cursor) = h.batch(&records(0, &[1, 2, 3])).await;
-        assert_eq!((end, cursor.expected), (BatchEnd::Done, Some(3)), "{on:?}");
-        let parked = h.only_dead_letter(on).await;
+        parks_event_2_of_a_batch(&h).await;
         let attempts = i64::from(HOST_ERROR_ATTEMPTS);
-        assert_eq!(
-            parked.said(),
-            (Some(id(2).as_str()), 1, "host-error", attempts),
-            "{on:?}"
-        );
-        assert!(parked.reason.contains(REFUSED), "{on:?}: {}", parked.reason);
         // Its inbox row was what failed, so it has none; the neighbours applied once.
         assert_eq!(h.status(&id(2)).await, None, "{on:?}");
         assert_eq!(h.effects().await, vec![(id(1), 1), (id(3), 1)], "{on:?}");
@@ -109,21 +126,8 @@ async fn an_outbox_row_the_database_refuses_parks_its_event_with_its_inbox_row_d
         let h = Harness::new(db).await;
         let on = h.backend();
         script(&h);
-        let key = match on {
-            Backend::Sqlite => format!("NEW.key = CAST('{}' AS BLOB)", id(2)),
-            Backend::Postgres => format!("NEW.key = convert_to('{}', 'UTF8')", id(2)),
-        };
-        refuse(&h, "outbox", &key, "23514").await;
-        let (end, cursor) = h.batch(&records(0, &[1, 2, 3])).await;
-        assert_eq!((end, cursor.expected), (BatchEnd::Done, Some(3)), "{on:?}");
-        let parked = h.only_dead_letter(on).await;
-        let attempts = i64::from(HOST_ERROR_ATTEMPTS);
-        assert_eq!(
-            parked.said(),
-            (Some(id(2).as_str()), 1, "host-error", attempts),
-            "{on:?}"
-        );
-        assert!(parked.reason.contains(REFUSED), "{on:?}: {}", parked.reason);
+        refuse(&h, "outbox", &published_by(on, 2), "23514").await;
+        parks_event_2_of_a_batch(&h).await;
         // Its effect rolled back with its outbox row; its inbox row says it is parked.
         assert_eq!(h.status(&id(2)).await.as_deref(), Some("dead"), "{on:?}");
         assert_eq!(h.effects().await, vec![(id(1), 1), (id(3), 1)], "{on:?}");
@@ -215,19 +219,8 @@ async fn a_host_error_on_a_retried_event_still_parks_it() {
         script(&h);
         let busy = crate::handler::GuestFailure::Retry("the ledger is busy".into());
         h.handler.on_attempt(&id(2), 1, vec![Act::Fail(busy)]);
-        let key = match on {
-            Backend::Sqlite => format!("NEW.key = CAST('{}' AS BLOB)", id(2)),
-            Backend::Postgres => format!("NEW.key = convert_to('{}', 'UTF8')", id(2)),
-        };
-        refuse(&h, "outbox", &key, "23514").await;
-        let (end, cursor) = h.batch(&records(0, &[1, 2, 3])).await;
-        assert_eq!((end, cursor.expected), (BatchEnd::Done, Some(3)), "{on:?}");
-        let parked = h.only_dead_letter(on).await;
-        assert_eq!(
-            parked.kind,
-            dead_letters::ReasonKind::HostError,
-            "{on:?}: {parked:?}"
-        );
+        refuse(&h, "outbox", &published_by(on, 2), "23514").await;
+        parks_event_2_of_a_batch(&h).await;
         assert_eq!(h.effects().await, vec![(id(1), 1), (id(3), 1)], "{on:?}");
     }
 }
