@@ -8,12 +8,13 @@
 //! event was already applied. The partition's offset is not touched: the record was
 //! passed long ago.
 
+use crate::db::Database;
 use crate::db::dead_letters::{self, Row};
 use crate::db::inbox::{self, Claim};
-use crate::db::{Database, invariants, outbox};
 use crate::handler::Handler;
 use crate::pipeline::PipelineError;
 use crate::pipeline::guest::{self, Call, Called};
+use crate::pipeline::tail::{self, End, Sealed};
 use crate::record::Record;
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -75,27 +76,30 @@ pub async fn replay(
         return Ok(ReplayOutcome::AlreadyApplied);
     }
     let attempt = u32::try_from(letter.attempts + 1).unwrap_or(u32::MAX);
-    let Called { mut tx, call, .. } = guest::call(handler, tx, &record, event_id, attempt).await?;
-    let failure = match call {
-        Call::Failed(failure) => Some(failure.to_string()),
-        Call::TooLarge(reason) => Some(reason),
-        Call::Redo => unreachable!("a replay's transaction shares no savepoint"),
+    let Called { tx, call, .. } = guest::call(handler, tx, &record, event_id, attempt).await?;
+    let reason = match call {
         Call::Applied(messages) => {
-            outbox::insert(&mut tx, claim.handler, &messages).await?;
-            invariants::claim_violation(&mut tx, &claim)
-                .await?
-                .map(|v| format!("sandbox violation: {v}"))
+            let applied = [event_id.to_owned()];
+            let end = End::Resolve {
+                letter: letter.id,
+                claim: &claim,
+            };
+            match tail::seal(tx, claim.handler, &applied, &messages, end).await? {
+                Sealed::Committed => return Ok(ReplayOutcome::Replayed),
+                Sealed::Raced => return Ok(ReplayOutcome::AlreadyApplied),
+                Sealed::Violation(violation) => format!("sandbox violation: {violation}"),
+            }
         }
+        Call::Failed(failure) => {
+            tx.rollback().await?;
+            failure.to_string()
+        }
+        Call::TooLarge(reason) => {
+            tx.rollback().await?;
+            reason
+        }
+        Call::Redo => unreachable!("a replay's transaction shares no savepoint"),
     };
-    if let Some(reason) = failure {
-        tx.rollback().await?;
-        dead_letters::record_failure(db, letter.id, &reason).await?;
-        return Ok(ReplayOutcome::Failed(reason));
-    }
-    if !dead_letters::resolve(&mut tx, letter.id, "replayed").await? {
-        tx.rollback().await?;
-        return Ok(ReplayOutcome::AlreadyApplied);
-    }
-    tx.commit().await?;
-    Ok(ReplayOutcome::Replayed)
+    dead_letters::record_failure(db, letter.id, &reason).await?;
+    Ok(ReplayOutcome::Failed(reason))
 }

@@ -82,6 +82,28 @@ impl Columns {
     }
 }
 
+/// The single integer column of each of `rows` (`what` rows).
+pub fn ints(
+    rows: Vec<Vec<SqlValue>>,
+    what: &'static str,
+    column: &'static str,
+) -> Result<Vec<i64>, DecodeError> {
+    rows.into_iter()
+        .map(|row| Columns::new(what, row).int(column))
+        .collect()
+}
+
+/// The single text column of each of `rows` (`what` rows).
+pub fn texts(
+    rows: Vec<Vec<SqlValue>>,
+    what: &'static str,
+    column: &'static str,
+) -> Result<Vec<String>, DecodeError> {
+    rows.into_iter()
+        .map(|row| Columns::new(what, row).text(column))
+        .collect()
+}
+
 fn kind(value: &SqlValue) -> &'static str {
     match value {
         SqlValue::Null => "NULL",

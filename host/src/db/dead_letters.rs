@@ -185,11 +185,12 @@ const COLUMNS: &str = r#"id, handler, event_id, topic, partition, "offset", key,
 const SUMMARY_COLUMNS: &str = r#"id, handler, event_id, topic, partition, "offset", NULL, NULL, NULL, reason_kind,
     reason, attempts, handler_version, first_failed_at, last_failed_at, resolution, resolved_at"#;
 
-/// Reads headers back from [`headers_json`].
-pub fn parse_headers(json: &str) -> Vec<(String, Vec<u8>)> {
-    let list: Vec<serde_json::Value> = serde_json::from_str(json).unwrap_or_default();
+/// Reads headers back from [`headers_json`]; `None` if `json` is not what
+/// it writes (a header is never dropped for being unreadable).
+fn parse_headers(json: &str) -> Option<Vec<(String, Vec<u8>)>> {
+    let list: Vec<serde_json::Value> = serde_json::from_str(json).ok()?;
     list.iter()
-        .filter_map(|h| {
+        .map(|h| {
             let name = h.get("name")?.as_str()?.to_owned();
             if let Some(text) = h.get("value").and_then(|v| v.as_str()) {
                 return Some((name, text.as_bytes().to_vec()));
@@ -197,6 +198,15 @@ pub fn parse_headers(json: &str) -> Vec<(String, Vec<u8>)> {
             Some((name, hex::decode(h.get("hex")?.as_str()?).ok()?))
         })
         .collect()
+}
+
+/// A host row's headers column ([`headers_json`]); NULL (a summary's) is none.
+pub fn headers_column(c: &mut Columns, column: &'static str) -> Result<Vec<(String, Vec<u8>)>, DecodeError> {
+    match c.opt_text(column)? {
+        None => Ok(Vec::new()),
+        Some(json) => parse_headers(&json)
+            .ok_or_else(|| c.wrong(column, "headers as the host writes them", "other text")),
+    }
 }
 
 /// One dead letter; `None` for a reason kind this version does not know
@@ -215,7 +225,7 @@ fn decode(row: Vec<SqlValue>) -> Result<Option<Row>, DecodeError> {
     let offset = c.int("offset")?;
     let key = c.opt_blob("key")?;
     let payload = c.opt_blob("payload")?.unwrap_or_default();
-    let headers = parse_headers(&c.opt_text("headers")?.unwrap_or_default());
+    let headers = headers_column(&mut c, "headers")?;
     let kind = c.text("kind")?;
     let Some(kind) = ReasonKind::parse(&kind) else {
         tracing::warn!(

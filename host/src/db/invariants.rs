@@ -4,6 +4,7 @@
 //! event parked as a sandbox violation instead of committing a broken promise.
 
 use super::inbox::Claim;
+use super::offsets::Advance;
 use super::{Backend, DbError, SqlValue, Tx};
 
 /// Claims checked per statement, at most.
@@ -45,6 +46,18 @@ pub struct Position<'a> {
     pub partition: i32,
     /// The stored `next_offset` before this transaction (`None`: no row yet).
     pub expected: Option<i64>,
+}
+
+impl<'a> From<&Advance<'a>> for Position<'a> {
+    /// The partition an advance moves, as it expects to find it.
+    fn from(advance: &Advance<'a>) -> Self {
+        Position {
+            handler: advance.handler,
+            topic: advance.topic,
+            partition: advance.partition,
+            expected: advance.expected,
+        }
+    }
 }
 
 /// `None` if every claim the transaction applied still says `done` and the

@@ -332,10 +332,11 @@ impl Database {
     /// another integer per handler), as a map.
     pub async fn counts_by_handler(&self, sql: &str) -> Result<BTreeMap<String, i64>, DbError> {
         let rows = self.query(sql, &[]).await?;
-        Ok(rows
-            .into_iter()
-            .filter_map(|r| Some((r.first()?.as_str()?.to_owned(), r.get(1)?.as_i64()?)))
-            .collect())
+        let counts = rows.into_iter().map(|row| {
+            let mut c = columns::Columns::new("count per handler", row);
+            Ok((c.text("handler")?, c.int("count")?))
+        });
+        Ok(counts.collect::<Result<_, DecodeError>>()?)
     }
 
     pub async fn close(&self) {

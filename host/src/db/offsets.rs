@@ -10,7 +10,8 @@
 //! *fenced* and rolls back. So each offset range is committed by exactly one
 //! transaction, which `records_committed` lets anyone check afterwards.
 
-use super::{Database, DbError, SqlValue, Tx, now_ms};
+use super::columns::Columns;
+use super::{Database, DbError, DecodeError, SqlValue, Tx, now_ms};
 
 const INSERT_FIRST: &str =
     "INSERT INTO offsets (handler, topic, partition, next_offset, records_committed, updated_at)
@@ -93,23 +94,20 @@ pub async fn load_all(db: &Database, handler: &str) -> Result<Vec<Position>, DbE
             &[handler.into()],
         )
         .await?;
-    Ok(rows
-        .into_iter()
-        .filter_map(|r| match r.as_slice() {
-            [
-                SqlValue::Text(t),
-                SqlValue::Int64(p),
-                SqlValue::Int64(n),
-                SqlValue::Int64(c),
-            ] => Some(Position {
-                topic: t.clone(),
-                partition: *p as i32,
-                next_offset: *n,
-                records_committed: *c,
-            }),
-            _ => None,
+    let positions = rows.into_iter().map(|row| {
+        let mut c = Columns::new("offsets row", row);
+        let topic = c.text("topic")?;
+        let partition = c.int("partition")?;
+        let partition = i32::try_from(partition)
+            .map_err(|_| c.wrong("partition", "a partition number", "a larger integer"))?;
+        Ok(Position {
+            topic,
+            partition,
+            next_offset: c.int("next_offset")?,
+            records_committed: c.int("records_committed")?,
         })
-        .collect())
+    });
+    Ok(positions.collect::<Result<_, DecodeError>>()?)
 }
 
 #[cfg(test)]

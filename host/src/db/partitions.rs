@@ -7,7 +7,8 @@
 //! with a short lock timeout, so it waits behind the pipeline's (short)
 //! transactions for at most that long and is retried on the next cycle.
 
-use super::{Backend, Database, DbError, HOST_SCHEMA, SqlValue};
+use super::columns::texts;
+use super::{Backend, Database, DbError, DecodeError, HOST_SCHEMA};
 
 /// DDL gives up rather than queue behind traffic for longer than this.
 const DDL_LOCK_TIMEOUT: &str = "2s";
@@ -24,21 +25,24 @@ pub async fn list_daily(db: &Database) -> Result<Vec<(String, i32)>, DbError> {
              JOIN pg_class c ON c.oid = i.inhrelid
              JOIN pg_class p ON p.oid = i.inhparent
              JOIN pg_namespace n ON n.oid = p.relnamespace
-             WHERE n.nspname = $1 AND p.relname = 'inbox' AND c.relname LIKE 'inbox_d%'",
+             WHERE n.nspname = $1 AND p.relname = 'inbox' AND c.relname ~ '^inbox_d[0-9]+$'",
             &[HOST_SCHEMA.into()],
         )
         .await?;
-    let mut days: Vec<(String, i32)> = rows
+    // The pattern leaves out `inbox_default`; every name it matches is a day.
+    let names = texts(rows, "inbox partition", "relname")?;
+    let mut days = names
         .into_iter()
-        .filter_map(|r| match r.as_slice() {
-            [SqlValue::Text(name)] => name
-                .strip_prefix("inbox_d")?
-                .parse()
-                .ok()
-                .map(|d| (name.clone(), d)),
-            _ => None,
+        .map(|name| match name["inbox_d".len()..].parse() {
+            Ok(day) => Ok((name, day)),
+            Err(_) => Err(DecodeError::Column {
+                what: "inbox partition",
+                column: "relname",
+                expected: "inbox_d and a day number",
+                found: name,
+            }),
         })
-        .collect();
+        .collect::<Result<Vec<(String, i32)>, DecodeError>>()?;
     days.sort_by_key(|(_, day)| *day);
     Ok(days)
 }

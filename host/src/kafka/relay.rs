@@ -462,7 +462,7 @@ mod tests {
             )
             .await
             .unwrap();
-        let published: Vec<&str> = published.iter().filter_map(|r| r[0].as_str()).collect();
+        let published: Vec<&str> = published.iter().map(|r| r[0].as_str().unwrap()).collect();
         assert_eq!(published, [after.id.as_str(), elsewhere.id.as_str()]);
     }
 }

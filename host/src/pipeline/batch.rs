@@ -19,12 +19,11 @@
 //! failing does not pay that extra run on every batch.
 
 use super::guest::{Call, Called};
+use super::tail::Sealed;
 use super::{Outcome, Park, Parked, Pipeline, PipelineError};
 use crate::db::DbError;
 use crate::db::inbox;
-use crate::db::invariants;
 use crate::db::now_ms;
-use crate::db::outbox;
 use crate::event_id;
 use crate::handler::GuestFailure;
 use crate::record::Record;
@@ -304,17 +303,10 @@ impl Pipeline {
             tx.rollback().await?;
             return Ok(TxEnd::Committed { count, retry });
         };
-        if !applied.is_empty() {
-            // Written last, all at once: see `outbox::insert` on lock order.
-            outbox::insert(&mut tx, self.handler.name(), &messages).await?;
-            let position = self.position(last, expected);
-            if let Some(violation) = invariants::violation(&mut tx, &position, &applied).await? {
-                tx.rollback().await?;
-                return Ok(TxEnd::Violation { count, violation });
-            }
-        }
-        if !self.finish(tx, last, expected, count).await? {
-            return Ok(TxEnd::Fenced);
+        match self.seal(tx, last, expected, count, &applied, &messages).await? {
+            Sealed::Committed => {}
+            Sealed::Raced => return Ok(TxEnd::Fenced),
+            Sealed::Violation(violation) => return Ok(TxEnd::Violation { count, violation }),
         }
         self.report(done);
         Ok(TxEnd::Committed { count, retry })

@@ -16,6 +16,7 @@
 mod batch;
 pub mod guest;
 mod host_errors;
+pub mod tail;
 
 pub use batch::{BatchCursor, BatchEnd};
 pub use host_errors::HOST_ERROR_ATTEMPTS;
@@ -23,8 +24,7 @@ pub use host_errors::HOST_ERROR_ATTEMPTS;
 use crate::config::{EventIdConfig, RetryConfig};
 use crate::db::dead_letters::{self, DeadLetter, ReasonKind};
 use crate::db::inbox::{self, Claim};
-use crate::db::invariants::{self, Position};
-use crate::db::outbox;
+use crate::db::outbox::NewMessage;
 use crate::db::{Database, DbError, Tx, now_ms, offsets};
 use crate::event_id;
 use crate::handler::GuestFailure;
@@ -36,6 +36,7 @@ use rand::Rng;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
+use tail::{End, Sealed};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -227,27 +228,26 @@ impl Pipeline {
                     return self.commit_parked(tx, record, expected, letter).await;
                 }
                 Step::Ran(Call::Applied(messages)) => {
-                    outbox::insert(&mut tx, claim.handler, &messages).await?;
-                    let position = self.position(record, expected);
                     let applied = [event_id.clone()];
-                    if let Some(violation) = invariants::violation(&mut tx, &position, &applied).await? {
-                        // Nothing of this transaction may commit; park the event afresh.
-                        tx.rollback().await?;
-                        let reason = format!("sandbox violation: {violation}");
-                        tracing::error!(handler = claim.handler, event_id, "{reason}");
-                        let park = Park {
-                            kind: ReasonKind::SandboxViolation,
-                            reason,
-                            attempts: attempt,
-                            first_failed_at: now_ms(),
-                        };
-                        return self.park_alone(&claim, record, expected, park).await;
+                    match self.seal(tx, record, expected, 1, &applied, &messages).await? {
+                        Sealed::Committed => {
+                            self.stats.applied([record.timestamp_ms]);
+                            return Ok(Outcome::Applied);
+                        }
+                        Sealed::Raced => return Ok(Outcome::Fenced),
+                        Sealed::Violation(violation) => {
+                            // Nothing of that transaction committed; park the event afresh.
+                            let reason = format!("sandbox violation: {violation}");
+                            tracing::error!(handler = claim.handler, event_id, "{reason}");
+                            let park = Park {
+                                kind: ReasonKind::SandboxViolation,
+                                reason,
+                                attempts: attempt,
+                                first_failed_at: now_ms(),
+                            };
+                            return self.park_alone(&claim, record, expected, park).await;
+                        }
                     }
-                    if !self.finish(tx, record, expected, 1).await? {
-                        return Ok(Outcome::Fenced);
-                    }
-                    self.stats.applied([record.timestamp_ms]);
-                    return Ok(Outcome::Applied);
                 }
                 Step::Ran(Call::Failed(failure)) => failure,
                 Step::Ran(Call::Redo) => unreachable!("a lone event's transaction shares no savepoint"),
@@ -347,15 +347,6 @@ impl Pipeline {
             partition: record.partition,
             offset: record.offset,
             handler_version: self.handler.version_label(),
-        }
-    }
-
-    fn position<'a>(&'a self, record: &'a Record, expected: Option<i64>) -> Position<'a> {
-        Position {
-            handler: self.handler.name(),
-            topic: &record.topic,
-            partition: record.partition,
-            expected,
         }
     }
 
@@ -463,17 +454,19 @@ impl Pipeline {
         }
     }
 
-    /// Every path ends here: the partition's next offset (past `last`) joins
-    /// the same transaction as the effects of its `records` records, then
-    /// everything commits together. `false`: fenced by another consumer, and
-    /// everything was rolled back.
-    async fn finish(
+    /// Every path ends here ([`tail::seal`]): the outbox messages of the
+    /// `applied` events, the host's check of its rows, and the partition's
+    /// next offset (past `last`) join the same transaction as the effects of
+    /// its `records` records, then everything commits together.
+    async fn seal(
         &self,
-        mut tx: Tx,
+        tx: Tx,
         last: &Record,
         expected: Option<i64>,
         records: usize,
-    ) -> Result<bool, DbError> {
+        applied: &[String],
+        messages: &[NewMessage],
+    ) -> Result<Sealed, DbError> {
         let advance = offsets::Advance {
             handler: self.handler.name(),
             topic: &last.topic,
@@ -482,8 +475,8 @@ impl Pipeline {
             next_offset: last.offset + 1,
             records: records as i64,
         };
-        if !offsets::advance(&mut tx, &advance).await? {
-            tx.rollback().await?;
+        let sealed = tail::seal(tx, self.handler.name(), applied, messages, End::Advance(advance)).await?;
+        if sealed == Sealed::Raced {
             tracing::info!(
                 handler = self.handler.name(),
                 topic = last.topic,
@@ -493,10 +486,25 @@ impl Pipeline {
                 ?expected,
                 "fenced: another consumer committed this partition first; this work was rolled back"
             );
-            return Ok(false);
         }
-        tx.commit().await?;
-        Ok(true)
+        Ok(sealed)
+    }
+
+    /// [`Pipeline::seal`] for a transaction that applied nothing (duplicates
+    /// and parks only). `false`: fenced by another consumer, and everything
+    /// was rolled back.
+    async fn finish(
+        &self,
+        tx: Tx,
+        last: &Record,
+        expected: Option<i64>,
+        records: usize,
+    ) -> Result<bool, DbError> {
+        match self.seal(tx, last, expected, records, &[], &[]).await? {
+            Sealed::Committed => Ok(true),
+            Sealed::Raced => Ok(false),
+            Sealed::Violation(_) => unreachable!("with nothing applied, nothing is checked"),
+        }
     }
 }
 

@@ -7,6 +7,7 @@
 //! deleted by that other host's beats.
 
 use super::{Registry, Running};
+use crate::db::columns::Columns;
 use crate::db::{Database, DbError, SqlValue, in_list, now_ms};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -91,20 +92,13 @@ pub async fn by_handler(db: &Database) -> Result<BTreeMap<String, Vec<HostRow>>,
         .await?;
     let mut hosts: BTreeMap<String, Vec<HostRow>> = BTreeMap::new();
     for row in rows {
-        let mut v = row.into_iter();
-        let mut text = || v.next().and_then(|x| x.as_str().map(str::to_owned));
-        let (Some(handler), Some(host), Some(version)) = (text(), text(), text()) else {
-            continue;
-        };
-        let mut ints = v.filter_map(|x| x.as_i64());
-        let (Some(consuming), Some(seen_at)) = (ints.next(), ints.next()) else {
-            continue;
-        };
+        let mut c = Columns::new("handler_hosts row", row);
+        let handler = c.text("handler")?;
         hosts.entry(handler).or_default().push(HostRow {
-            host,
-            version,
-            consuming: consuming != 0,
-            seen_at,
+            host: c.text("host")?,
+            version: c.text("version")?,
+            consuming: c.int("consuming")? != 0,
+            seen_at: c.int("seen_at")?,
         });
     }
     Ok(hosts)

@@ -569,6 +569,64 @@ mod tests {
         }
     }
 
+    /// Regression (the seventeenth adversarial read, issue 23): SQLite reads
+    /// a BLOB argument of a JSON function as binary JSON and recurses over
+    /// its nesting without a bound; one nested 150 KB parameter overflowed
+    /// the host's stack. Every spelling is refused on SQLite.
+    #[test]
+    fn sqlite_json_functions_and_operators_are_refused() {
+        let lite = guard(Backend::Sqlite);
+        for sql in [
+            "SELECT json_extract($1, '$')",
+            "SELECT $1 -> '$'",
+            "SELECT $1 ->> '$'",
+            "SELECT json_array($1)",
+            "SELECT json_object('a', $1)",
+            "SELECT JSON_EXTRACT(a, '$.k') FROM invoices",
+            "SELECT value FROM json_each($1)",
+            "SELECT count(*) FROM json_tree($1)",
+            "INSERT INTO invoices (a) SELECT json($1)",
+        ] {
+            match lite.check(sql) {
+                Err(Refusal::Forbidden(m)) => assert!(m.contains("JSON"), "{sql}: {m}"),
+                other => panic!("{sql}: {other:?}"),
+            }
+        }
+    }
+
+    /// Regression (the seventeenth adversarial read, issue 23): a chain of
+    /// 5,000 CTEs overflowed the stack of SQLite's planner, and the guard's
+    /// scoping of n CTEs held n^2/2 names at once; a statement defines at
+    /// most `MAX_CTES`, counting nested WITHs.
+    #[test]
+    fn a_statement_defines_a_bounded_number_of_ctes() {
+        let chain = |n: usize| {
+            let ctes: Vec<String> = (0..n)
+                .map(|i| match i {
+                    0 => "c0 AS (SELECT 1 AS x)".to_owned(),
+                    _ => format!("c{i} AS (SELECT x FROM c{})", i - 1),
+                })
+                .collect();
+            format!("WITH {} SELECT x FROM c{}", ctes.join(", "), n - 1)
+        };
+        allowed(&chain(super::super::walk::MAX_CTES));
+        refused(
+            &chain(super::super::walk::MAX_CTES + 1),
+            "common table expressions",
+        );
+        // The read's own: 5,000 in a statement of a team's ceiling size.
+        for backend in [Backend::Sqlite, Backend::Postgres] {
+            let big = Guard::new(backend, "main", &[], 1 << 20, 1 << 20);
+            let err = big.check(&chain(5_000)).unwrap_err().to_string();
+            assert!(err.contains("common table expressions"), "{backend:?}: {err}");
+        }
+        let nested = format!(
+            "WITH a0 AS (SELECT 1 AS x) SELECT x FROM ({})",
+            chain(super::super::walk::MAX_CTES)
+        );
+        refused(&nested, "common table expressions");
+    }
+
     /// Regression (issue 23): PostgreSQL turns attribute notation, casts,
     /// COLLATE and other syntax into function calls that the guard's
     /// function allowlist never saw; `(text).ts_stat` ran a query.
@@ -623,7 +681,6 @@ mod tests {
         ] {
             refused(sql, "not allowed");
         }
-        allowed("SELECT json_extract(order_id, '$.a') FROM invoices");
         allowed("SELECT strftime('%Y-%m-%d %H:%M:%S', 'now') FROM invoices");
         // The seventh read: SQLite looks at the deadline only between rows.
         let uppers = vec!["length(upper(order_id))"; 60].join(", ");

@@ -19,8 +19,8 @@ use super::TABLE_FUNCTIONS;
 use super::guard::Refusal;
 use super::guard::forbidden;
 use sqlparser::ast::{
-    AlterTableOperation, BinaryOperator, ColumnOption, Expr, Function, FunctionArguments, InTarget,
-    ObjectName, Statement, TableFactor, Visit, Visitor,
+    AlterTableOperation, BinaryOperator, ColumnOption, Expr, Function, FunctionArguments,
+    GeneratedExpressionMode, InTarget, ObjectName, Statement, TableFactor, Visit, Visitor,
 };
 use std::ops::ControlFlow;
 
@@ -66,6 +66,27 @@ pub fn check(statement: &Statement, row_bytes: usize) -> Result<(), Refusal> {
 pub fn check_schema(statement: &Statement, row_bytes: usize) -> Result<(), Refusal> {
     check(statement, row_bytes)?;
     match statement {
+        Statement::CreateTable(table) => {
+            // A VIRTUAL column's expression runs again at every reference to
+            // it, and a column name costs the guard nothing: 64 references
+            // in one SELECT list made 64 runs of the whole expression
+            // (the seventeenth adversarial read, issue 23). A STORED one
+            // runs once per row written, inside the CREATE TABLE's budget.
+            let is_virtual = table.columns.iter().flat_map(|c| &c.options).any(|o| {
+                matches!(
+                    &o.option,
+                    ColumnOption::Generated { generation_expr: Some(_), generation_expr_mode, .. }
+                        if *generation_expr_mode != Some(GeneratedExpressionMode::Stored)
+                )
+            });
+            if is_virtual {
+                return Err(forbidden(
+                    "on SQLite a generated column is STORED (`AS (...) STORED`): a VIRTUAL one runs its \
+                     expression again at every reference to it, where no deadline interrupts it",
+                ));
+            }
+            Ok(())
+        }
         Statement::AlterTable(alter) => {
             for operation in &alter.operations {
                 if let AlterTableOperation::AddColumn { column_def, .. } = operation
@@ -129,6 +150,25 @@ pub fn check_schema(statement: &Statement, row_bytes: usize) -> Result<(), Refus
         }
         _ => Ok(()),
     }
+}
+
+/// The relations (lower case) a stored view reads, from its definition in
+/// `sqlite_master.sql`; `None` if that is not one view SQLite's dialect reads.
+pub fn view_reads(sql: &str) -> Option<Vec<String>> {
+    let statements = sqlparser::parser::Parser::parse_sql(&sqlparser::dialect::SQLiteDialect {}, sql).ok()?;
+    let [statement @ Statement::CreateView(view)] = statements.as_slice() else {
+        return None;
+    };
+    let own = super::guard::name_parts(&view.name).pop();
+    let mut reads = Vec::new();
+    let _ = sqlparser::ast::visit_relations(statement, |name| {
+        let last = super::guard::name_parts(name).pop();
+        if last.is_some() && last != own {
+            reads.extend(last);
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    Some(reads)
 }
 
 /// A stored table: not a table function, with its arguments or without
@@ -275,6 +315,37 @@ mod tests {
         assert!(judged("SELECT json_object('a', a, 'b', b) FROM t", 1 << 20).is_ok());
         // With small rows, long lists fit.
         assert!(judged(&format!("SELECT $2 IN ({items})"), 16 << 10).is_ok());
+    }
+
+    /// Regression (the seventeenth adversarial read, issue 23): a VIRTUAL
+    /// column of 40 `upper` calls, referenced 50 times in one SELECT list
+    /// over a 1 MB value, ran 4.2 s against a 0.1 s deadline; a generated
+    /// column on SQLite is STORED, and the view of a view is refused from
+    /// the catalog (`db::migrate`, tested there), so [`view_reads`] must
+    /// read what a stored view reads.
+    #[test]
+    fn generated_columns_are_stored_and_a_views_reads_are_read_back() {
+        let schema = |sql: &str| {
+            let statements = Parser::parse_sql(&SQLiteDialect {}, sql).unwrap();
+            check_schema(&statements[0], 1 << 20)
+        };
+        for table in [
+            "CREATE TABLE t (a TEXT, g TEXT AS (upper(a)))",
+            "CREATE TABLE t (a TEXT, g TEXT GENERATED ALWAYS AS (upper(a)) VIRTUAL)",
+        ] {
+            let err = schema(table).unwrap_err().to_string();
+            assert!(err.contains("STORED"), "{table}: {err}");
+        }
+        assert!(schema("CREATE TABLE t (a TEXT, g TEXT AS (upper(a)) STORED)").is_ok());
+        assert_eq!(
+            view_reads("CREATE VIEW v AS SELECT a FROM \"T\""),
+            Some(vec!["t".to_owned()])
+        );
+        assert_eq!(
+            view_reads("CREATE VIEW v2 AS SELECT a FROM main.v"),
+            Some(vec!["v".to_owned()])
+        );
+        assert_eq!(view_reads("CREATE TABLE t (a)"), None);
     }
 
     /// Regression (the fifteenth adversarial read, issue 23): a view is of

@@ -16,6 +16,13 @@ use std::ops::ControlFlow;
 /// (sqlx's SQLite driver crashed its worker on `$0`).
 const MAX_PLACEHOLDER: u32 = 32_766;
 
+/// The most common table expressions one statement may define, counting
+/// every WITH in it. A chain of them (each reading the one before) is
+/// expanded by SQLite's planner by recursion, with no depth bound and no
+/// deadline check: 5,000 overflowed the host's stack, and the guard's own
+/// scoping of them is quadratic (the seventeenth adversarial read, issue 23).
+pub const MAX_CTES: usize = 32;
+
 /// Checks one parsed SELECT, INSERT, UPDATE or DELETE: every table it reads or
 /// writes is the handler's own and every function it calls is on the list.
 /// Anything else is refused with the reason. Ok: the CTE names it defines.
@@ -47,6 +54,29 @@ pub fn check_expressions(
         return Err(refusal);
     }
     walk.check(owned)
+}
+
+/// Why SQLite's JSON functions are refused. SQLite (3.46, the version sqlx
+/// bundles) reads any BLOB argument of a JSON function or of `->` / `->>` as
+/// its binary JSONB, checking only the outer header, and walks the nesting
+/// by recursion with no depth bound: one nested 150 KB value overflowed the
+/// host's stack (the seventeenth adversarial read, issue 23). Text JSON is
+/// depth-checked, but a blob can come from a parameter or a stored column,
+/// which no guard sees.
+pub const SQLITE_JSON_REFUSED: &str = "SQLite's JSON functions and the -> and ->> operators are not allowed: \
+     SQLite reads a BLOB argument as binary JSON and walks its nesting by recursion, with no depth bound; \
+     read JSON in the handler's own code (the SDKs parse the event's payload)";
+
+/// A call of one of SQLite's JSON functions, or its `->` / `->>`.
+fn reads_json(expr: &Expr) -> bool {
+    match expr {
+        Expr::Function(function) => single_name(&function.name).is_some_and(|n| n.starts_with("json")),
+        Expr::BinaryOp { op, .. } => matches!(
+            op,
+            sqlparser::ast::BinaryOperator::Arrow | sqlparser::ast::BinaryOperator::LongArrow
+        ),
+        _ => false,
+    }
 }
 
 fn single_name(name: &ObjectName) -> Option<String> {
@@ -212,6 +242,13 @@ impl Visitor for Walk {
         };
         let mut visible = base.clone();
         if let Some(with) = &query.with {
+            if self.defined.len() + with.cte_tables.len() > MAX_CTES {
+                return ControlFlow::Break(forbidden(format!(
+                    "a statement may define at most {MAX_CTES} common table expressions (WITH ... AS), \
+                     counting every WITH in it: SQLite expands a chain of them by recursion while it \
+                     prepares the statement, where no deadline interrupts it"
+                )));
+            }
             let names: Vec<String> = with
                 .cte_tables
                 .iter()
@@ -268,6 +305,11 @@ impl Visitor for Walk {
                 name, args: Some(_), ..
             }
             | TableFactor::Function { name, .. } => {
+                if self.backend == Some(Backend::Sqlite)
+                    && single_name(name).is_some_and(|n| n.starts_with("json"))
+                {
+                    return ControlFlow::Break(forbidden(SQLITE_JSON_REFUSED));
+                }
                 let allowed = single_name(name).is_some_and(|n| TABLE_FUNCTIONS.contains(&n.as_str()));
                 if !allowed {
                     return ControlFlow::Break(forbidden(format!(
@@ -312,6 +354,9 @@ impl Visitor for Walk {
             return ControlFlow::Break(forbidden(
                 "`::` casts are PostgreSQL's: on SQLite write CAST(x AS type)",
             ));
+        }
+        if self.backend == Some(Backend::Sqlite) && reads_json(expr) {
+            return ControlFlow::Break(forbidden(SQLITE_JSON_REFUSED));
         }
         if let Err(refusal) = check_expr_kind(expr) {
             return ControlFlow::Break(refusal);

@@ -12,7 +12,7 @@ use super::state::StoreState;
 use crate::bindings::{Event, Handler as Instance, HandlerError, HandlerPre};
 use crate::capabilities::log::LogTag;
 use crate::capabilities::outbox::OutboxState;
-use crate::db::{Backend, DbError, Tx, Walls};
+use crate::db::{DbError, Tx, Walls};
 use crate::handler::{GuestFailure, Invocation, LimitExceeded, Limits};
 use crate::record::Record;
 use crate::sandbox::Guard;
@@ -273,8 +273,10 @@ impl HandlerComponent {
         // one `position()` ran for minutes, holding the event's claim). Its
         // backend is terminated and the transaction replaced, so neither the
         // host nor the event's next attempt waits on it.
+        // On SQLite the statement is interrupted and waited for inside its
+        // walls (see `Tx::abandon_stuck_call`).
         if outcome.is_err()
-            && let Some(stuck) = tx.as_mut().filter(|t| t.backend() == Backend::Postgres)
+            && let Some(stuck) = tx.as_mut()
             && let Err(e) = stuck.abandon_stuck_call().await
         {
             host_error = Some(e);

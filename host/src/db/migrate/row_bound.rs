@@ -14,6 +14,7 @@
 
 use super::{Backend, Database, DbError, SqlValue, Tx, handler_schema};
 use crate::config::defaults::MAX_ROW_BYTES;
+use crate::db::columns::texts;
 use crate::sandbox::postgres::Hidden;
 
 /// The row bound a handler's tables have now (the largest, if they differ;
@@ -63,7 +64,7 @@ pub async fn bound_rows(db: &Database, handler: &str, max_row_bytes: usize) -> R
             &[schema.as_str().into(), CONSTRAINT.into(), limit.into()],
         )
         .await?;
-    let tables = super::strings(rows);
+    let tables = texts(rows, "catalog row", "relname")?;
     for table in &tables {
         tx.execute(&rebound(&schema, table, limit), &[]).await.map_err(|e| {
             DbError::HandlerMigration(format!(
@@ -349,5 +350,5 @@ fn quote(name: &str) -> String {
 /// The first name `sql` reads from the catalog for the handler's schema (`$1`), if any.
 async fn first_name_in(tx: &mut Tx, handler: &str, sql: &str) -> Result<Option<String>, DbError> {
     let rows = tx.query(sql, &[handler_schema(handler).as_str().into()]).await?;
-    Ok(super::strings(rows).into_iter().next())
+    Ok(texts(rows, "catalog row", "name")?.into_iter().next())
 }

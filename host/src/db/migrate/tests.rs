@@ -208,6 +208,37 @@ async fn a_foreign_key_may_point_only_at_own_tables() {
     assert!(own_tables(&db, "x").await.unwrap().is_empty());
 }
 
+/// Regression (the seventeenth adversarial read, issue 23): SQLite expands
+/// a view inside a view by recursion while preparing, with no bound and no
+/// deadline check; 3,500 views each reading the one before overflowed the
+/// host's stack. On SQLite a view reads tables only, checked in the catalog
+/// after every statement: a view made in place of a dropped table counts.
+#[tokio::test]
+async fn on_sqlite_a_view_reads_tables_only() {
+    let db = sqlite_db().await;
+    let base = "CREATE TABLE t (a INTEGER); CREATE VIEW v AS SELECT a FROM t;";
+    apply(&db, "vv", &migration("0001.sql", base)).await.unwrap();
+    for (file, sql) in [
+        ("0002.sql", "CREATE VIEW w AS SELECT a FROM v;"),
+        (
+            "0002.sql",
+            "CREATE TABLE u (a INTEGER); CREATE VIEW w AS SELECT a FROM u; DROP TABLE u; CREATE VIEW u AS SELECT a FROM v;",
+        ),
+    ] {
+        let err = apply(&db, "vv", &migration(file, sql))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("reads view") && err.contains("tables only"),
+            "{sql}: {err}"
+        );
+    }
+    let mut tables = own_tables(&db, "vv").await.unwrap();
+    tables.sort();
+    assert_eq!(tables, ["t", "v"], "nothing of the refused migrations stayed");
+}
+
 /// Regression: SQLite rolls back the whole transaction when a writing
 /// statement is interrupted, claims and savepoints included; the host
 /// notices, begins a new one, and says so.

@@ -14,8 +14,9 @@
 //! re-queue or discard them. The relay reads at most a few hundred messages
 //! per bucket per cycle, so one bucket's long backlog never starves the others.
 
-use super::dead_letters::{headers_json, parse_headers};
-use super::{Backend, Database, DbError, SqlValue, Tx, now_ms};
+use super::columns::{Columns, ints};
+use super::dead_letters::{headers_column, headers_json};
+use super::{Backend, Database, DbError, DecodeError, SqlValue, Tx, now_ms};
 use std::collections::BTreeMap;
 
 /// Buckets of relay ownership and ordering. Fixed: it is baked into the rows.
@@ -198,10 +199,7 @@ pub async fn lease(db: &Database, owner: &str, lease_ms: i64) -> Result<Vec<i64>
         )
         .await?;
     tx.commit().await?;
-    Ok(rows
-        .into_iter()
-        .filter_map(|r| r.first().and_then(SqlValue::as_i64))
-        .collect())
+    Ok(ints(rows, "outbox_leases row", "bucket")?)
 }
 
 /// Gives this owner's leases up at once (a clean shutdown), so another host
@@ -260,36 +258,23 @@ pub async fn pending(db: &Database, buckets: &[i64], per_bucket: i64) -> Result<
                 .await?
         }
     };
-    let mut pending: Vec<Pending> = rows
+    let mut pending = rows
         .into_iter()
-        .filter_map(|row| {
-            let mut v = row.into_iter();
-            let seq = v.next()?.as_i64()?;
-            let bucket = v.next()?.as_i64()?;
-            let id = v.next()?.as_str()?.to_owned();
-            let topic = v.next()?.as_str()?.to_owned();
-            let key = match v.next()? {
-                SqlValue::Blob(b) => Some(b),
-                _ => None,
-            };
-            let payload = match v.next()? {
-                SqlValue::Blob(b) => b,
-                _ => Vec::new(),
-            };
-            let headers = parse_headers(v.next()?.as_str().unwrap_or("[]"));
-            Some(Pending {
-                seq,
-                bucket,
+        .map(|row| {
+            let mut c = Columns::new("outbox row", row);
+            Ok(Pending {
+                seq: c.int("seq")?,
+                bucket: c.int("bucket")?,
                 message: NewMessage {
-                    id,
-                    topic,
-                    key,
-                    payload,
-                    headers,
+                    id: c.text("id")?,
+                    topic: c.text("topic")?,
+                    key: c.opt_blob("key")?,
+                    payload: c.opt_blob("payload")?.unwrap_or_default(),
+                    headers: headers_column(&mut c, "headers")?,
                 },
             })
         })
-        .collect();
+        .collect::<Result<Vec<Pending>, DecodeError>>()?;
     pending.sort_by_key(|p| (p.bucket, p.seq));
     Ok(pending)
 }
@@ -431,32 +416,24 @@ pub async fn parked(db: &Database, filter: &ParkedFilter<'_>) -> Result<Vec<Park
     params.push(limit.into());
     sql.push_str(&format!(" ORDER BY seq LIMIT ${}", params.len()));
     let rows = db.query(&sql, &params).await?;
-    Ok(rows
-        .into_iter()
-        .filter_map(|row| {
-            let mut v = row.into_iter();
-            Some(Parked {
-                seq: v.next()?.as_i64()?,
-                handler: v.next()?.as_str()?.to_owned(),
-                id: v.next()?.as_str()?.to_owned(),
-                topic: v.next()?.as_str()?.to_owned(),
-                key: match v.next()? {
-                    SqlValue::Blob(b) => Some(b),
-                    _ => None,
-                },
-                payload: match v.next()? {
-                    SqlValue::Blob(b) => b,
-                    _ => Vec::new(),
-                },
-                headers: parse_headers(v.next()?.as_str().unwrap_or("[]")),
-                attempts: v.next()?.as_i64().unwrap_or(0),
-                reason: v.next()?.as_str().map(str::to_owned),
-                created_at: v.next()?.as_i64().unwrap_or(0),
-                parked_at: v.next()?.as_i64()?,
-                discarded_at: v.next()?.as_i64(),
-            })
+    let parked = rows.into_iter().map(|row| {
+        let mut c = Columns::new("outbox row", row);
+        Ok(Parked {
+            seq: c.int("seq")?,
+            handler: c.text("handler")?,
+            id: c.text("id")?,
+            topic: c.text("topic")?,
+            key: c.opt_blob("key")?,
+            payload: c.opt_blob("payload")?.unwrap_or_default(),
+            headers: headers_column(&mut c, "headers")?,
+            attempts: c.int("attempts")?,
+            reason: c.opt_text("last_error")?,
+            created_at: c.int("created_at")?,
+            parked_at: c.int("parked_at")?,
+            discarded_at: c.opt_int("discarded_at")?,
         })
-        .collect())
+    });
+    Ok(parked.collect::<Result<_, DecodeError>>()?)
 }
 
 /// Parked (not discarded) messages per handler.
@@ -507,10 +484,7 @@ pub async fn requeue(db: &Database, handler: &str, seqs: Option<&[i64]>) -> Resu
     let mut tx = db.begin().await?;
     let rows = tx.query(&sql, &[handler.into()]).await?;
     tx.commit().await?;
-    Ok(rows
-        .into_iter()
-        .filter_map(|r| r.first().and_then(SqlValue::as_i64))
-        .collect())
+    Ok(ints(rows, "outbox row", "seq")?)
 }
 
 /// Marks a parked message as handled without sending it; it stays for the

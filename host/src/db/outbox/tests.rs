@@ -279,3 +279,41 @@ async fn a_parked_message_steps_aside_until_requeued_or_discarded() {
         "discarded ones are purged too"
     );
 }
+
+/// Regression (issue 27): a message whose row cannot be read was skipped by
+/// the relay's read and by the parked list, every time, without a word: a
+/// message nobody would ever send or see. Now the read fails and names the
+/// column.
+#[tokio::test]
+async fn an_unreadable_message_row_fails_the_read_and_names_its_column() {
+    for db in each_backend().await {
+        let mut tx = db.begin().await.unwrap();
+        insert(&mut tx, "billing", &[message("a")]).await.unwrap();
+        tx.commit().await.unwrap();
+        let held = lease(&db, "host-1", 10_000).await.unwrap();
+        let seq = pending(&db, &held, 10).await.unwrap()[0].seq;
+        let mut tx = db.begin().await.unwrap();
+        tx.execute(
+            "UPDATE outbox SET headers = 'not json' WHERE seq = $1",
+            &[seq.into()],
+        )
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+
+        let error = pending(&db, &held, 10).await.unwrap_err().to_string();
+        assert!(
+            error.contains("outbox row") && error.contains("headers"),
+            "{error}"
+        );
+        assert!(park(&db, seq, "Broker: Invalid topic").await.unwrap());
+        let error = parked(&db, &ParkedFilter::default())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("outbox row") && error.contains("headers"),
+            "{error}"
+        );
+    }
+}

@@ -119,9 +119,12 @@ impl Tx {
     /// the handler's role, so it may), and the transaction is replaced by a
     /// new, empty one on a fresh connection, reported as lost (see
     /// [`Tx::take_lost`]): the caller redoes the other work of the
-    /// transaction and counts the event's attempt as a time limit. PostgreSQL
-    /// only; `Err` if no new transaction could begin.
+    /// transaction and counts the event's attempt as a time limit. `Err` if
+    /// no new transaction could begin. On SQLite, see [`Tx::settle_stuck_call`].
     pub async fn abandon_stuck_call(&mut self) -> Result<(), DbError> {
+        if self.backend() == Backend::Sqlite {
+            return self.settle_stuck_call().await;
+        }
         let (Some(session), Some(gate)) = (&self.session_of, &self.gate) else {
             return Err(DbError::TransactionLost);
         };
@@ -156,6 +159,26 @@ impl Tx {
         }
         self.walls.mark_lost();
         Ok(())
+    }
+
+    /// SQLite: the guest call was dropped while its statement may still be
+    /// running on sqlx's worker thread, inside the walls, which must stay up
+    /// until it ends. Taking them down then (as leaving the call does) lifted
+    /// the statement's deadline and allowlist while it ran: an adversarial
+    /// read (issue 23) had a recursive query run on for good, holding the
+    /// only writer. So the statement is interrupted, and the host waits for
+    /// the worker to finish it (its next command runs after it) before anything
+    /// else happens on the connection. An interrupted write takes the whole
+    /// transaction with it, which is then replaced and reported as lost.
+    async fn settle_stuck_call(&mut self) -> Result<(), DbError> {
+        self.walls.interrupt_sqlite();
+        if let Inner::Sqlite(tx) = &mut self.inner {
+            drop(tx.lock_handle().await?);
+        }
+        tracing::warn!(
+            "a handler's SQLite statement outlived its call's deadline: it was interrupted inside its walls"
+        );
+        self.walls.after_failure(&mut self.inner).await.map(drop)
     }
 
     /// Refuses to put a handler's walls up on a PostgreSQL session that is

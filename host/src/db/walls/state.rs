@@ -331,6 +331,13 @@ impl WallState {
         self.lost
     }
 
+    /// SQLite: stops the statement running on the connection, if one is.
+    pub fn interrupt_sqlite(&self) {
+        if let Some(connection) = self.sqlite.0 {
+            connection.interrupt();
+        }
+    }
+
     /// The CTE names of the guest statement about to run (SQLite's authorizer
     /// sees a CTE's reads under its name).
     pub fn set_ctes(&self, ctes: Ctes) {

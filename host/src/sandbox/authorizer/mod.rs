@@ -217,6 +217,16 @@ impl ConnectionWalls {
         *self.ctes.lock().unwrap_or_else(|p| p.into_inner()) = ctes;
     }
 
+    /// Stops the connection's running statement at SQLite's next check
+    /// (`sqlite3_interrupt`, safe from any thread; a no-op when none runs).
+    pub fn interrupt(&self) {
+        if self.db != 0 {
+            // SAFETY: `db` is the open connection `install` was given, and
+            // a connection's walls live as long as the process.
+            unsafe { ffi::sqlite3_interrupt(self.db as *mut ffi::sqlite3) };
+        }
+    }
+
     /// Takes the walls down: the host's own statements run unrestricted.
     pub fn leave(&self) {
         self.set_ctes(Ctes::from([]));

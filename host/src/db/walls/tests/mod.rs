@@ -65,9 +65,7 @@ async fn guest_insert(tx: &mut Tx, walls: &Walls, a: i64) -> Result<u64, DbError
 async fn rows(db: &Database, walls: &Walls) -> Vec<i64> {
     let sql = format!("SELECT a FROM {} ORDER BY a", table(db, walls));
     let rows = db.query(&sql, &[]).await.unwrap();
-    rows.iter()
-        .filter_map(|r| r.first().and_then(SqlValue::as_i64))
-        .collect()
+    rows.iter().map(|r| r[0].as_i64().expect("an integer")).collect()
 }
 
 /// The event ids in the inbox, in order.
@@ -77,7 +75,7 @@ async fn claims(db: &Database) -> Vec<String> {
         .await
         .unwrap();
     rows.iter()
-        .filter_map(|r| r.first().and_then(SqlValue::as_str).map(str::to_owned))
+        .map(|r| r[0].as_str().expect("an event id").to_owned())
         .collect()
 }
 
@@ -475,6 +473,49 @@ async fn a_lost_sqlite_transaction_is_restarted_and_the_call_stays_walled_until_
         claims(&db).await,
         ["e2"],
         "the lost claim is gone, the new one kept"
+    );
+}
+
+/// Regression (the seventeenth adversarial read, issue 23): when the
+/// backstop dropped a guest call whose SQLite statement was still running,
+/// leaving the call took the walls down under the statement, its deadline
+/// with them, and a recursive query ran on for good while the host's
+/// ROLLBACK TO waited behind it, holding the only writer. Now the host
+/// interrupts the statement and waits for it inside the walls first.
+#[tokio::test]
+async fn a_dropped_sqlite_call_is_interrupted_inside_its_walls_before_they_come_down() {
+    let db = sqlite_db().await;
+    handler(&db, "wt_stuck").await;
+    let own = ["wt_stuck_t".to_owned()];
+    let h = Walls::new("wt_stuck", Scope::Guest, &own, Duration::from_secs(30));
+    let mut tx = db.begin_write().await.unwrap();
+    assert!(claim(&mut tx, "wt_stuck", "e1").await.unwrap());
+    tx.enter_guest(CALL, &h).await.unwrap();
+    tx.set_ctes(["n".to_owned()].into());
+    let endless = "SELECT count(*) FROM (WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT i FROM n)";
+    // The backstop, early: the call is dropped mid-statement.
+    let call = tokio::time::timeout(
+        Duration::from_millis(200),
+        tx.guest_query(endless, &[], 10, 1 << 20),
+    )
+    .await;
+    assert!(call.is_err(), "the statement was still running: {call:?}");
+    // Well inside the walls' own 30 s deadline: the interrupt ended it.
+    let settled = tokio::time::timeout(Duration::from_secs(10), async {
+        tx.abandon_stuck_call().await.unwrap();
+        tx.exit_guest(CALL, false).await.unwrap();
+        assert!(claim(&mut tx, "wt_stuck", "e2").await.unwrap());
+        tx.commit().await.unwrap();
+    })
+    .await;
+    assert!(
+        settled.is_ok(),
+        "the host waited on a statement it could not stop"
+    );
+    assert_eq!(
+        claims(&db).await,
+        ["e1", "e2"],
+        "the transaction survived the interrupted read"
     );
 }
 
