@@ -16,6 +16,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, LazyLock, RwLock};
 use wasmtime::component::HasData;
 
+/// The most headers one message may carry. Kafka has no bound of its own,
+/// and a header of an empty name and value weighed nothing against
+/// `limits.max_outbox_bytes`: 100 messages of 8 million each would have held
+/// about 40 GB in the host (the seventeenth adversarial read, issue 23).
+pub const MAX_HEADERS: usize = 64;
+
+/// What the host holds for each header besides its name and value (a
+/// `String` and a `Vec`), counted against `limits.max_outbox_bytes`.
+const HEADER_OVERHEAD: usize = 48;
+
 pub struct OutboxState {
     messages: Vec<NewMessage>,
     bytes: usize,
@@ -102,12 +112,18 @@ impl outbox_api::Host for OutboxView<'_> {
                 state.max_messages
             ));
         }
+        if message.headers.len() > MAX_HEADERS {
+            return Err(format!(
+                "the message has {} headers; at most {MAX_HEADERS} are allowed",
+                message.headers.len()
+            ));
+        }
         let size = message.payload.len()
             + message.key.as_ref().map_or(0, Vec::len)
             + message
                 .headers
                 .iter()
-                .map(|(n, v)| n.len() + v.len())
+                .map(|(n, v)| HEADER_OVERHEAD + n.len() + v.len())
                 .sum::<usize>();
         if state.bytes + size > state.max_bytes {
             return Err(format!(
@@ -460,6 +476,18 @@ mod tests {
                 .unwrap_err()
                 .contains("limits.max_outbox_messages")
         );
+        // Headers weigh something, and there is a bound on how many.
+        let mut state_b =
+            OutboxState::new(2, 1000, Arc::new(BTreeMap::from([("x".into(), "x".into())])), &[]);
+        let mut view_b = OutboxView { state: &mut state_b };
+        let mut many = message("x", b"");
+        many.headers = vec![(String::new(), Vec::new()); MAX_HEADERS + 1];
+        let err = view_b.publish(many).unwrap_err();
+        assert!(err.contains("at most 64"), "{err}");
+        let mut heavy = message("x", b"");
+        heavy.headers = vec![(String::new(), Vec::new()); 21];
+        let err = view_b.publish(heavy).unwrap_err();
+        assert!(err.contains("limits.max_outbox_bytes"), "{err}");
         let sent = state.take();
         assert_eq!(sent[0].topic, "prod.invoices");
         assert_eq!(sent[0].id, id);

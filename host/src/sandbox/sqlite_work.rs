@@ -79,6 +79,21 @@ pub fn check_schema(statement: &Statement, row_bytes: usize) -> Result<(), Refus
                         if *generation_expr_mode != Some(GeneratedExpressionMode::Stored)
                 )
             });
+            // AUTOINCREMENT fails every insert once a row holds the largest
+            // id, with SQLITE_FULL, which takes the whole transaction and
+            // reads as the disk being full: the host would wait it out as an
+            // outage for good (the seventeenth adversarial read, issue 23).
+            // An INTEGER PRIMARY KEY without it picks a free id instead.
+            let autoincrement = table.columns.iter().flat_map(|c| &c.options).any(|o| {
+                matches!(&o.option, ColumnOption::DialectSpecific(tokens)
+                    if tokens.iter().any(|t| t.to_string().eq_ignore_ascii_case("AUTOINCREMENT")))
+            });
+            if autoincrement {
+                return Err(forbidden(
+                    "on SQLite a column may not be AUTOINCREMENT: once a row holds the largest id every insert \
+                     fails as if the disk were full; an INTEGER PRIMARY KEY alone picks a free id",
+                ));
+            }
             if is_virtual {
                 return Err(forbidden(
                     "on SQLite a generated column is STORED (`AS (...) STORED`): a VIRTUAL one runs its \
@@ -337,6 +352,11 @@ mod tests {
             assert!(err.contains("STORED"), "{table}: {err}");
         }
         assert!(schema("CREATE TABLE t (a TEXT, g TEXT AS (upper(a)) STORED)").is_ok());
+        let err = schema("CREATE TABLE t (id INTEGER PRIMARY KEY AUTOINCREMENT)")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("AUTOINCREMENT"), "{err}");
+        assert!(schema("CREATE TABLE t (id INTEGER PRIMARY KEY)").is_ok());
         assert_eq!(
             view_reads("CREATE VIEW v AS SELECT a FROM \"T\""),
             Some(vec!["t".to_owned()])

@@ -41,8 +41,17 @@ pub enum Scope {
 ///
 /// Not `like` and `glob`: one call's time grows with both lengths inside one
 /// VM step, which the deadline's progress handler never interrupts (the
-/// guard refuses LIKE and GLOB; this is the second wall).
-const OPERATOR_FUNCTIONS: &[&str] = &["->", "->>", "current_timestamp", "current_date", "current_time"];
+/// guard refuses LIKE and GLOB; this is the second wall). Nor `->` and `->>`,
+/// SQLite's JSON reads, refused with every JSON function (see
+/// [`is_json_function`]).
+const OPERATOR_FUNCTIONS: &[&str] = &["current_timestamp", "current_date", "current_time"];
+
+/// SQLite's JSON functions (and table functions): the guard refuses them on
+/// SQLite (`walk::SQLITE_JSON_REFUSED`: a BLOB argument is read as JSONB,
+/// whose nesting SQLite walks by unbounded recursion); this is the second wall.
+fn is_json_function(name: &str) -> bool {
+    name.get(..4).is_some_and(|p| p.eq_ignore_ascii_case("json"))
+}
 
 /// The functions SQLite's own ALTER TABLE code calls while it rewrites the
 /// schema (its nested statements pass the authorizer too). A migration's own
@@ -133,7 +142,7 @@ impl Policy {
             }
             ffi::SQLITE_FUNCTION => allow(arg2.is_some_and(|f| {
                 let f = f.to_ascii_lowercase();
-                PURE_FUNCTIONS.contains(&f.as_str())
+                !is_json_function(&f) && PURE_FUNCTIONS.contains(&f.as_str())
                     || OPERATOR_FUNCTIONS.contains(&f.as_str())
                     || (migrating && ALTER_FUNCTIONS.contains(&f.as_str()))
             })),
@@ -157,7 +166,7 @@ impl Policy {
 }
 
 fn is_table_function(name: Option<&str>) -> bool {
-    name.is_some_and(|n| TABLE_FUNCTIONS.iter().any(|f| f.eq_ignore_ascii_case(n)))
+    name.is_some_and(|n| !is_json_function(n) && TABLE_FUNCTIONS.iter().any(|f| f.eq_ignore_ascii_case(n)))
 }
 
 fn is_schema_table(table: Option<&str>) -> bool {

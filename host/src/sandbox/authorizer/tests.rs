@@ -43,6 +43,12 @@ fn only_own_tables_are_read_and_written_in_every_scope() {
             (ffi::SQLITE_SAVEPOINT, Some("RELEASE"), Some("s")),
             (ffi::SQLITE_FUNCTION, None, Some("load_extension")),
             (ffi::SQLITE_FUNCTION, None, Some("readfile")),
+            // The seventeenth adversarial read: JSONB nesting overflowed the stack.
+            (ffi::SQLITE_FUNCTION, None, Some("json_extract")),
+            (ffi::SQLITE_FUNCTION, None, Some("JSON_ARRAY")),
+            (ffi::SQLITE_FUNCTION, None, Some("->")),
+            (ffi::SQLITE_FUNCTION, None, Some("->>")),
+            (ffi::SQLITE_READ, Some("json_each"), Some("value")),
             (ffi::SQLITE_CREATE_VTABLE, Some("t"), Some("fts5")),
         ] {
             assert_eq!(
