@@ -12,6 +12,7 @@ mod chaos;
 mod crash;
 mod dead_letters;
 mod delivery;
+mod faults;
 mod instances;
 mod languages;
 mod limits;

@@ -15,7 +15,7 @@ pub mod migration;
 pub mod nesting;
 pub mod postgres;
 pub mod sqlite_work;
-mod walk;
+pub(crate) mod walk;
 pub mod work;
 
 pub use guard::{Guard, Refusal};

@@ -428,8 +428,9 @@ pub async fn apply_one_reserving(
             }
             if let Some(name) = row_bound::type_named_relation_in(tx, handler).await? {
                 return Err(after(format!(
-                    "{name} is the name of one of PostgreSQL's own types, which a table or view of that \
-                     name would shadow for this handler's SQL: choose another name"
+                    "{name} is the name of a type a cast may name (one of PostgreSQL's own types, or one \
+                     the statement guard lets a cast name), which a table or view of that name would shadow \
+                     for this handler's SQL: choose another name"
                 )));
             }
             let changed = migration::tables_changed(piece, &owned);

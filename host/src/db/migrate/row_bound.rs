@@ -307,19 +307,27 @@ pub async fn check_option_view_in(tx: &mut Tx, handler: &str) -> Result<Option<S
 /// handler's session, whose search path puts the handler's schema first, and
 /// every cast to that name there (the host's row bound among them) would mean
 /// the row type instead.
+/// Also any name a guest's cast may name (`walk::CAST_TYPES`), some of which
+/// are no type of PostgreSQL's (`blob`, SQLite's): a table of that name made
+/// the cast one to its row type (the seventeenth adversarial read).
 pub async fn type_named_relation_in(tx: &mut Tx, handler: &str) -> Result<Option<String>, DbError> {
-    first_name_in(
-        tx,
-        handler,
+    // The host's own constants, lower-case words: safe inline.
+    let cast_names: Vec<String> = crate::sandbox::walk::CAST_TYPES
+        .iter()
+        .map(|t| format!("'{t}'"))
+        .collect();
+    let sql = format!(
         "SELECT c.relname::pg_catalog.text
-               FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-              WHERE n.nspname = $1
-                AND EXISTS (SELECT 1 FROM pg_catalog.pg_type t
+           FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+          WHERE n.nspname = $1
+            AND (c.relname IN ({})
+                 OR EXISTS (SELECT 1 FROM pg_catalog.pg_type t
                              WHERE t.typnamespace = 'pg_catalog'::pg_catalog.regnamespace
-                               AND t.typname = c.relname)
-              LIMIT 1",
-    )
-    .await
+                               AND t.typname = c.relname))
+          LIMIT 1",
+        cast_names.join(", ")
+    );
+    first_name_in(tx, handler, &sql).await
 }
 
 /// [`jsonb_column_in`] in a transaction of its own; `None` on SQLite.

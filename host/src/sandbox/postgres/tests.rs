@@ -306,3 +306,33 @@ fn no_untyped_literal_becomes_jsonb() {
     refused("SELECT '{\"a\": 1}' ? 'a'", "operator ? is not allowed");
     allowed("SELECT CAST('2024-01-02' AS date) - 1, a - 1, now() - interval '1 day', 'a' || b FROM t");
 }
+
+/// Regression (the seventeenth adversarial read, issue 23): PostgreSQL 15
+/// holds these hash tables in memory whatever `work_mem` says; a recursive
+/// UNION over a 1 MiB value grew one backend by 420 MB a second.
+#[test]
+fn hash_tables_that_never_spill_are_refused() {
+    for (sql, because) in [
+        (
+            "WITH RECURSIVE r(k, v) AS (SELECT 1, CAST($1 AS text) UNION SELECT r.k + 1, r.v FROM r WHERE r.k < 100) \
+             SELECT count(*) FROM r",
+            "UNION ALL",
+        ),
+        ("SELECT a FROM t EXCEPT SELECT a FROM t", "EXCEPT and INTERSECT"),
+        (
+            "SELECT a FROM t INTERSECT SELECT a FROM t",
+            "EXCEPT and INTERSECT",
+        ),
+        ("SELECT a FROM t WHERE a NOT IN (SELECT a FROM t)", "IN (SELECT"),
+        ("SELECT a FROM t WHERE a IN (SELECT a FROM t)", "IN (SELECT"),
+        ("SELECT a = ANY (SELECT a FROM t) FROM t", "IN (SELECT"),
+        ("SELECT a FROM t WHERE a <> ALL (SELECT a FROM t)", "IN (SELECT"),
+    ] {
+        refused(sql, because);
+    }
+    allowed(
+        "WITH RECURSIVE r(k) AS (SELECT 1 UNION ALL SELECT k + 1 FROM r WHERE k < 100) \
+         SELECT k FROM r WHERE NOT EXISTS (SELECT 1 FROM t WHERE t.a = r.k) UNION SELECT a FROM t",
+    );
+    allowed("SELECT a FROM t WHERE a IN (1, 2, 3)");
+}

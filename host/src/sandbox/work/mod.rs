@@ -48,6 +48,14 @@ use std::collections::BTreeSet;
 /// One row's uninterruptible work may take this long, by the weights below.
 pub const ROW_WORK_NS: u64 = 1_000_000_000;
 
+/// The most queries (SELECTs, subqueries, CTE bodies, VALUES lists) one
+/// statement may hold. [`row_work_ns`] carries derived columns one query
+/// further each round, so it walks the whole tree once per query: 2,000
+/// LATERAL subqueries in 64 KiB, each reading the one before, took minutes of
+/// the guard's time, on a thread no deadline stops (the seventeenth
+/// adversarial read, issue 23). At this bound the rounds take milliseconds.
+pub const MAX_QUERIES: u64 = 64;
+
 /// No value a statement builds may be larger than this many rows at the
 /// bound: it is held in the backend's memory (and the host's, if returned)
 /// before any limit looks at it.
@@ -122,7 +130,15 @@ pub fn row_work_ns(tree: &Value, row_bytes: u64, hidden: u64) -> Result<u64, Ref
     // is carried whole after n + 1 rounds; a CTE that reads itself can be a
     // chain of any length, so there the bound must also be stable.
     let queries = count_queries(tree);
+    if queries > MAX_QUERIES {
+        return Err(Refusal::Limit(format!(
+            "this statement holds {queries} queries (SELECTs, subqueries, CTE bodies and VALUES lists); at \
+             most {MAX_QUERIES} are allowed: the guard follows each one's values into the next, which costs \
+             time for every pair of them"
+        )));
+    }
     let recursive = has_recursion(tree);
+    let (names, relations) = names(tree);
     for round in 0..=queries + 1 {
         let mut walk = Walk {
             row_bytes,
@@ -132,8 +148,8 @@ pub fn row_work_ns(tree: &Value, row_bytes: u64, hidden: u64) -> Result<u64, Ref
             star,
             unnamed,
             inner: stored,
-            names: names(tree).0,
-            relations: names(tree).1,
+            names: names.clone(),
+            relations: relations.clone(),
             ..Walk::default()
         };
         let written = walk.visit(tree)?;

@@ -543,3 +543,33 @@ fn json_reads_only_what_the_host_counted_and_formats_stay_short() {
         "needs a literal format",
     );
 }
+
+/// Regression (the seventeenth adversarial read, issue 23): the guard walks
+/// the tree once per query to carry derived values along; 2,000 LATERAL
+/// subqueries each reading the one before took minutes of its time. A
+/// statement holds at most `MAX_QUERIES` queries.
+#[test]
+fn a_statement_holds_a_bounded_number_of_queries() {
+    let chain = |n: usize| {
+        let mut sql = "SELECT 1 FROM (SELECT CAST(1 AS numeric(10, 0)) AS x0) AS c0".to_owned();
+        for i in 1..n {
+            sql.push_str(&format!(
+                ", LATERAL (SELECT c{}.x{} AS x{i}) AS c{i}",
+                i - 1,
+                i - 1
+            ));
+        }
+        sql
+    };
+    let limit = super::MAX_QUERIES as usize;
+    // The outer SELECT is one query too.
+    assert!(judged(&chain(limit - 1), 1 << 20).is_ok());
+    refused_at(&chain(limit + 1), 1 << 20, "queries");
+    let started = std::time::Instant::now();
+    refused_at(&chain(2_000), 1 << 20, "queries");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+}

@@ -417,6 +417,9 @@ async fn postgres_a_tables_own_expressions_count_in_every_write_to_it() {
         (5, "CREATE VIEW text AS SELECT * FROM u;"),
         (6, "CREATE TABLE int4 (a INTEGER);"),
         (7, "CREATE TABLE w (a INTEGER);\nALTER TABLE w RENAME TO date;"),
+        // The seventeenth read: a name a guest's cast may name that is no
+        // type of PostgreSQL's (SQLite's `blob`).
+        (8, "CREATE TABLE blob (a INTEGER);"),
     ] {
         let migration = Migration::new(&format!("{version:04}_check.sql"), sql.to_owned()).unwrap();
         let mut tx = db.begin_migration(name).await.unwrap();
