@@ -47,6 +47,11 @@ pub enum DbError {
     /// call, where the failure reaches its own event.
     #[error("a handler's held-back INSERTs failed when sent: {0}")]
     DeferredFailed(String),
+    /// PostgreSQL did not answer one round trip in time: the server or the
+    /// network is gone (see `Tx`'s round-trip bound). The connection is
+    /// dropped with the transaction, and the work retried as an outage.
+    #[error("PostgreSQL did not answer within {waited:?}: the connection is given up and the work retried")]
+    NoAnswer { waited: std::time::Duration },
 }
 
 impl DbError {
@@ -74,7 +79,7 @@ impl DbError {
     /// guest's, counted against its attempts.
     pub fn is_connection_failure(&self) -> bool {
         match self {
-            DbError::TransactionLost => true,
+            DbError::TransactionLost | DbError::NoAnswer { .. } => true,
             DbError::Sqlx(e) => match e {
                 sqlx::Error::Io(_)
                 | sqlx::Error::PoolTimedOut

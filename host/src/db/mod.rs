@@ -240,7 +240,13 @@ impl Database {
                 let mut renewed = false;
                 loop {
                     let pool = guests.pools.pool(host, handler).await?;
-                    match pool.begin().await {
+                    // A connection the pool hands out on a blackholed network
+                    // would wait for TCP at its BEGIN.
+                    let limit = ACQUIRE_TIMEOUT + tx::HANDLER_ROUND_TRIP;
+                    let begun = tokio::time::timeout(limit, pool.begin())
+                        .await
+                        .map_err(|_| DbError::NoAnswer { waited: limit })?;
+                    match begun {
                         Ok(tx) => {
                             return Tx::postgres(tx, self.gate_key(host))
                                 .of_handler(handler, pool)

@@ -89,6 +89,9 @@ fn single_name(name: &ObjectName) -> Option<String> {
 /// The common table expressions one query can see.
 struct Frame {
     visible: HashSet<String>,
+    /// The recursive CTE this query is the body of: its reads of its own
+    /// name are the recursion's queue, not a copy of it.
+    recursive_self: Option<String>,
 }
 
 /// What a statement reads, writes and calls, gathered in one pass.
@@ -104,8 +107,12 @@ struct Walk {
     /// Relations that are really set-returning function calls in FROM.
     table_functions: Vec<ObjectName>,
     frames: Vec<Frame>,
-    /// CTE bodies not visited yet, by address, with the names visible inside.
-    cte_bodies: Vec<(*const Query, HashSet<String>)>,
+    /// CTE bodies not visited yet, by address, with the names visible
+    /// inside and, for a recursive CTE, its own name.
+    cte_bodies: Vec<(*const Query, HashSet<String>, Option<String>)>,
+    /// How often each CTE name is read (a recursive CTE's reads of itself
+    /// in its own body aside).
+    cte_reads: std::collections::HashMap<String, usize>,
     /// Every CTE name the statement defines, in any query.
     defined: Vec<String>,
     backend: Option<Backend>,
@@ -116,6 +123,16 @@ struct Walk {
 
 impl Walk {
     fn check(self, owned: &Owned) -> Result<Vec<String>, Refusal> {
+        if self.backend == Some(Backend::Sqlite)
+            && let Some((name, _)) = self.cte_reads.iter().find(|(_, reads)| **reads > 1)
+        {
+            return Err(forbidden(format!(
+                "CTE {name} is read more than once: on SQLite a statement reads each CTE at most once, \
+                 since SQLite copies a CTE's query into every place that reads it while it prepares the \
+                 statement, where no deadline interrupts it (CTEs each reading the one before twice made \
+                 2^n copies); read it once, or join to its table directly"
+            )));
+        }
         for target in &self.write_targets {
             owned.check(target, "write to")?;
         }
@@ -132,6 +149,18 @@ impl Walk {
     fn is_cte(&self, name: &ObjectName) -> bool {
         let visible = self.frames.last().map(|f| &f.visible);
         single_name(name).is_some_and(|n| visible.is_some_and(|v| v.contains(&n)))
+    }
+
+    /// Counts a read of CTE `name` (see [`Walk::cte_reads`]).
+    fn read_cte(&mut self, name: &ObjectName) {
+        let Some(name) = single_name(name) else { return };
+        let own_recursion = self
+            .frames
+            .iter()
+            .any(|f| f.recursive_self.as_deref() == Some(name.as_str()));
+        if !own_recursion {
+            *self.cte_reads.entry(name).or_default() += 1;
+        }
     }
 }
 
@@ -236,9 +265,12 @@ impl Visitor for Walk {
 
     fn pre_visit_query(&mut self, query: &Query) -> ControlFlow<Refusal> {
         let address = query as *const Query;
-        let base = match self.cte_bodies.iter().position(|(q, _)| *q == address) {
-            Some(i) => self.cte_bodies.swap_remove(i).1,
-            None => self.visible(),
+        let (base, recursive_self) = match self.cte_bodies.iter().position(|(q, ..)| *q == address) {
+            Some(i) => {
+                let (_, inside, own) = self.cte_bodies.swap_remove(i);
+                (inside, own)
+            }
+            None => (self.visible(), None),
         };
         let mut visible = base.clone();
         if let Some(with) = &query.with {
@@ -257,21 +289,23 @@ impl Visitor for Walk {
             for (i, cte) in with.cte_tables.iter().enumerate() {
                 let mut inside = base.clone();
                 inside.extend(names[..i].iter().cloned());
-                if with.recursive {
-                    inside.insert(names[i].clone());
-                }
-                self.cte_bodies.push((&*cte.query as *const Query, inside));
+                let own = with.recursive.then(|| names[i].clone());
+                inside.extend(own.clone());
+                self.cte_bodies.push((&*cte.query as *const Query, inside, own));
             }
             self.defined.extend(names.iter().cloned());
             visible.extend(names);
         }
-        self.frames.push(Frame { visible });
+        self.frames.push(Frame {
+            visible,
+            recursive_self,
+        });
         let mut tables = Vec::new();
         table_commands(&query.body, &mut tables);
         for table in tables {
             match table {
                 Ok(name) if !self.is_cte(&name) => self.relations.push(name),
-                Ok(_) => {}
+                Ok(name) => self.read_cte(&name),
                 Err(refusal) => return ControlFlow::Break(refusal),
             }
         }
@@ -293,7 +327,12 @@ impl Visitor for Walk {
     }
 
     fn pre_visit_relation(&mut self, relation: &ObjectName) -> ControlFlow<Refusal> {
-        if !self.table_functions.iter().any(|f| f == relation) && !self.is_cte(relation) {
+        if self.table_functions.iter().any(|f| f == relation) {
+            return ControlFlow::Continue(());
+        }
+        if self.is_cte(relation) {
+            self.read_cte(relation);
+        } else {
             self.relations.push(relation.clone());
         }
         ControlFlow::Continue(())

@@ -114,11 +114,15 @@ impl Tx {
     /// Before a statement of the host's: sends the rows held back, still
     /// inside the walls of the call that lingers. A failure belongs to one
     /// of the batch's calls, so the batch runs again call by call
-    /// ([`DbError::DeferredFailed`]).
+    /// ([`DbError::DeferredFailed`]); unless the database or the network
+    /// failed, which is no call's doing and goes up as it is.
     pub(super) async fn send_before_host(&mut self) -> Result<(), DbError> {
         self.send_deferred()
             .await
-            .map_err(|error| DbError::DeferredFailed(error.to_string()))
+            .map_err(|error| match error.is_connection_failure() {
+                true => error,
+                false => DbError::DeferredFailed(error.to_string()),
+            })
     }
 
     async fn send_deferred(&mut self) -> Result<(), DbError> {

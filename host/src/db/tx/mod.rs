@@ -16,6 +16,7 @@ use futures_util::TryStreamExt;
 use sha2::Digest;
 use sqlx::{Postgres, Sqlite, SqliteConnection, Transaction};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::OwnedSemaphorePermit;
 
 /// Wraps each guest statement on PostgreSQL, where a failed statement would
@@ -44,6 +45,9 @@ pub struct Tx {
     /// up only on its own session: on the host's, its SQL would run with the
     /// host's privileges.
     session_of: Option<HandlerSession>,
+    /// PostgreSQL handler sessions: how long a host statement's round trip
+    /// may go unanswered (see [`ROUND_TRIP_GRACE`]); `None`: no bound.
+    round_trip: Option<Duration>,
 }
 
 /// A transaction on a handler's own PostgreSQL session.
@@ -69,7 +73,34 @@ pub(super) struct GateKey {
 
 enum Inner {
     Sqlite(Transaction<'static, Sqlite>),
-    Postgres(Transaction<'static, Postgres>),
+    /// With how long one round trip may go unanswered (see [`Tx::answer_within`]).
+    Postgres(Transaction<'static, Postgres>, Option<Duration>),
+}
+
+/// What a handler session's host statements may wait for, beyond their own
+/// work: a lock, up to the session's `lock_timeout`. A round trip still
+/// unanswered after that (plus a guest statement's own `statement_timeout`
+/// while a call's walls are up) means the server or the network is gone:
+/// a blackholed connection otherwise waits for TCP's own timeout, many
+/// minutes, with its partition silent (issue 27's fault proxy).
+const ROUND_TRIP_GRACE: Duration = Duration::from_secs(5);
+
+/// A handler session's bound on one host round trip (see [`ROUND_TRIP_GRACE`]).
+pub(super) const HANDLER_ROUND_TRIP: Duration =
+    Duration::from_secs(super::logins::HOST_LOCK_TIMEOUT.as_secs() + ROUND_TRIP_GRACE.as_secs());
+
+/// PostgreSQL's answer to `work`, or [`DbError::NoAnswer`] after `within`.
+async fn answered<T, E: Into<DbError>>(
+    within: Option<Duration>,
+    work: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, DbError> {
+    let Some(limit) = within else {
+        return work.await.map_err(Into::into);
+    };
+    match tokio::time::timeout(limit, work).await {
+        Ok(result) => result.map_err(Into::into),
+        Err(_) => Err(DbError::NoAnswer { waited: limit }),
+    }
 }
 
 impl Tx {
@@ -78,7 +109,7 @@ impl Tx {
     }
 
     pub(super) fn postgres(tx: Transaction<'static, Postgres>, gate: GateKey) -> Self {
-        Self::new(Inner::Postgres(tx), Some(gate))
+        Self::new(Inner::Postgres(tx, None), Some(gate))
     }
 
     fn new(inner: Inner, gate: Option<GateKey>) -> Self {
@@ -91,12 +122,24 @@ impl Tx {
             _writer: None,
             gate,
             session_of: None,
+            round_trip: None,
+        }
+    }
+
+    /// The bound on a round trip of a handler session's transaction: its
+    /// `lock_timeout`, plus [`ROUND_TRIP_GRACE`], plus `guest` (a guest
+    /// statement's own `statement_timeout` while a call's walls are up).
+    fn bound_round_trips(&mut self, guest: Duration) {
+        if let (Inner::Postgres(_, within), Some(host)) = (&mut self.inner, self.round_trip) {
+            *within = Some(host + guest);
         }
     }
 
     /// Marks the transaction's session as `handler`'s own login (PostgreSQL)
     /// and learns its backend (one round trip per transaction).
     pub(super) async fn of_handler(mut self, handler: &str, pool: sqlx::PgPool) -> Result<Self, DbError> {
+        self.round_trip = Some(HANDLER_ROUND_TRIP);
+        self.bound_round_trips(Duration::ZERO);
         let pid = self.backend_pid().await?;
         self.session_of = Some(HandlerSession {
             handler: handler.to_owned(),
@@ -151,7 +194,11 @@ impl Tx {
         let fresh = session.pool.begin().await?;
         // The old transaction drops here; its connection, whose backend is
         // gone (or going), is closed when sqlx finds it broken.
-        self.inner = Inner::Postgres(fresh);
+        let within = match &self.inner {
+            Inner::Postgres(_, within) => *within,
+            Inner::Sqlite(_) => None,
+        };
+        self.inner = Inner::Postgres(fresh, within);
         self.deferred = None;
         let pid = self.backend_pid().await?;
         if let Some(session) = &mut self.session_of {
@@ -334,7 +381,7 @@ impl Tx {
     /// issue 23: a crafted numeric ran 9.8 s in one row against a 5 s limit).
     fn guest_text<'s>(&self, sql: &'s str, params: &[SqlValue]) -> std::borrow::Cow<'s, str> {
         match (&self.inner, self.walls.handler_in_call()) {
-            (Inner::Postgres(_), Some(handler)) => {
+            (Inner::Postgres(..), Some(handler)) => {
                 let kinds: String = params.iter().map(SqlValue::kind_letter).collect();
                 format!("/* {handler} {kinds} */ {sql}").into()
             }
@@ -510,6 +557,8 @@ impl Tx {
         {
             self.send_before_host().await?;
         }
+        // A guest statement may run its whole `statement_timeout`.
+        self.bound_round_trips(walls.statement_timeout());
         self.walls.enter_guest(&mut self.inner, savepoint, walls).await
     }
 
@@ -535,7 +584,9 @@ impl Tx {
             // Rolled back with the shared savepoint, as the calls they came from.
             self.deferred = None;
         }
-        self.walls.exit_guest(&mut self.inner, savepoint, succeeded).await
+        let exited = self.walls.exit_guest(&mut self.inner, savepoint, succeeded).await;
+        self.bound_round_trips(Duration::ZERO);
+        exited
     }
 
     pub async fn commit(mut self) -> Result<(), DbError> {
@@ -545,7 +596,7 @@ impl Tx {
         self.walls.before_commit(&mut self.inner).await?;
         match self.inner {
             Inner::Sqlite(tx) => tx.commit().await?,
-            Inner::Postgres(tx) => tx.commit().await?,
+            Inner::Postgres(tx, within) => answered(within, tx.commit()).await?,
         }
         Ok(())
     }
@@ -555,7 +606,7 @@ impl Tx {
         self.walls.before_rollback();
         match self.inner {
             Inner::Sqlite(tx) => tx.rollback().await?,
-            Inner::Postgres(tx) => tx.rollback().await?,
+            Inner::Postgres(tx, within) => answered(within, tx.rollback()).await?,
         }
         Ok(())
     }
@@ -568,9 +619,9 @@ impl Inner {
                 let query = bind_sqlite(sqlx::query(sql), params).persistent(persistent);
                 query.execute(&mut **tx).await?.rows_affected()
             }
-            Inner::Postgres(tx) => {
+            Inner::Postgres(tx, within) => {
                 let query = bind_postgres(sqlx::query(sql), params).persistent(persistent);
-                query.execute(&mut **tx).await?.rows_affected()
+                answered(*within, query.execute(&mut **tx)).await?.rows_affected()
             }
         };
         Ok(done)
@@ -607,12 +658,16 @@ impl Inner {
                     keep(decode_sqlite(&row)?)?;
                 }
             }
-            Inner::Postgres(tx) => {
+            Inner::Postgres(tx, within) => {
                 let query = bind_postgres(sqlx::query(sql), params).persistent(persistent);
                 let mut stream = query.fetch(&mut **tx);
-                while let Some(row) = stream.try_next().await? {
-                    keep(decode_postgres(&row)?)?;
-                }
+                let rows = async {
+                    while let Some(row) = stream.try_next().await? {
+                        keep(decode_postgres(&row)?)?;
+                    }
+                    Ok::<(), DbError>(())
+                };
+                answered(*within, rows).await?;
             }
         }
         Ok(rows)
@@ -624,7 +679,7 @@ impl Connection for Inner {
     fn backend(&self) -> Backend {
         match self {
             Inner::Sqlite(_) => Backend::Sqlite,
-            Inner::Postgres(_) => Backend::Postgres,
+            Inner::Postgres(..) => Backend::Postgres,
         }
     }
 
@@ -639,8 +694,8 @@ impl Connection for Inner {
             Inner::Sqlite(tx) => {
                 sqlx::Executor::execute(&mut **tx, sql).await?;
             }
-            Inner::Postgres(tx) => {
-                sqlx::Executor::execute(&mut **tx, sql).await?;
+            Inner::Postgres(tx, within) => {
+                answered(*within, sqlx::Executor::execute(&mut **tx, sql)).await?;
             }
         }
         Ok(())
@@ -649,7 +704,7 @@ impl Connection for Inner {
     fn sqlite(&mut self) -> Option<&mut SqliteConnection> {
         match self {
             Inner::Sqlite(tx) => Some(&mut **tx),
-            Inner::Postgres(_) => None,
+            Inner::Postgres(..) => None,
         }
     }
 }

@@ -573,3 +573,20 @@ fn a_statement_holds_a_bounded_number_of_queries() {
         started.elapsed()
     );
 }
+
+/// Regression (the seventeenth adversarial read, issue 23): a chain of
+/// data-modifying CTEs, each RETURNING three copies of the one before,
+/// counted as no query, so the rounds that carry derived values stopped
+/// short and the guard saw 27 copies of a value where there were 3^10.
+#[test]
+fn returning_chains_are_carried_to_their_end() {
+    let mut ctes = vec!["a0 AS (DELETE FROM docs WHERE id = 0 RETURNING body AS y)".to_owned()];
+    for k in 1..=10 {
+        ctes.push(format!(
+            "a{k} AS (DELETE FROM docs USING a{p} WHERE docs.id = {k} RETURNING concat(a{p}.y, a{p}.y, a{p}.y) AS y)",
+            p = k - 1
+        ));
+    }
+    let sql = format!("WITH {} SELECT length(y) FROM a10", ctes.join(", "));
+    assert!(judged(&sql, 1 << 20).is_err(), "{sql}");
+}

@@ -57,7 +57,18 @@ pub(super) fn count_queries(value: &Value) -> u64 {
         match v {
             Value::Array(items) => stack.extend(items),
             Value::Object(fields) => {
-                n += u64::from(fields.contains_key("target_list") || fields.contains_key("values_lists"));
+                // A data-modifying CTE's RETURNING is a query's output too
+                // (the seventeenth adversarial read: a chain of DELETE ...
+                // RETURNING counted as none, so too few rounds carried it).
+                let query = [
+                    "target_list",
+                    "values_lists",
+                    "returning_clause",
+                    "returning_list",
+                ]
+                .iter()
+                .any(|key| fields.contains_key(*key));
+                n += u64::from(query);
                 stack.extend(fields.values());
             }
             _ => {}
