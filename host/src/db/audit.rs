@@ -36,17 +36,50 @@ ORDER BY 1";
 const SQLITE_PLANTED: &str =
     "SELECT 'trigger ' || name || ' on ' || tbl_name FROM sqlite_master WHERE type = 'trigger' ORDER BY 1";
 
-/// Every object that runs code and that neither the host nor the walls allow.
+/// SQLite: every table and view with its definition.
+const SQLITE_SCHEMA: &str = "SELECT type, name, sql FROM sqlite_master WHERE type IN ('table', 'view') AND sql IS NOT NULL ORDER BY name";
+
+/// Every object that runs code and that neither the host nor the walls
+/// allow; on SQLite also every handler table or view whose stored
+/// expressions today's rules refuse (`sandbox::sqlite_work::stored_problem`).
 pub async fn planted_code(db: &Database) -> Result<Vec<String>, DbError> {
     let sql = match db.backend() {
         Backend::Sqlite => SQLITE_PLANTED,
         Backend::Postgres => POSTGRES_PLANTED,
     };
-    db.query(sql, &[])
+    let mut found = db
+        .query(sql, &[])
         .await?
         .into_iter()
         .map(|row| Ok(Columns::new("planted object", row).text("name")?))
-        .collect()
+        .collect::<Result<Vec<String>, DbError>>()?;
+    if db.backend() == Backend::Sqlite {
+        found.extend(refused_schema(db).await?);
+    }
+    Ok(found)
+}
+
+/// SQLite: the handlers' tables and views that today's rules refuse.
+async fn refused_schema(db: &Database) -> Result<Vec<String>, DbError> {
+    let mut objects = Vec::new();
+    for row in db.query(SQLITE_SCHEMA, &[]).await? {
+        let mut c = Columns::new("sqlite_master row", row);
+        objects.push((c.text("type")?, c.text("name")?, c.text("sql")?));
+    }
+    let views: Vec<String> = objects
+        .iter()
+        .filter(|(kind, ..)| kind == "view")
+        .map(|(_, name, _)| name.to_ascii_lowercase())
+        .collect();
+    let handlers = objects
+        .iter()
+        .filter(|(_, name, _)| !crate::sandbox::is_reserved(name));
+    Ok(handlers
+        .filter_map(|(kind, name, sql)| {
+            let problem = crate::sandbox::sqlite_work::stored_problem(sql, &views)?;
+            Some(format!("{kind} {name} ({problem})"))
+        })
+        .collect())
 }
 
 #[cfg(test)]
@@ -67,5 +100,29 @@ mod tests {
         .unwrap();
         tx.commit().await.unwrap();
         assert_eq!(planted_code(&db).await.unwrap(), ["trigger sneaky on handlers"]);
+    }
+
+    /// Regression (the seventeenth adversarial read, issue 23): what an
+    /// older host let a migration make, and today's rules refuse, is found
+    /// at start: a stored expression runs where neither wall looks.
+    #[tokio::test]
+    async fn handler_schema_that_todays_rules_refuse_is_found() {
+        let db = sqlite_db().await;
+        let mut tx = db.begin().await.unwrap();
+        for sql in [
+            "CREATE TABLE ok_t (id INTEGER PRIMARY KEY, a TEXT)",
+            "CREATE VIEW ok_v AS SELECT a FROM ok_t",
+            "CREATE TABLE j (a TEXT CHECK (a -> '$' IS NOT NULL OR 1))",
+            "CREATE TABLE g (a TEXT, b TEXT AS (upper(a)))",
+            "CREATE TABLE s (id INTEGER PRIMARY KEY AUTOINCREMENT)",
+            "CREATE VIEW vv AS SELECT a FROM ok_v",
+        ] {
+            tx.execute(sql, &[]).await.unwrap();
+        }
+        tx.commit().await.unwrap();
+        let found = planted_code(&db).await.unwrap();
+        let names: Vec<&str> = found.iter().map(|f| f.split(" (").next().unwrap()).collect();
+        assert_eq!(names, ["table g", "table j", "table s", "view vv"], "{found:?}");
+        assert!(found[1].contains("JSON"), "{found:?}");
     }
 }

@@ -14,8 +14,9 @@ pub enum OpenError {
     Migrate(#[from] DbError),
     #[error(
         "the database holds code that handlers may not plant and that would run outside the walls: {0}. \
-         An older inboxd let a handler's migration create it; drop it (DROP TRIGGER / FUNCTION / RULE / POLICY) \
-         and start again"
+         An older inboxd let a handler's migration create it; drop it (DROP TRIGGER / FUNCTION / RULE / POLICY; \
+         on SQLite a table or view that today's migration rules refuse: make it again as they allow, copying \
+         its rows) and start again"
     )]
     PlantedCode(String),
 }

@@ -167,6 +167,53 @@ pub fn check_schema(statement: &Statement, row_bytes: usize) -> Result<(), Refus
     }
 }
 
+/// What is wrong with one of a handler's stored tables or views
+/// (`sqlite_master.sql`), by today's rules, if anything: a database an older
+/// host migrated may hold what the walls now refuse (a VIRTUAL column, an
+/// AUTOINCREMENT, a JSON call in a CHECK or DEFAULT, a view of a view), and
+/// the authorizer never sees a stored expression run. `views`: every view's
+/// name, lower case.
+pub fn stored_problem(sql: &str, views: &[String]) -> Option<String> {
+    let Ok(statements) = sqlparser::parser::Parser::parse_sql(&sqlparser::dialect::SQLiteDialect {}, sql)
+    else {
+        return Some("its definition cannot be read by the statement guard".into());
+    };
+    let [statement] = statements.as_slice() else {
+        return Some("its definition is not one statement".into());
+    };
+    if let Err(refusal) = check_schema(statement, crate::config::defaults::MAX_ROW_BYTES) {
+        return Some(refusal.to_string());
+    }
+    let mut json = JsonCalls(false);
+    let _ = statement.visit(&mut json);
+    if json.0 {
+        return Some(super::walk::SQLITE_JSON_REFUSED.to_owned());
+    }
+    if let Some(reads) = view_reads(sql)
+        && let Some(inner) = reads.iter().find(|r| views.contains(r))
+    {
+        return Some(format!(
+            "it reads view {inner}: on SQLite a view reads tables only"
+        ));
+    }
+    None
+}
+
+/// Whether a statement calls one of SQLite's JSON functions or `->` / `->>`.
+struct JsonCalls(bool);
+
+impl Visitor for JsonCalls {
+    type Break = ();
+
+    fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<()> {
+        if super::walk::reads_json(expr) {
+            self.0 = true;
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    }
+}
+
 /// The relations (lower case) a stored view reads, from its definition in
 /// `sqlite_master.sql`; `None` if that is not one view SQLite's dialect reads.
 pub fn view_reads(sql: &str) -> Option<Vec<String>> {

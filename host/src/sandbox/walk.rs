@@ -68,7 +68,7 @@ pub const SQLITE_JSON_REFUSED: &str = "SQLite's JSON functions and the -> and ->
      read JSON in the handler's own code (the SDKs parse the event's payload)";
 
 /// A call of one of SQLite's JSON functions, or its `->` / `->>`.
-fn reads_json(expr: &Expr) -> bool {
+pub fn reads_json(expr: &Expr) -> bool {
     match expr {
         Expr::Function(function) => single_name(&function.name).is_some_and(|n| n.starts_with("json")),
         Expr::BinaryOp { op, .. } => matches!(
