@@ -74,12 +74,13 @@ async fn refused_schema(db: &Database) -> Result<Vec<String>, DbError> {
     let handlers = objects
         .iter()
         .filter(|(_, name, _)| !crate::sandbox::is_reserved(name));
-    Ok(handlers
-        .filter_map(|(kind, name, sql)| {
-            let problem = crate::sandbox::sqlite_work::stored_problem(sql, &views)?;
-            Some(format!("{kind} {name} ({problem})"))
-        })
-        .collect())
+    let mut refused = Vec::new();
+    for (kind, name, sql) in handlers {
+        if let Some(problem) = crate::sandbox::sqlite_work::stored_problem(sql, &views) {
+            refused.push(format!("{kind} {name} ({problem})"));
+        }
+    }
+    Ok(refused)
 }
 
 #[cfg(test)]

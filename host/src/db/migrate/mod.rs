@@ -571,12 +571,16 @@ async fn foreign_reference(tx: &mut Tx, own: &[String]) -> Result<Option<String>
         )
         .await?;
     let owns = |name: &str| own.iter().any(|t| t.eq_ignore_ascii_case(name));
-    Ok(rows.into_iter().find_map(|row| {
-        let (table, target) = (row.first()?.as_str()?, row.get(1)?.as_str()?);
-        (owns(table) && !owns(target)).then(|| {
-            format!("table {table} has a foreign key to {target}, which is not one of this handler's tables")
-        })
-    }))
+    for row in rows {
+        let mut c = super::columns::Columns::new("foreign key row", row);
+        let (table, target) = (c.text("name")?, c.text("table")?);
+        if owns(&table) && !owns(&target) {
+            return Ok(Some(format!(
+                "table {table} has a foreign key to {target}, which is not one of this handler's tables"
+            )));
+        }
+    }
+    Ok(None)
 }
 
 /// SQLite: a view of the handler's that reads another view. SQLite expands
