@@ -223,7 +223,8 @@ impl Tx {
             drop(tx.lock_handle().await?);
         }
         tracing::warn!(
-            "a handler's SQLite statement outlived its call's deadline: it was interrupted inside its walls"
+            "a handler's call outlived its deadline: any SQLite statement it was running was interrupted, \
+             and waited for, inside its walls"
         );
         self.walls.after_failure(&mut self.inner).await.map(drop)
     }
