@@ -24,8 +24,7 @@ async fn postgres_restart_mid_stream_pauses_and_resumes_exactly_once() {
     assert!(started, "no progress before the restart:\n{}", host.log());
     // Orders keep arriving through the outage, so the host is mid-stream
     // when the database goes, however fast it is.
-    let stop = tokio_util::sync::CancellationToken::new();
-    let trickle = tokio::spawn(trickle_orders(topic.clone(), stop.clone()));
+    let trickle = Trickle::start(&topic);
     // Stop, and start again only once the host has met the outage: a plain
     // `pg_ctl restart` can fall between two transactions, where the pool
     // silently reconnects and the outage path is never exercised.
@@ -36,16 +35,9 @@ async fn postgres_restart_mid_stream_pauses_and_resumes_exactly_once() {
     .await;
     cluster.start_again();
     assert!(noticed, "the host never reported the outage:\n{}", host.log());
-    let after_restart: i64 = stored_offsets(&env.db().await, &env.handler, &topic)
-        .await
-        .values()
-        .sum();
-    let resumed = wait_for_progress(&env, &topic, after_restart + 500).await;
+    let resumed = progresses_by(&env, &topic, 500).await;
     assert!(resumed, "no progress after the restart:\n{}", host.log());
-    stop.cancel();
-    let (trickled_ends, trickled) = trickle.await.expect("the producer task");
-    merge_ends(&mut ends, trickled_ends);
-    let unique_events = initial + trickled;
+    let unique_events = initial + trickle.stop(&mut ends).await;
 
     env.wait_for_offsets(&ends, Duration::from_secs(180), &mut host)
         .await;
@@ -79,7 +71,6 @@ async fn two_hosts_in_one_group_split_partitions_and_stay_exactly_once() {
     let mut ends = produce(&topic, &orders_with_duplicates(initial, 5)).await;
 
     let mut first = env.spawn_host();
-    let db = env.db().await;
     let started = wait_for_progress(&env, &topic, 100).await;
     assert!(
         started,
@@ -88,8 +79,7 @@ async fn two_hosts_in_one_group_split_partitions_and_stay_exactly_once() {
     );
     // Orders keep arriving until well after the second host is in, so the
     // rebalance happens mid-stream however fast the first host is.
-    let stop = tokio_util::sync::CancellationToken::new();
-    let trickle = tokio::spawn(trickle_orders(topic.clone(), stop.clone()));
+    let trickle = Trickle::start(&topic);
     let mut second = env.spawn_host();
     let joined = poll_until(Duration::from_secs(60), || {
         let log = second.log();
@@ -100,12 +90,9 @@ async fn two_hosts_in_one_group_split_partitions_and_stay_exactly_once() {
     })
     .await;
     assert!(joined, "the second host never got partitions:\n{}", second.log());
-    let at_join: i64 = stored_offsets(&db, &env.handler, &topic).await.values().sum();
-    let after_join = wait_for_progress(&env, &topic, at_join + 500).await;
+    let after_join = progresses_by(&env, &topic, 500).await;
     assert!(after_join, "no progress after the rebalance:\n{}", second.log());
-    stop.cancel();
-    let (trickled_ends, trickled) = trickle.await.expect("the producer task");
-    merge_ends(&mut ends, trickled_ends);
+    let trickled = trickle.stop(&mut ends).await;
     assert!(trickled > 0, "orders arrived during the rebalance");
 
     env.wait_for_offsets(&ends, Duration::from_secs(240), &mut first)

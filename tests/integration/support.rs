@@ -552,6 +552,39 @@ pub fn merge_ends(ends: &mut std::collections::HashMap<i32, i64>, more: std::col
     }
 }
 
+/// Waits until the offsets stored for `env`'s handler on `topic` are
+/// `more` records past where they stand now.
+pub async fn progresses_by(env: &TestEnv, topic: &str, more: i64) -> bool {
+    let now: i64 = stored_offsets(&env.db().await, &env.handler, topic)
+        .await
+        .values()
+        .sum();
+    wait_for_progress(env, topic, now + more).await
+}
+
+/// Orders arriving in the background ([`trickle_orders`]) until [`Trickle::stop`].
+pub struct Trickle {
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<(std::collections::HashMap<i32, i64>, usize)>,
+}
+
+impl Trickle {
+    pub fn start(topic: &str) -> Self {
+        let stop = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn(trickle_orders(topic.to_owned(), stop.clone()));
+        Self { stop, task }
+    }
+
+    /// Stops the producer and merges its partitions' ends into `ends`;
+    /// returns how many distinct orders it sent.
+    pub async fn stop(self, ends: &mut std::collections::HashMap<i32, i64>) -> usize {
+        self.stop.cancel();
+        let (trickled_ends, trickled) = self.task.await.expect("the producer task");
+        merge_ends(ends, trickled_ends);
+        trickled
+    }
+}
+
 /// Produces 100 new orders (and some re-sent copies) every 50 ms until
 /// `stop`; returns the partitions' ends and how many distinct orders it sent.
 pub async fn trickle_orders(

@@ -94,8 +94,7 @@ async fn hot_swap_and_rollback(backend: Backend) {
         .await;
 
     // Version 2 while orders keep arriving.
-    let stop = tokio_util::sync::CancellationToken::new();
-    let trickle = tokio::spawn(trickle_orders(topic.clone(), stop.clone()));
+    let trickle = Trickle::start(&topic);
     let db = admin.env.db().await;
     let at_upload: i64 = stored_offsets(&db, "billing", &topic).await.values().sum();
     let moved = wait_for_progress(&admin.env, &topic, at_upload + 200).await;
@@ -125,9 +124,7 @@ async fn hot_swap_and_rollback(backend: Backend) {
         "the new batching restarted the consumer:\n{}",
         admin.host.log()
     );
-    stop.cancel();
-    let (trickled_ends, trickled) = trickle.await.expect("the producer task");
-    merge_ends(&mut ends, trickled_ends);
+    let trickled = trickle.stop(&mut ends).await;
     unique_events += trickled;
     total_records += trickled + trickled / 5;
     // Phase B: only version 2 can have applied these.

@@ -12,7 +12,6 @@ use crate::support::*;
 use proxy::{FaultProxy, Mode, Protocol};
 use std::net::SocketAddr;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 /// What the host logs, once per outage, when the database goes away.
 const OUTAGE_LINE: &str = "retrying with backoff until it succeeds";
@@ -53,20 +52,12 @@ where
     let host = env.spawn_host();
     let started = wait_for_progress(&env, &topic, 100).await;
     assert!(started, "no progress before the fault:\n{}", host.log());
-    let stop = CancellationToken::new();
-    let trickle = tokio::spawn(trickle_orders(topic.clone(), stop.clone()));
+    let trickle = Trickle::start(&topic);
 
     let (_proxy, mut host) = fault(proxy, host).await;
-    let resumed_from: i64 = stored_offsets(&env.db().await, &env.handler, &topic)
-        .await
-        .values()
-        .sum();
-    let resumed = wait_for_progress(&env, &topic, resumed_from + 200).await;
+    let resumed = progresses_by(&env, &topic, 200).await;
     assert!(resumed, "no progress after the fault:\n{}", host.log());
-    stop.cancel();
-    let (trickled_ends, trickled) = trickle.await.expect("the producer task");
-    merge_ends(&mut ends, trickled_ends);
-    let unique_events = initial + trickled;
+    let unique_events = initial + trickle.stop(&mut ends).await;
 
     env.wait_for_offsets(&ends, Duration::from_secs(180), &mut host)
         .await;

@@ -6,6 +6,8 @@
 
 mod deferred;
 mod gates;
+mod round_trip;
+mod stuck;
 
 use super::value::{bind_postgres, bind_sqlite, decode_postgres, decode_sqlite};
 use super::walls::{Connection, WallState, Walls};
@@ -13,6 +15,8 @@ use super::{Backend, DbError, SqlValue};
 use crate::sandbox::postgres::PlainInsert;
 use deferred::Deferred;
 use futures_util::TryStreamExt;
+pub(super) use round_trip::HANDLER_ROUND_TRIP;
+use round_trip::answered;
 use sha2::Digest;
 use sqlx::{Postgres, Sqlite, SqliteConnection, Transaction};
 use std::sync::Arc;
@@ -46,7 +50,7 @@ pub struct Tx {
     /// host's privileges.
     session_of: Option<HandlerSession>,
     /// PostgreSQL handler sessions: how long a host statement's round trip
-    /// may go unanswered (see [`ROUND_TRIP_GRACE`]); `None`: no bound.
+    /// may go unanswered (see [`round_trip::ROUND_TRIP_GRACE`]); `None`: no bound.
     round_trip: Option<Duration>,
 }
 
@@ -58,10 +62,6 @@ struct HandlerSession {
     /// Where a replacement transaction comes from (see [`Tx::abandon_stuck_call`]).
     pool: sqlx::PgPool,
 }
-
-/// How long the host waits for PostgreSQL to end the backend of a
-/// statement it abandoned (`pg_terminate_backend`'s own timeout).
-const TERMINATE_WAIT_MS: i64 = 1000;
 
 /// The host's key to the `inboxd_gate` functions (see `db::logins`), with the
 /// host's own pool to register it through on first use.
@@ -75,32 +75,6 @@ enum Inner {
     Sqlite(Transaction<'static, Sqlite>),
     /// With how long one round trip may go unanswered (see [`Tx::answer_within`]).
     Postgres(Transaction<'static, Postgres>, Option<Duration>),
-}
-
-/// What a handler session's host statements may wait for, beyond their own
-/// work: a lock, up to the session's `lock_timeout`. A round trip still
-/// unanswered after that (plus a guest statement's own `statement_timeout`
-/// while a call's walls are up) means the server or the network is gone:
-/// a blackholed connection otherwise waits for TCP's own timeout, many
-/// minutes, with its partition silent (issue 27's fault proxy).
-const ROUND_TRIP_GRACE: Duration = Duration::from_secs(5);
-
-/// A handler session's bound on one host round trip (see [`ROUND_TRIP_GRACE`]).
-pub(super) const HANDLER_ROUND_TRIP: Duration =
-    Duration::from_secs(super::logins::HOST_LOCK_TIMEOUT.as_secs() + ROUND_TRIP_GRACE.as_secs());
-
-/// PostgreSQL's answer to `work`, or [`DbError::NoAnswer`] after `within`.
-async fn answered<T, E: Into<DbError>>(
-    within: Option<Duration>,
-    work: impl std::future::Future<Output = Result<T, E>>,
-) -> Result<T, DbError> {
-    let Some(limit) = within else {
-        return work.await.map_err(Into::into);
-    };
-    match tokio::time::timeout(limit, work).await {
-        Ok(result) => result.map_err(Into::into),
-        Err(_) => Err(DbError::NoAnswer { waited: limit }),
-    }
 }
 
 impl Tx {
@@ -127,7 +101,7 @@ impl Tx {
     }
 
     /// The bound on a round trip of a handler session's transaction: its
-    /// `lock_timeout`, plus [`ROUND_TRIP_GRACE`], plus `guest` (a guest
+    /// `lock_timeout`, plus [`round_trip::ROUND_TRIP_GRACE`], plus `guest` (a guest
     /// statement's own `statement_timeout` while a call's walls are up).
     fn bound_round_trips(&mut self, guest: Duration) {
         if let (Inner::Postgres(_, within), Some(host)) = (&mut self.inner, self.round_trip) {
@@ -154,79 +128,6 @@ impl Tx {
         let pid = rows.first().and_then(|r| r.first()).and_then(SqlValue::as_i64);
         pid.and_then(|p| i32::try_from(p).ok())
             .ok_or(DbError::TransactionLost)
-    }
-
-    /// A guest call that is stuck in a statement past every deadline (the
-    /// database ignored `statement_timeout`): its session's backend is
-    /// terminated, from the host's own pool (the host's login is a member of
-    /// the handler's role, so it may), and the transaction is replaced by a
-    /// new, empty one on a fresh connection, reported as lost (see
-    /// [`Tx::take_lost`]): the caller redoes the other work of the
-    /// transaction and counts the event's attempt as a time limit. `Err` if
-    /// no new transaction could begin. On SQLite, see [`Tx::settle_stuck_call`].
-    pub async fn abandon_stuck_call(&mut self) -> Result<(), DbError> {
-        if self.backend() == Backend::Sqlite {
-            return self.settle_stuck_call().await;
-        }
-        let (Some(session), Some(gate)) = (&self.session_of, &self.gate) else {
-            return Err(DbError::TransactionLost);
-        };
-        // Only while that pid is still a session of the handler's role: a
-        // pid the server gave to another connection since is left alone.
-        let ended: Option<bool> = sqlx::query_scalar(
-            "SELECT pg_catalog.pg_terminate_backend(pid, $2) FROM pg_catalog.pg_stat_activity \
-             WHERE pid = $1 AND usename = $3",
-        )
-        .bind(session.pid)
-        .bind(TERMINATE_WAIT_MS)
-        .bind(super::handler_role(&session.handler))
-        .fetch_optional(&gate.host)
-        .await
-        .ok()
-        .flatten();
-        tracing::warn!(
-            handler = session.handler,
-            pid = session.pid,
-            terminated = ?ended,
-            "a handler's statement outlived its deadline and ignored the database's own timeout: \
-             its backend was terminated and its transaction abandoned"
-        );
-        let fresh = session.pool.begin().await?;
-        // The old transaction drops here; its connection, whose backend is
-        // gone (or going), is closed when sqlx finds it broken.
-        let within = match &self.inner {
-            Inner::Postgres(_, within) => *within,
-            Inner::Sqlite(_) => None,
-        };
-        self.inner = Inner::Postgres(fresh, within);
-        self.deferred = None;
-        let pid = self.backend_pid().await?;
-        if let Some(session) = &mut self.session_of {
-            session.pid = pid;
-        }
-        self.walls.mark_lost();
-        Ok(())
-    }
-
-    /// SQLite: the guest call was dropped while its statement may still be
-    /// running on sqlx's worker thread, inside the walls, which must stay up
-    /// until it ends. Taking them down then (as leaving the call does) lifted
-    /// the statement's deadline and allowlist while it ran: an adversarial
-    /// read (issue 23) had a recursive query run on for good, holding the
-    /// only writer. So the statement is interrupted, and the host waits for
-    /// the worker to finish it (its next command runs after it) before anything
-    /// else happens on the connection. An interrupted write takes the whole
-    /// transaction with it, which is then replaced and reported as lost.
-    async fn settle_stuck_call(&mut self) -> Result<(), DbError> {
-        self.walls.interrupt_sqlite();
-        if let Inner::Sqlite(tx) = &mut self.inner {
-            drop(tx.lock_handle().await?);
-        }
-        tracing::warn!(
-            "a handler's call outlived its deadline: any SQLite statement it was running was interrupted, \
-             and waited for, inside its walls"
-        );
-        self.walls.after_failure(&mut self.inner).await.map(drop)
     }
 
     /// Refuses to put a handler's walls up on a PostgreSQL session that is
