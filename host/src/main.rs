@@ -3,7 +3,7 @@
 //! 1: failure, 0: success).
 
 use clap::Parser;
-use inboxd::cli::{Cli, CliError, Command, demo, dlq, outbox, purge, remote, run, status};
+use inboxd::cli::{Cli, CliError, Command, authoring, demo, dlq, outbox, purge, remote, run, status};
 
 fn main() {
     // SAFETY: no other thread exists yet; the runtime starts below.
@@ -16,6 +16,8 @@ async fn start() {
     let cli = Cli::parse();
     let default_log = match cli.command {
         Command::Demo(_) => "warn,inboxd=info",
+        // Their report is the output; the host's own info lines would bury it.
+        Command::Check(_) | Command::Test(_) | Command::Build(_) => "error",
         // sqlx reports PostgreSQL's "already exists, skipping" notices at info.
         _ => "info,sqlx::postgres::notice=warn",
     };
@@ -28,6 +30,10 @@ async fn start() {
         Command::Status(args) => status::status(args).await,
         Command::Purge(args) => purge::purge(args).await,
         Command::Demo(args) => demo::demo(args).await,
+        Command::New(args) => authoring::new::new(args),
+        Command::Build(args) => authoring::build::build(args).await,
+        Command::Check(args) => authoring::check::check(args).await,
+        Command::Test(args) => authoring::run_events::test(args).await,
         Command::Deploy(args) => remote::deploy(args).await,
         Command::Handlers(args) => remote::handlers(args).await,
         Command::Activate(args) => remote::activate(args).await,

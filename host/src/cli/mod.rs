@@ -1,8 +1,10 @@
 //! The `inboxd` command line: argument definitions and one module per command.
 //! `main.rs` only parses, sets up logging and maps results to exit codes.
 
+pub mod authoring;
 pub mod demo;
 pub mod dlq;
+pub mod handler_files;
 pub mod outbox;
 pub mod purge;
 pub mod remote;
@@ -55,6 +57,15 @@ pub enum Command {
     Purge(purge::PurgeArgs),
     /// Run the whole pipeline in-process on an embedded broker and SQLite, with duplicates.
     Demo(demo::DemoArgs),
+    /// Write a new handler's folder from a template (rust, python, js) that builds as it is.
+    New(authoring::new::NewArgs),
+    /// Build the handler in this folder into target/NAME.wasm, then check it.
+    Build(authoring::build::BuildArgs),
+    /// Check offline what an upload of a component and its migrations would refuse.
+    Check(authoring::check::CheckArgs),
+    /// Run a handler on events from a file through the real pipeline, on a
+    /// throwaway database, and compare the end state with what is expected.
+    Test(authoring::run_events::TestArgs),
     /// Upload a handler version through a running host's admin API and make it active.
     Deploy(remote::DeployArgs),
     /// List the handlers a running host knows, with their versions.

@@ -3,9 +3,9 @@
 //! token come from `--server`/`--token` or `INBOXD_SERVER`/`INBOXD_TOKEN`.
 
 use super::CliError;
+use super::handler_files::HandlerFiles;
 use reqwest::multipart::{Form, Part};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
 
 #[derive(Debug, clap::Args)]
 pub struct Remote {
@@ -27,19 +27,10 @@ pub struct Remote {
 
 #[derive(Debug, clap::Args)]
 pub struct DeployArgs {
-    /// The handler's component (`.wasm`, built for wasm32-wasip2).
-    pub component: PathBuf,
+    #[command(flatten)]
+    pub files: HandlerFiles,
     #[arg(long)]
     pub name: String,
-    /// A topic to consume (repeat for several). Overrides `topics` in --settings.
-    #[arg(long = "topic")]
-    pub topics: Vec<String>,
-    /// A folder of `NNNN_name.sql` migrations for the handler's own tables.
-    #[arg(long)]
-    pub migrations: Option<PathBuf>,
-    /// A JSON file with any other keys of a [[handlers]] entry (event_id, limits, retry, ...).
-    #[arg(long)]
-    pub settings: Option<PathBuf>,
     #[command(flatten)]
     pub remote: Remote,
 }
@@ -100,52 +91,16 @@ impl Remote {
     }
 }
 
-fn settings_json(args: &DeployArgs) -> Result<String, CliError> {
-    let mut settings = match &args.settings {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| usage(format!("cannot read {}: {e}", path.display())))?;
-            serde_json::from_str::<Value>(&text)
-                .map_err(|e| usage(format!("{} is not JSON: {e}", path.display())))?
-        }
-        None => Value::Object(Default::default()),
-    };
-    if !settings.is_object() {
-        return Err(usage("--settings must hold a JSON object"));
-    }
-    if !args.topics.is_empty() {
-        settings["topics"] = args.topics.clone().into();
-    }
-    Ok(settings.to_string())
-}
-
-fn migration_parts(dir: &Path, mut form: Form) -> Result<Form, CliError> {
-    let entries = std::fs::read_dir(dir).map_err(|e| usage(format!("cannot read {}: {e}", dir.display())))?;
-    for entry in entries {
-        let path = entry.map_err(|e| usage(e.to_string()))?.path();
-        if path.extension().and_then(|e| e.to_str()) != Some("sql") {
-            continue;
-        }
-        let sql = std::fs::read_to_string(&path)
-            .map_err(|e| usage(format!("cannot read {}: {e}", path.display())))?;
-        let file = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default()
-            .to_owned();
-        form = form.part("migration", Part::text(sql).file_name(file));
-    }
-    Ok(form)
-}
-
 pub async fn deploy(args: DeployArgs) -> Result<(), CliError> {
-    let bytes = std::fs::read(&args.component)
-        .map_err(|e| usage(format!("cannot read {}: {e}", args.component.display())))?;
+    let files = &args.files;
     let mut form = Form::new()
-        .part("component", Part::bytes(bytes).file_name("component.wasm"))
-        .text("settings", settings_json(&args)?);
-    if let Some(dir) = &args.migrations {
-        form = migration_parts(dir, form)?;
+        .part(
+            "component",
+            Part::bytes(files.component_bytes()?).file_name("component.wasm"),
+        )
+        .text("settings", Value::Object(files.settings()?).to_string());
+    for (file, sql) in files.migrations()? {
+        form = form.part("migration", Part::text(sql).file_name(file));
     }
     let remote = &args.remote;
     let client = reqwest::Client::new();

@@ -18,6 +18,7 @@ pub mod offsets;
 pub mod open;
 pub mod outbox;
 pub mod partitions;
+pub mod snapshot;
 mod tx;
 mod value;
 mod walls;

@@ -140,6 +140,36 @@ impl HandlerComponent {
     }
 }
 
+/// What a component imports and exports, by name: what `inboxd check` shows.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Interfaces {
+    pub imports: Vec<String>,
+    pub exports: Vec<String>,
+}
+
+impl HandlerComponent {
+    /// The names a component imports and exports (compiled, or taken from
+    /// the compile cache: [`HandlerComponent::check`] put it there).
+    pub fn interfaces(engine: &WasmEngine, shown: &str, bytes: &[u8]) -> Result<Interfaces, LoadError> {
+        let (component, _) = super::cache::compile(&engine.engine, bytes, engine.cache_dir.as_deref())
+            .map_err(|e| LoadError::Invalid {
+                path: shown.to_owned(),
+                message: format!("{e:#}"),
+            })?;
+        let ty = component.component_type();
+        Ok(Interfaces {
+            imports: ty
+                .imports(&engine.engine)
+                .map(|(name, _)| name.to_owned())
+                .collect(),
+            exports: ty
+                .exports(&engine.engine)
+                .map(|(name, _)| name.to_owned())
+                .collect(),
+        })
+    }
+}
+
 /// Compiles (or loads from the compile cache) and links a component.
 fn link(
     engine: &WasmEngine,

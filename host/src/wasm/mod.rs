@@ -12,6 +12,6 @@ pub mod limits;
 mod output;
 pub(crate) mod state;
 
-pub use component::{HandlerComponent, LoadError, Reuse};
+pub use component::{HandlerComponent, Interfaces, LoadError, Reuse};
 pub use engine::WasmEngine;
 pub use limits::EPOCH_TICK;

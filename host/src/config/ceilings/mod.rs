@@ -397,6 +397,20 @@ impl TokenPolicy {
         Self::new(name, "admin".into(), false, CeilingsConfig::default(), None, None)
     }
 
+    /// A team token with the built-in ceilings and no allowlists: what
+    /// `inboxd check` and `inboxd test` hold an upload to, the strictest a
+    /// host applies without being told more.
+    pub fn team_default(name: &str) -> Self {
+        Self::new(
+            name,
+            "a team token with the built-in ceilings".into(),
+            true,
+            CeilingsConfig::default(),
+            None,
+            None,
+        )
+    }
+
     /// True if a team token has no `topics` allowlist: it may consume and
     /// publish any topic the host's Kafka credentials reach.
     pub fn team_without_topics(&self) -> bool {
