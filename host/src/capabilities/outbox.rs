@@ -137,7 +137,7 @@ impl outbox_api::Host for OutboxView<'_> {
         let mut headers: Vec<(String, Vec<u8>)> = message
             .headers
             .into_iter()
-            .filter(|(name, _)| !is_id_header(name))
+            .filter(|(name, _)| !is_id_header(&topic, name))
             .collect();
         let has_trace = headers
             .iter()
@@ -151,11 +151,11 @@ impl outbox_api::Host for OutboxView<'_> {
         // Under every other name a consumer may read it from, too (the relay
         // writes `event_id`).
         headers.extend(
-            id_headers()
+            registered(&topic, |n| &n.headers)
                 .into_iter()
                 .map(|name| (name, id.clone().into_bytes())),
         );
-        let payload = stamp_json_id(message.payload, &id);
+        let payload = stamp_json_id(&topic, message.payload, &id);
         state.bytes += size;
         state.messages.push(NewMessage {
             id: id.clone(),
@@ -188,13 +188,25 @@ fn refused_topic(topic: &str, allowed: &BTreeMap<String, String>) -> String {
 
 /// The headers and top-level JSON fields the handlers this host runs take
 /// their event id from (`[handlers.event_id]` of the config file and of every
-/// upload it has loaded), besides `event_id`. A message's consumer may be any
-/// of them, so the host alone writes these: a guest's own are dropped or
-/// overwritten with the message's id (issue 23: the relay stamped only
+/// upload it has loaded), besides `event_id`, by the topic they consume. A
+/// message's consumer may be any handler of its topic, so the host alone
+/// writes these names on a message to that topic: a guest's own are dropped
+/// or overwritten with the message's id (issue 23: the relay stamped only
 /// `event_id`, and a consumer reading another name deduplicated on a value
 /// the publisher chose).
+///
+/// Regression (the eighteenth adversarial read, issue 23): the names were
+/// once one set for every topic, so a team's upload that read its ids from
+/// `content-type` and `amount` stripped every other team's `content-type`
+/// header and overwrote their `amount` fields. Now a handler's names reach
+/// only the messages sent to the topics it consumes.
 #[derive(Default)]
 struct IdNames {
+    by_topic: BTreeMap<String, TopicNames>,
+}
+
+#[derive(Default)]
+struct TopicNames {
     /// Header names as configured (a consumer matches its header exactly).
     headers: BTreeSet<String>,
     fields: BTreeSet<String>,
@@ -202,39 +214,40 @@ struct IdNames {
 
 static ID_NAMES: LazyLock<RwLock<IdNames>> = LazyLock::new(RwLock::default);
 
-/// Registers where a handler takes its event id from (see [`IdNames`]); kept
-/// for the life of the process.
-pub fn register_id_source(header: &str, json_field: &str) {
+/// Registers where a handler consuming `topics` takes its event id from (see
+/// [`IdNames`]); kept for the life of the process.
+pub fn register_id_source(topics: &[String], header: &str, json_field: &str) {
     let mut names = ID_NAMES.write().unwrap_or_else(|p| p.into_inner());
-    if !is_default_id_header(header) {
-        names.headers.insert(header.to_owned());
-    }
-    if json_field != EVENT_ID_HEADER {
-        names.fields.insert(json_field.to_owned());
+    for topic in topics {
+        let names = names.by_topic.entry(topic.clone()).or_default();
+        if !is_default_id_header(header) {
+            names.headers.insert(header.to_owned());
+        }
+        if json_field != EVENT_ID_HEADER {
+            names.fields.insert(json_field.to_owned());
+        }
     }
 }
 
-/// Registered header names, as [`IdNames`] holds them.
-fn id_headers() -> Vec<String> {
+/// `topic`'s registered names, headers or fields.
+fn registered(topic: &str, pick: fn(&TopicNames) -> &BTreeSet<String>) -> Vec<String> {
     let names = ID_NAMES.read().unwrap_or_else(|p| p.into_inner());
-    names.headers.iter().cloned().collect()
+    names
+        .by_topic
+        .get(topic)
+        .map(|n| pick(n).iter().cloned().collect())
+        .unwrap_or_default()
 }
 
-/// Registered JSON field names besides `event_id`.
-fn id_fields() -> Vec<String> {
-    let names = ID_NAMES.read().unwrap_or_else(|p| p.into_inner());
-    names.fields.iter().cloned().collect()
-}
-
-/// Whether a header name is one a consumer may take the event id from: a
-/// spelling of `event_id` (see [`is_default_id_header`]) or a registered one.
-/// Such headers are the host's.
-pub fn is_id_header(name: &str) -> bool {
-    is_default_id_header(name) || {
-        let name = name.trim();
-        let names = ID_NAMES.read().unwrap_or_else(|p| p.into_inner());
-        names.headers.iter().any(|h| h.trim().eq_ignore_ascii_case(name))
-    }
+/// Whether a header name is one a consumer of `topic` may take the event id
+/// from: a spelling of `event_id` (see [`is_default_id_header`]) or one
+/// registered for the topic. Such headers are the host's.
+pub fn is_id_header(topic: &str, name: &str) -> bool {
+    let name = name.trim();
+    is_default_id_header(name)
+        || registered(topic, |n| &n.headers)
+            .iter()
+            .any(|h| h.trim().eq_ignore_ascii_case(name))
 }
 
 /// Whether a header name reads as the event id: `event_id` in any case, with
@@ -258,10 +271,10 @@ fn is_default_id_header(name: &str) -> bool {
 /// The payload with its top-level JSON `event_id` field set to `id`, if it is
 /// a JSON object; anything else is returned untouched. Every top-level copy of
 /// the field is removed (a consumer may keep the first or the last) and one
-/// is written first; so are the registered fields (see [`IdNames`]) that the
-/// payload has. The other members keep their text.
-pub fn stamp_json_id(payload: Vec<u8>, id: &str) -> Vec<u8> {
-    stamp_json_fields(payload, id, &id_fields())
+/// is written first; so are the fields registered for `topic` (see
+/// [`IdNames`]) that the payload has. The other members keep their text.
+pub fn stamp_json_id(topic: &str, payload: Vec<u8>, id: &str) -> Vec<u8> {
+    stamp_json_fields(payload, id, &registered(topic, |n| &n.fields))
 }
 
 /// [`stamp_json_id`] with `others` as the registered fields.
@@ -572,8 +585,8 @@ mod tests {
     /// could set the header or JSON field another consumer takes its id from.
     #[test]
     fn every_name_a_consumer_takes_its_id_from_is_the_hosts() {
-        register_id_source("X-Test-Order-Ref", "test_order_ref");
-        let mut state = OutboxState::new(10, 10_000, topics(&[("t", "t")]), &[]);
+        register_id_source(&["t".to_owned()], "X-Test-Order-Ref", "test_order_ref");
+        let mut state = OutboxState::new(10, 10_000, topics(&[("t", "t"), ("u", "u")]), &[]);
         let mut view = OutboxView { state: &mut state };
         let forged = "forged";
         let mut sent = message(
@@ -601,12 +614,27 @@ mod tests {
         // A field the payload does not have is not added.
         let other = stamp_json_fields(b"{\"n\": 1}".to_vec(), &id, &["absent".to_owned()]);
         assert!(!String::from_utf8(other).unwrap().contains("absent"));
+        // On a topic whose consumers read other names, the guest's own stay:
+        // the names of t's consumer are not every team's.
+        let mut view = OutboxView { state: &mut state };
+        let mut sent = message("u", br#"{"test_order_ref": "mine", "n": 2}"#);
+        sent.headers = vec![("X-Test-Order-Ref".to_owned(), b"mine".to_vec())];
+        view.publish(sent).unwrap();
+        let out = state.take().remove(0);
+        assert!(
+            out.headers
+                .contains(&("X-Test-Order-Ref".to_owned(), b"mine".to_vec())),
+            "{:?}",
+            out.headers
+        );
+        let payload: serde_json::Value = serde_json::from_slice(&out.payload).unwrap();
+        assert_eq!(payload["test_order_ref"], "mine");
     }
 
     #[test]
     fn json_stamping_adds_the_field_and_leaves_other_payloads_alone() {
         let id = "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b";
-        let stamped = |p: &str| String::from_utf8(stamp_json_id(p.as_bytes().to_vec(), id)).unwrap();
+        let stamped = |p: &str| String::from_utf8(stamp_json_id("t", p.as_bytes().to_vec(), id)).unwrap();
         assert_eq!(stamped("{}"), format!(r#"{{"event_id":"{id}"}}"#));
         assert_eq!(
             stamped(r#"{"n": 18446744073709551617, "s": "a\"}b", "l": [1, {"x": null}], "t": true}"#),
@@ -624,6 +652,6 @@ mod tests {
             assert_eq!(stamped(untouched), untouched);
         }
         let binary = vec![0xff, b'{', 0];
-        assert_eq!(stamp_json_id(binary.clone(), id), binary);
+        assert_eq!(stamp_json_id("t", binary.clone(), id), binary);
     }
 }

@@ -6,6 +6,7 @@ use super::CliError;
 use super::handler_files::HandlerFiles;
 use reqwest::multipart::{Form, Part};
 use serde_json::Value;
+use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
 pub struct Remote {
@@ -23,6 +24,10 @@ pub struct Remote {
     /// Print the API's JSON instead of text.
     #[arg(long, global = true)]
     pub json: bool,
+    /// A PEM file of CA certificates to trust for an https:// --server,
+    /// besides the system's (a private CA, or a self-signed certificate).
+    #[arg(long, env = "INBOXD_CA_CERT", global = true)]
+    pub ca_cert: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -55,6 +60,26 @@ fn usage(message: impl Into<String>) -> CliError {
 }
 
 impl Remote {
+    /// The HTTP client: rustls with the system's roots, plus --ca-cert's.
+    fn client(&self) -> Result<reqwest::Client, CliError> {
+        let mut builder = reqwest::Client::builder();
+        if let Some(path) = &self.ca_cert {
+            let pem =
+                std::fs::read(path).map_err(|e| usage(format!("cannot read {}: {e}", path.display())))?;
+            let certificates = reqwest::Certificate::from_pem_bundle(&pem)
+                .map_err(|e| usage(format!("{} holds no PEM certificate: {e}", path.display())))?;
+            if certificates.is_empty() {
+                return Err(usage(format!("{} holds no PEM certificate", path.display())));
+            }
+            for certificate in certificates {
+                builder = builder.add_root_certificate(certificate);
+            }
+        }
+        builder
+            .build()
+            .map_err(|e| CliError::Failed(format!("cannot set up the HTTP client: {e}")))
+    }
+
     fn url(&self, path: &str) -> String {
         format!("{}{path}", self.server.trim_end_matches('/'))
     }
@@ -65,10 +90,13 @@ impl Remote {
             .token
             .as_deref()
             .ok_or_else(|| usage("no token: pass --token or set INBOXD_TOKEN"))?;
-        let response =
-            request.bearer_auth(token).send().await.map_err(|e| {
-                CliError::Failed(format!("cannot reach the admin API at {}: {e}", self.server))
-            })?;
+        let response = request.bearer_auth(token).send().await.map_err(|e| {
+            CliError::Failed(format!(
+                "cannot reach the admin API at {}: {}",
+                self.server,
+                chain(&e)
+            ))
+        })?;
         let status = response.status();
         let body: Value = response.json().await.unwrap_or(Value::Null);
         if status.is_success() {
@@ -103,7 +131,7 @@ pub async fn deploy(args: DeployArgs) -> Result<(), CliError> {
         form = form.part("migration", Part::text(sql).file_name(file));
     }
     let remote = &args.remote;
-    let client = reqwest::Client::new();
+    let client = remote.client()?;
     let url = remote.url(&format!("/v1/handlers/{}", args.name));
     let body = remote.send(client.post(url).multipart(form)).await?;
     remote.print(&body, |b| {
@@ -119,7 +147,7 @@ pub async fn deploy(args: DeployArgs) -> Result<(), CliError> {
 
 pub async fn handlers(remote: Remote) -> Result<(), CliError> {
     let body = remote
-        .send(reqwest::Client::new().get(remote.url("/v1/handlers")))
+        .send(remote.client()?.get(remote.url("/v1/handlers")))
         .await?;
     remote.print(&body, |b| {
         println!(
@@ -154,7 +182,7 @@ pub async fn handlers(remote: Remote) -> Result<(), CliError> {
 /// `pause`, `resume`, `rollback` and `delete`: one call on one handler.
 pub async fn action(action: &str, args: NameArgs) -> Result<(), CliError> {
     let remote = &args.remote;
-    let client = reqwest::Client::new();
+    let client = remote.client()?;
     let request = match action {
         "delete" => client.delete(remote.url(&format!("/v1/handlers/{}", args.name))),
         _ => client.post(remote.url(&format!("/v1/handlers/{}/{action}", args.name))),
@@ -166,12 +194,26 @@ pub async fn action(action: &str, args: NameArgs) -> Result<(), CliError> {
 
 pub async fn activate(args: ActivateArgs) -> Result<(), CliError> {
     let remote = &args.remote;
-    let request = reqwest::Client::new()
+    let request = remote
+        .client()?
         .post(remote.url(&format!("/v1/handlers/{}/activate", args.name)))
         .json(&serde_json::json!({ "version": args.version }));
     let body = remote.send(request).await?;
     remote.print(&body, |b| summary(&args.name, b));
     Ok(())
+}
+
+/// An error with its causes: reqwest's own text leaves out why (a refused
+/// connection, a certificate no root vouches for).
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 fn summary(name: &str, body: &Value) {

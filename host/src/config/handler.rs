@@ -369,11 +369,19 @@ impl HandlerConfig {
                 "must be a non-empty consumer group name (leave it out for inboxd.<name>)",
             ));
         }
-        if self.event_id.header.is_empty() {
-            return Err(invalid(format!("{key}.event_id.header"), "must not be empty"));
-        }
-        if self.event_id.json_field.is_empty() {
-            return Err(invalid(format!("{key}.event_id.json_field"), "must not be empty"));
+        // The host writes these names on every message to the handler's
+        // topics (see `capabilities::outbox`): short, printable, no spaces.
+        for (field, name) in [
+            ("header", &self.event_id.header),
+            ("json_field", &self.event_id.json_field),
+        ] {
+            let printable = name.chars().all(|c| c.is_ascii_graphic());
+            if name.is_empty() || name.len() > MAX_ID_NAME_BYTES || !printable {
+                return Err(invalid(
+                    format!("{key}.event_id.{field}"),
+                    format!("must be 1 to {MAX_ID_NAME_BYTES} printable ASCII characters, without spaces"),
+                ));
+            }
         }
         let limits = &self.limits;
         if !(1..=defaults::GLOBAL_MAX_TIMEOUT_MS).contains(&limits.timeout_ms) {
@@ -448,6 +456,9 @@ impl HandlerConfig {
 }
 
 /// Names that are safe to splice into SQL identifiers and group ids.
+/// The longest `event_id.header` or `event_id.json_field`.
+pub const MAX_ID_NAME_BYTES: usize = 64;
+
 pub fn is_identifier(name: &str) -> bool {
     let mut chars = name.chars();
     matches!(chars.next(), Some('a'..='z'))

@@ -237,6 +237,19 @@ fn upload_settings_reuse_the_handler_keys_and_name_the_bad_one() {
         (r#"{"topics": ["orders"], "colour": 1}"#, "colour"),
         (r#"{"topics": []}"#, "settings.topics"),
         ("[1]", "JSON object"),
+        // Regression (the eighteenth adversarial read, issue 23): the host
+        // writes these names on every message to the handler's topics.
+        (
+            r#"{"topics": ["o"], "event_id": {"header": "a b"}}"#,
+            "`settings.event_id.header` must be 1 to 64 printable ASCII characters",
+        ),
+        (
+            &format!(
+                r#"{{"topics": ["o"], "event_id": {{"json_field": "{}"}}}}"#,
+                "x".repeat(65)
+            ),
+            "`settings.event_id.json_field` must be 1 to 64",
+        ),
     ] {
         let err = HandlerConfig::from_settings("billing", settings)
             .unwrap_err()

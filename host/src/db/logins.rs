@@ -180,6 +180,20 @@ impl GuestPools {
                 // executes, where PostgreSQL checks between rows; the work
                 // bound counts only literals as folded (`sandbox::work`).
                 ("plan_cache_mode", "force_generic_plan".to_owned()),
+                // Regression (the eighteenth adversarial read, issue 23):
+                // compiling a plan to native code checks for no interrupt;
+                // a 3,000-arm CASE ran 14.7 s past a 1 s statement_timeout,
+                // and 15,000 arms ignored cancel and terminate for minutes.
+                ("jit", "off".to_owned()),
+                // A hash join whose rows all share one key cannot split into
+                // batches, so it grows past work_mem without bound (2 GB
+                // from 2,000 rows after `UPDATE t SET k = 0`, until the
+                // kernel kills the backend and PostgreSQL restarts every
+                // team's sessions). Merge and nested-loop joins spill.
+                ("enable_hashjoin", "off".to_owned()),
+                // Parallel workers each take their own work_mem and a core:
+                // one statement's share must stay one backend's.
+                ("max_parallel_workers_per_gather", "0".to_owned()),
             ]);
         let pool = PgPoolOptions::new()
             .max_connections(self.max_connections)

@@ -47,7 +47,11 @@ pub async fn load_handler(
         });
     }
     // The id names of its messages' possible consumers are the host's to write.
-    crate::capabilities::outbox::register_id_source(&handler.event_id.header, &handler.event_id.json_field);
+    crate::capabilities::outbox::register_id_source(
+        &handler.topics,
+        &handler.event_id.header,
+        &handler.event_id.json_field,
+    );
     // Before any event: the guard's work bound counts every row at this size.
     migrate::bound_rows(db, &handler.name, handler.limits.max_row_bytes)
         .await

@@ -7,10 +7,12 @@
 //! submodule is one scenario.
 
 mod auth;
+mod authoring;
 mod ceilings;
 mod console;
 mod group;
 mod lifecycle;
+mod tls;
 mod uploads;
 mod walls;
 

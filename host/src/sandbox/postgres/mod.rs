@@ -26,8 +26,8 @@
 //! there as a syntax error; nothing older reads differently.
 
 mod allowlists;
-mod hash_tables;
 mod plain_insert;
+mod unspilled;
 
 pub use plain_insert::PlainInsert;
 
@@ -209,7 +209,7 @@ fn walk(
                 }
                 // A statement's WITH is a field of it, not a `Node`.
                 if let Some(with) = fields.get("with_clause") {
-                    hash_tables::check_recursive_union(with)?;
+                    unspilled::check_recursive_union(with)?;
                 }
                 if let Some(Value::Object(into)) = fields.get("into_clause")
                     && mode == Mode::RunTime
@@ -318,9 +318,12 @@ fn check_node(kind: &str, node: &Value, place: Place, mode: Mode) -> Result<Plac
         "AExpr" => check_operator_expr(node)?,
         "SubLink" => {
             check_operator_name(node.get("oper_name"))?;
-            hash_tables::check_sublink(node)?;
+            unspilled::check_sublink(node)?;
         }
-        "SelectStmt" => hash_tables::check_set_operation(node)?,
+        "SelectStmt" => {
+            unspilled::check_set_operation(node)?;
+            unspilled::check_sorted_limit(node)?;
+        }
         "SortBy" => check_operator_name(node.get("use_op"))?,
         "TypeCast" => check_cast(node)?,
         "ColumnRef" => {

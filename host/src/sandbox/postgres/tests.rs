@@ -307,6 +307,35 @@ fn no_untyped_literal_becomes_jsonb() {
     allowed("SELECT CAST('2024-01-02' AS date) - 1, a - 1, now() - interval '1 day', 'a' || b FROM t");
 }
 
+/// Regression (the eighteenth adversarial read, issue 23): a top-N sort
+/// keeps LIMIT + OFFSET rows in memory whatever their size.
+#[test]
+fn sorted_limits_are_small_literals() {
+    for sql in [
+        "SELECT a FROM t ORDER BY a LIMIT 1",
+        "SELECT a FROM t ORDER BY a LIMIT 90 OFFSET 10",
+        "SELECT a FROM t ORDER BY a LIMIT 0",
+        "SELECT a FROM t ORDER BY a FETCH FIRST 5 ROWS ONLY",
+        "SELECT a FROM t LIMIT 100000",
+        "SELECT a FROM t ORDER BY a",
+        "SELECT a FROM t ORDER BY a OFFSET 100000",
+    ] {
+        allowed(sql);
+    }
+    for sql in [
+        "SELECT a FROM t ORDER BY a LIMIT 101",
+        "SELECT a FROM t ORDER BY a LIMIT 91 OFFSET 10",
+        "SELECT a FROM t ORDER BY a LIMIT $1",
+        "SELECT a FROM t ORDER BY a LIMIT 1 + 1",
+        "SELECT a FROM t ORDER BY a LIMIT ALL",
+        "SELECT a FROM t ORDER BY a LIMIT 5 OFFSET $1",
+        "SELECT max(length(e.v)) FROM (SELECT d.v FROM (SELECT CASE WHEN s.g > 3000 THEN $1 ELSE 'x' END AS v, \
+         0 - s.g AS k FROM generate_series(1, 6000) AS s(g)) AS d ORDER BY d.k LIMIT 2000) AS e",
+    ] {
+        refused(sql, "ORDER BY with LIMIT must take an integer literal");
+    }
+}
+
 /// Regression (the seventeenth adversarial read, issue 23): PostgreSQL 15
 /// holds these hash tables in memory whatever `work_mem` says; a recursive
 /// UNION over a 1 MiB value grew one backend by 420 MB a second.

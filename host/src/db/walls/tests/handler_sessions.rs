@@ -281,3 +281,39 @@ async fn postgres_a_parameter_is_typed_by_its_own_kind_on_every_call() {
     let err = result.expect_err("the blob was read as a numeric").to_string();
     assert!(err.contains("operator does not exist: bytea + numeric"), "{err}");
 }
+
+/// Regression (the eighteenth adversarial read, issue 23): JIT compilation
+/// ignores cancel and terminate (a 3,000-arm CASE ran 14.7 s past a 1 s
+/// statement_timeout), a hash join over one key grows without bound (2 GB
+/// from 2,000 rows), and parallel workers multiply a statement's memory and
+/// cores. A handler's session starts with all three off, and a guest that
+/// turns them on (past the guard) leaves them off for the next transaction.
+#[tokio::test]
+async fn postgres_handler_sessions_run_without_jit_hash_joins_or_parallel_workers() {
+    let Some(url) = crate::db::test_support::postgres_url().await else {
+        return;
+    };
+    let db = OneConnection::new(&url, None).await;
+    let h = handler(&db, "wt_planner").await;
+    let settings = "SELECT current_setting('jit') || current_setting('enable_hashjoin') \
+                    || current_setting('max_parallel_workers_per_gather')";
+    for turn_on in [true, false] {
+        let mut tx = db.begin_guest(h.handler()).await.unwrap();
+        tx.enter_guest(CALL, &h).await.unwrap();
+        let rows = tx.guest_query(settings, &[], 10, 1 << 20).await.unwrap();
+        assert_eq!(rows, [vec![SqlValue::Text("offoff0".into())]]);
+        if turn_on {
+            for sql in [
+                "SELECT set_config('jit', 'on', false)",
+                "SELECT set_config('enable_hashjoin', 'on', false)",
+                "SELECT set_config('max_parallel_workers_per_gather', '4', false)",
+            ] {
+                tx.guest_execute(sql, &[])
+                    .await
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            }
+        }
+        tx.exit_guest(CALL, true).await.unwrap();
+        tx.commit().await.unwrap();
+    }
+}

@@ -1,6 +1,9 @@
-//! Hash tables PostgreSQL 15 keeps in memory whatever `work_mem` says
-//! (the seventeenth adversarial read, issue 23): the syntax that makes them
-//! is refused, since nothing a statement does can bound them.
+//! What PostgreSQL 15 keeps in memory whatever `work_mem` says (the
+//! seventeenth and eighteenth adversarial reads, issue 23): some hash tables,
+//! and the rows a top-N sort holds. The syntax that makes them is refused,
+//! or bounded, since nothing else a statement does can bound them. (A hash
+//! join that cannot split its batches is the other such case; handler
+//! sessions run with `enable_hashjoin = off`, see `db::logins`.)
 
 use crate::sandbox::guard::{Refusal, forbidden};
 use serde_json::Value;
@@ -67,4 +70,45 @@ pub(super) fn check_recursive_union(node: &Value) -> Result<(), Refusal> {
         }
     }
     Ok(())
+}
+
+/// The most rows `ORDER BY ... LIMIT n OFFSET m` may keep (n + m).
+pub(super) const MAX_SORTED_LIMIT: i64 = 100;
+
+/// Regression (the eighteenth adversarial read, issue 23): under ORDER BY,
+/// PostgreSQL sorts LIMIT + OFFSET rows in a bounded heap, in memory once
+/// its first rows fit, whatever size the later ones are: 2,000 rows of a
+/// 1 MiB value held 2 GB in one backend. The bound must be a small literal.
+pub(super) fn check_sorted_limit(node: &Value) -> Result<(), Refusal> {
+    let sorted = node
+        .get("sort_clause")
+        .and_then(Value::as_array)
+        .is_some_and(|s| !s.is_empty());
+    // The tree writes an absent clause as null.
+    let clause = |key| node.get(key).filter(|v| !v.is_null());
+    let (Some(limit), true) = (clause("limit_count"), sorted) else {
+        return Ok(());
+    };
+    let refused = || {
+        forbidden(format!(
+            "ORDER BY with LIMIT must take an integer literal, LIMIT plus OFFSET at most {MAX_SORTED_LIMIT}: \
+             PostgreSQL keeps that many sorted rows in memory whatever their size"
+        ))
+    };
+    let offset = match clause("limit_offset") {
+        Some(offset) => literal(offset).ok_or_else(refused)?,
+        None => 0,
+    };
+    let limit = literal(limit).ok_or_else(refused)?;
+    match limit.checked_add(offset) {
+        Some(rows) if (0..=MAX_SORTED_LIMIT).contains(&rows) && limit >= 0 && offset >= 0 => Ok(()),
+        _ => Err(refused()),
+    }
+}
+
+/// An integer literal's value (protobuf leaves out a zero).
+fn literal(node: &Value) -> Option<i64> {
+    let constant = node.get("node")?.get("AConst")?;
+    let ival = constant.get("val")?.get("Ival")?;
+    Some(ival.get("ival").and_then(Value::as_i64).unwrap_or(0))
 }
