@@ -25,32 +25,30 @@ pub struct NewArgs {
     pub list: bool,
 }
 
+/// A file of the repository (a path from `host/`), taken into the binary,
+/// and where it goes in the handler's folder.
+macro_rules! embed {
+    ($to:literal, $from:literal) => {
+        ($to, include_str!(concat!("../../../", $from)))
+    };
+}
+
 /// One file of a template: where it goes in the folder, and its text
 /// (`{{name}}` and the like are filled in).
 type File = (&'static str, &'static str);
 
-const WIT: File = ("wit/handler.wit", include_str!("../../../../wit/handler.wit"));
+const WIT: File = embed!("wit/handler.wit", "../wit/handler.wit");
 
 /// What every template has.
 const COMMON: &[File] = &[
     WIT,
-    ("README.md", include_str!("../../../templates/common/README.md")),
-    (
+    embed!("README.md", "templates/common/README.md"),
+    embed!(
         "migrations/0001_init.sql",
-        include_str!("../../../templates/common/migrations/0001_init.sql"),
+        "templates/common/migrations/0001_init.sql"
     ),
-    (
-        "settings.json",
-        include_str!("../../../templates/common/settings.json"),
-    ),
-    (
-        "events.jsonl",
-        include_str!("../../../templates/common/events.jsonl"),
-    ),
-    (
-        "expected.json",
-        include_str!("../../../templates/common/expected.json"),
-    ),
+    embed!("events.jsonl", "templates/common/events.jsonl"),
+    embed!("expected.json", "templates/common/expected.json"),
 ];
 
 pub struct Template {
@@ -73,43 +71,21 @@ pub const TEMPLATES: &[Template] = &[
         source: "src/lib.rs",
         build: "cargo build --release --target wasm32-wasip2",
         files: &[
-            ("Cargo.toml", include_str!("../../../templates/rust/Cargo.toml")),
-            (
-                "rust-toolchain.toml",
-                include_str!("../../../templates/rust/rust-toolchain.toml"),
-            ),
-            (".gitignore", include_str!("../../../templates/rust/gitignore")),
-            ("src/lib.rs", include_str!("../../../templates/rust/src/lib.rs")),
-            (
-                "sdk/rust/Cargo.toml",
-                include_str!("../../../templates/rust/sdk-Cargo.toml"),
-            ),
-            (
-                "sdk/rust/src/lib.rs",
-                include_str!("../../../../guests/sdk/src/lib.rs"),
-            ),
-            (
-                "sdk/rust/src/error.rs",
-                include_str!("../../../../guests/sdk/src/error.rs"),
-            ),
-            (
-                "sdk/rust/src/event.rs",
-                include_str!("../../../../guests/sdk/src/event.rs"),
-            ),
-            (
-                "sdk/rust/src/log.rs",
-                include_str!("../../../../guests/sdk/src/log.rs"),
-            ),
-            (
-                "sdk/rust/src/outbox.rs",
-                include_str!("../../../../guests/sdk/src/outbox.rs"),
-            ),
-            (
-                "sdk/rust/src/sql.rs",
-                include_str!("../../../../guests/sdk/src/sql.rs"),
-            ),
+            embed!("Cargo.toml", "templates/rust/Cargo.toml"),
+            embed!("rust-toolchain.toml", "templates/rust/rust-toolchain.toml"),
+            embed!(".cargo/config.toml", "templates/rust/cargo/config.toml"),
+            embed!("settings.json", "templates/rust/settings.json"),
+            embed!(".gitignore", "templates/rust/gitignore"),
+            embed!("src/lib.rs", "templates/rust/src/lib.rs"),
+            embed!("sdk/rust/Cargo.toml", "templates/rust/sdk-Cargo.toml"),
+            embed!("sdk/rust/src/lib.rs", "../guests/sdk/src/lib.rs"),
+            embed!("sdk/rust/src/error.rs", "../guests/sdk/src/error.rs"),
+            embed!("sdk/rust/src/event.rs", "../guests/sdk/src/event.rs"),
+            embed!("sdk/rust/src/log.rs", "../guests/sdk/src/log.rs"),
+            embed!("sdk/rust/src/outbox.rs", "../guests/sdk/src/outbox.rs"),
+            embed!("sdk/rust/src/sql.rs", "../guests/sdk/src/sql.rs"),
         ],
-        readme_rows: "| `Cargo.toml`, `rust-toolchain.toml` | the build, every version pinned |\n\
+        readme_rows: "| `Cargo.toml`, `rust-toolchain.toml`, `.cargo/config.toml` | the build, every version pinned, a 64 KiB stack |\n\
                       | `sdk/rust/`, `wit/` | the SDK and the WIT world of the inboxd that wrote this folder |",
     },
     Template {
@@ -118,30 +94,22 @@ pub const TEMPLATES: &[Template] = &[
         source: "app.py",
         build: "componentize-py (installed in .venv from requirements.txt)",
         files: &[
-            ("app.py", include_str!("../../../templates/python/app.py")),
-            (
-                "requirements.txt",
-                include_str!("../../../../guests/python/requirements.txt"),
-            ),
-            (".gitignore", include_str!("../../../templates/python/gitignore")),
-            (
+            embed!("app.py", "templates/python/app.py"),
+            embed!("settings.json", "templates/python/settings.json"),
+            embed!("requirements.txt", "../guests/python/requirements.txt"),
+            embed!(".gitignore", "templates/python/gitignore"),
+            embed!(
                 "inboxd_guest/__init__.py",
-                include_str!("../../../../guests/python/inboxd_guest/__init__.py"),
+                "../guests/python/inboxd_guest/__init__.py"
             ),
-            (
-                "inboxd_guest/log.py",
-                include_str!("../../../../guests/python/inboxd_guest/log.py"),
-            ),
-            (
+            embed!("inboxd_guest/log.py", "../guests/python/inboxd_guest/log.py"),
+            embed!(
                 "inboxd_guest/outbox.py",
-                include_str!("../../../../guests/python/inboxd_guest/outbox.py"),
+                "../guests/python/inboxd_guest/outbox.py"
             ),
-            (
-                "inboxd_guest/sql.py",
-                include_str!("../../../../guests/python/inboxd_guest/sql.py"),
-            ),
+            embed!("inboxd_guest/sql.py", "../guests/python/inboxd_guest/sql.py"),
         ],
-        readme_rows: "| `requirements.txt` | componentize-py, pinned |\n\
+        readme_rows: "| `requirements.txt` | componentize-py, pinned (settings.json keeps instances between events: a fresh one costs ~1 ms) |\n\
                       | `inboxd_guest/`, `wit/` | the helpers and the WIT world of the inboxd that wrote this folder |",
     },
     Template {
@@ -150,19 +118,14 @@ pub const TEMPLATES: &[Template] = &[
         source: "handler.js",
         build: "jco componentize (installed in node_modules from package.json)",
         files: &[
-            ("handler.js", include_str!("../../../templates/js/handler.js")),
-            ("package.json", include_str!("../../../templates/js/package.json")),
-            (
-                "bundle.config.js",
-                include_str!("../../../../guests/js/bundle.config.js"),
-            ),
-            (".gitignore", include_str!("../../../templates/js/gitignore")),
-            (
-                "inboxd-guest/index.js",
-                include_str!("../../../../guests/js/inboxd-guest/index.js"),
-            ),
+            embed!("handler.js", "templates/js/handler.js"),
+            embed!("settings.json", "templates/js/settings.json"),
+            embed!("package.json", "templates/js/package.json"),
+            embed!("bundle.config.js", "../guests/js/bundle.config.js"),
+            embed!(".gitignore", "templates/js/gitignore"),
+            embed!("inboxd-guest/index.js", "../guests/js/inboxd-guest/index.js"),
         ],
-        readme_rows: "| `package.json` | jco and its WASI shim, pinned |\n\
+        readme_rows: "| `package.json` | jco and its WASI shim, pinned (settings.json keeps instances between events: a fresh one costs ~1 ms) |\n\
                       | `inboxd-guest/`, `wit/` | the helpers and the WIT world of the inboxd that wrote this folder |",
     },
 ];
@@ -265,7 +228,31 @@ mod tests {
             }
             let paths: Vec<&str> = files.iter().map(|(p, _)| *p).collect();
             assert!(paths.contains(&t.source), "{}: {paths:?}", t.name);
-            assert!(paths.contains(&"wit/handler.wit") && paths.contains(&"expected.json"));
+            for common in ["wit/handler.wit", "expected.json", "settings.json", "README.md"] {
+                assert!(paths.contains(&common), "{}: {paths:?}", t.name);
+            }
+        }
+    }
+
+    /// The language pages show each template's handler as `inboxd new`
+    /// writes it for `shop`; a template changed without its page fails here.
+    #[test]
+    fn each_language_page_shows_its_template_as_written() {
+        let pages = [
+            ("rust", include_str!("../../../../docs/handlers/rust.md")),
+            ("python", include_str!("../../../../docs/handlers/python.md")),
+            ("js", include_str!("../../../../docs/handlers/js.md")),
+        ];
+        for (name, page) in pages {
+            let t = template(name).unwrap();
+            let files = t.render("shop");
+            let (_, source) = files.iter().find(|(path, _)| *path == t.source).unwrap();
+            assert!(
+                page.contains(source.as_str()),
+                "docs/handlers/{name}.md does not show {} as `inboxd new {name} shop` writes it",
+                t.source
+            );
+            assert!(page.contains(&format!("inboxd new {name} shop")), "{name}");
         }
     }
 
