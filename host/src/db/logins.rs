@@ -194,6 +194,14 @@ impl GuestPools {
                 // Parallel workers each take their own work_mem and a core:
                 // one statement's share must stay one backend's.
                 ("max_parallel_workers_per_gather", "0".to_owned()),
+                // So does building an index: one backend's share stays one.
+                ("max_parallel_maintenance_workers", "0".to_owned()),
+                // A backend whose client is gone (the host gave up on a
+                // statement past its round-trip bound, see `tx::round_trip`)
+                // learns it only when it next writes, which a long statement
+                // never does: a migration ran on 45 s after the host left.
+                // PostgreSQL then looks every second, and ends the statement.
+                ("client_connection_check_interval", "1000".to_owned()),
             ]);
         let pool = PgPoolOptions::new()
             .max_connections(self.max_connections)

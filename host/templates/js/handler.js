@@ -1,4 +1,4 @@
-// {{name}}: one `orders` row and one `orders.recorded` message per order
+// {{name}}: one `{{name}}_orders` row and one `orders.recorded` message per order
 // event, in the host's transaction. Written with the inboxd-guest helpers.
 //
 // The host has already claimed the event id when the handler runs, so a
@@ -13,7 +13,7 @@ export const handle = handler((event) => {
   }
   if (amount_cents < 0) throw reject(`amount_cents must not be negative, got ${amount_cents}`);
   sql.execute(
-    'INSERT INTO orders (order_id, amount_cents, event_id) VALUES ($1, $2, $3)',
+    'INSERT INTO {{name}}_orders (order_id, amount_cents, event_id) VALUES ($1, $2, $3)',
     order_id, amount_cents, event.id,
   );
   outbox.publishJson('orders.recorded', order_id, { order_id, amount_cents });

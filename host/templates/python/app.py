@@ -1,4 +1,4 @@
-"""{{name}}: one `orders` row and one `orders.recorded` message per order
+"""{{name}}: one `{{name}}_orders` row and one `orders.recorded` message per order
 event, in the host's transaction. Written with the `inboxd_guest` helpers.
 
 The host has already claimed the event id when `on_event` runs, so a
@@ -18,7 +18,7 @@ class WitWorld(Handler):
         if amount < 0:
             raise reject(f"amount_cents must not be negative, got {amount}")
         sql.execute(
-            "INSERT INTO orders (order_id, amount_cents, event_id) VALUES ($1, $2, $3)",
+            "INSERT INTO {{name}}_orders (order_id, amount_cents, event_id) VALUES ($1, $2, $3)",
             order_id, amount, event.id,
         )
         outbox.publish_json("orders.recorded", order_id, {"order_id": order_id, "amount_cents": amount})

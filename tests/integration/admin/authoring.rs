@@ -123,7 +123,7 @@ async fn test_json(folder: &Path, wasm: &str, events: &str, expect: Option<&str>
 
 async fn orders(admin: &Admin, name: &str) -> Vec<String> {
     let db = admin.env.db().await;
-    let table = db.handler_table(name, "orders");
+    let table = db.handler_table(name, &format!("{name}_orders"));
     let mut ids: Vec<String> = rows(&db, &format!("SELECT order_id FROM {table}"))
         .await
         .into_iter()

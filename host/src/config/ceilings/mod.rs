@@ -422,7 +422,34 @@ impl TokenPolicy {
     pub fn check(&self, handler: &HandlerConfig, settings: &serde_json::Value) -> Result<(), Refused> {
         self.check_ceilings(handler, settings)?;
         self.check_topics(handler)?;
+        self.check_id_names(handler)?;
         self.check_group(handler, settings)
+    }
+
+    /// Regression (the review of the eighteenth adversarial read, issue 23):
+    /// the host writes a consumer's id header and JSON field on every message
+    /// any team publishes to that consumer's topics (`capabilities::outbox`),
+    /// so a team that named them `content-type` and `amount` stripped every
+    /// publisher's `content-type` and overwrote its `amount`, for every other
+    /// consumer of the topic too. Names other than `event_id` are the
+    /// operator's to choose: the configuration file or an admin token.
+    fn check_id_names(&self, handler: &HandlerConfig) -> Result<(), Refused> {
+        if !self.team {
+            return Ok(());
+        }
+        let ids = &handler.event_id;
+        for (key, name) in [("header", &ids.header), ("json_field", &ids.json_field)] {
+            if name != defaults::EVENT_ID_HEADER {
+                return Err(Refused(format!(
+                    "settings.event_id.{key} = {name:?} is not allowed for token {:?}: the host writes a \
+                     consumer's id names on every message published to its topics, so only an operator \
+                     (the configuration file, or an admin token) may choose names other than \"{}\"",
+                    self.name,
+                    defaults::EVENT_ID_HEADER
+                )));
+            }
+        }
+        Ok(())
     }
 
     fn check_ceilings(&self, handler: &HandlerConfig, settings: &serde_json::Value) -> Result<(), Refused> {

@@ -210,3 +210,24 @@ fn patterns_allow_a_trailing_star_only() {
         assert!(Pattern::parse(bad, topic_char).is_err(), "{bad:?}");
     }
 }
+
+/// Regression (the review of the eighteenth adversarial read, issue 23):
+/// id names other than `event_id` reach every message to the handler's
+/// topics, so a team token may not choose them; an admin token may.
+#[test]
+fn a_team_token_keeps_the_default_id_names() {
+    for settings in [
+        json!({ "topics": ["orders"], "event_id": { "header": "content-type" } }),
+        json!({ "topics": ["orders"], "event_id": { "json_field": "amount" } }),
+    ] {
+        let err = refused(&team(CeilingsConfig::default(), None, None), settings.clone());
+        assert!(err.contains("only an operator"), "{err}");
+        TokenPolicy::unrestricted("ops")
+            .check(&handler("billing", &settings), &settings)
+            .expect("an admin token may choose the names");
+    }
+    let default = json!({ "topics": ["orders"], "event_id": { "source": "json", "format": "any" } });
+    team(CeilingsConfig::default(), None, None)
+        .check(&handler("billing", &default), &default)
+        .expect("the other event_id keys are the team's");
+}

@@ -141,6 +141,7 @@ pub fn check(sql: &str, mode: Mode, row_bytes: u64, catalog: &Catalog) -> Result
         ))
     })?;
     walk(&tree, mode, catalog.row_functions.as_ref())?;
+    unspilled::check_sorts(&tree, row_bytes)?;
     let view = parsed.protobuf.stmts.iter().any(|s| {
         matches!(
             s.stmt.as_ref().and_then(|n| n.node.as_ref()),
@@ -320,10 +321,8 @@ fn check_node(kind: &str, node: &Value, place: Place, mode: Mode) -> Result<Plac
             check_operator_name(node.get("oper_name"))?;
             unspilled::check_sublink(node)?;
         }
-        "SelectStmt" => {
-            unspilled::check_set_operation(node)?;
-            unspilled::check_sorted_limit(node)?;
-        }
+        "SelectStmt" => unspilled::check_set_operation(node)?,
+        "JoinExpr" => unspilled::check_join(node)?,
         "SortBy" => check_operator_name(node.get("use_op"))?,
         "TypeCast" => check_cast(node)?,
         "ColumnRef" => {

@@ -307,32 +307,83 @@ fn no_untyped_literal_becomes_jsonb() {
     allowed("SELECT CAST('2024-01-02' AS date) - 1, a - 1, now() - interval '1 day', 'a' || b FROM t");
 }
 
-/// Regression (the eighteenth adversarial read, issue 23): a top-N sort
-/// keeps LIMIT + OFFSET rows in memory whatever their size.
+/// Regression (the eighteenth adversarial read and its review, issue 23): a
+/// top-N sort keeps LIMIT + OFFSET rows in memory whatever their size, and
+/// PostgreSQL hands an outer LIMIT down to a nested sort.
 #[test]
-fn sorted_limits_are_small_literals() {
+fn sorted_limits_are_small_literals_over_plain_columns() {
     for sql in [
         "SELECT a FROM t ORDER BY a LIMIT 1",
-        "SELECT a FROM t ORDER BY a LIMIT 90 OFFSET 10",
+        "SELECT * FROM t ORDER BY a DESC LIMIT 1",
+        "SELECT a, 1 FROM t ORDER BY a LIMIT 90 OFFSET 10",
+        "SELECT a, $1, upper(a) FROM t ORDER BY lower(a) LIMIT 20",
         "SELECT a FROM t ORDER BY a LIMIT 0",
         "SELECT a FROM t ORDER BY a FETCH FIRST 5 ROWS ONLY",
+        "SELECT t.a FROM t JOIN u ON u.a = t.a ORDER BY t.a LIMIT 60",
         "SELECT a FROM t LIMIT 100000",
-        "SELECT a FROM t ORDER BY a",
+        "SELECT a, upper(a) FROM t ORDER BY a",
         "SELECT a FROM t ORDER BY a OFFSET 100000",
+        "INSERT INTO t (a) SELECT a FROM u ORDER BY a",
+        "WITH recent AS (SELECT a FROM t ORDER BY a DESC LIMIT 10) SELECT count(*) FROM recent",
     ] {
         allowed(sql);
     }
-    for sql in [
-        "SELECT a FROM t ORDER BY a LIMIT 101",
-        "SELECT a FROM t ORDER BY a LIMIT 91 OFFSET 10",
-        "SELECT a FROM t ORDER BY a LIMIT $1",
-        "SELECT a FROM t ORDER BY a LIMIT 1 + 1",
-        "SELECT a FROM t ORDER BY a LIMIT ALL",
-        "SELECT a FROM t ORDER BY a LIMIT 5 OFFSET $1",
-        "SELECT max(length(e.v)) FROM (SELECT d.v FROM (SELECT CASE WHEN s.g > 3000 THEN $1 ELSE 'x' END AS v, \
-         0 - s.g AS k FROM generate_series(1, 6000) AS s(g)) AS d ORDER BY d.k LIMIT 2000) AS e",
+    for (sql, because) in [
+        ("SELECT a FROM t ORDER BY a LIMIT 101", "integer literals"),
+        (
+            "SELECT a FROM t ORDER BY a LIMIT 91 OFFSET 10",
+            "integer literals",
+        ),
+        ("SELECT a FROM t ORDER BY a LIMIT $1", "integer literals"),
+        ("SELECT a FROM t ORDER BY a LIMIT 1 + 1", "integer literals"),
+        ("SELECT a FROM t ORDER BY a LIMIT ALL", "integer literals"),
+        ("SELECT a FROM t ORDER BY a LIMIT 5 OFFSET $1", "integer literals"),
+        (
+            "SELECT d.v FROM (SELECT $1 AS v, a FROM t) AS d ORDER BY d.a LIMIT 5",
+            "rows of tables",
+        ),
+        (
+            "SELECT g FROM generate_series(1, 10) AS s(g) ORDER BY g LIMIT 5",
+            "rows of tables",
+        ),
+        (
+            "(SELECT a FROM t) UNION ALL (SELECT a FROM u) ORDER BY a LIMIT 5",
+            "rows of tables",
+        ),
+        (
+            "SELECT t.a FROM t JOIN u ON u.a = t.a ORDER BY t.a LIMIT 100",
+            "keeps up to 200 MiB",
+        ),
+        // The review's wide rows: sixteen copies of a parameter in each.
+        (
+            "SELECT CASE WHEN a > 3 THEN $1 ELSE 'x' END, CASE WHEN a > 3 THEN $1 ELSE 'x' END, \
+             CASE WHEN a > 3 THEN $1 ELSE 'x' END, CASE WHEN a > 3 THEN $1 ELSE 'x' END FROM t ORDER BY a LIMIT 20",
+            "keeps up to 260 MiB",
+        ),
+        // The review's reproducer: the sort is inside, the LIMIT outside.
+        (
+            "SELECT max(length(e.v)) FROM (SELECT d.v FROM (SELECT CASE WHEN s.g > 3000 THEN $1 ELSE 'x' END AS v, \
+             0 - s.g AS k FROM generate_series(1, 6000) AS s(g) ORDER BY k) AS d LIMIT 2000) AS e",
+            "needs a LIMIT of its own",
+        ),
+        (
+            "SELECT a FROM (SELECT a FROM t ORDER BY a) AS s LIMIT 5",
+            "needs a LIMIT of its own",
+        ),
+        (
+            "WITH s AS (SELECT a FROM t ORDER BY a) SELECT a FROM s LIMIT 5",
+            "needs a LIMIT of its own",
+        ),
+        (
+            "SELECT a FROM t UNION ALL (SELECT a FROM u ORDER BY a)",
+            "needs a LIMIT of its own",
+        ),
+        (
+            "SELECT count(*) FROM t FULL JOIN u ON u.a = t.a",
+            "FULL JOIN is not allowed",
+        ),
     ] {
-        refused(sql, "ORDER BY with LIMIT must take an integer literal");
+        refused(sql, because);
     }
 }
 

@@ -1,4 +1,4 @@
-//! {{name}}: one `orders` row and one `orders.recorded` message per order
+//! {{name}}: one `{{name}}_orders` row and one `orders.recorded` message per order
 //! event. Written with the `inboxd-guest` SDK (in `sdk/rust`).
 //!
 //! The host has already claimed the event id when `handle` runs, and the
@@ -24,7 +24,7 @@ fn handle(event: Event) -> Result {
         order.amount_cents
     );
     sql::execute(
-        "INSERT INTO orders (order_id, amount_cents, event_id) VALUES ($1, $2, $3)",
+        "INSERT INTO {{name}}_orders (order_id, amount_cents, event_id) VALUES ($1, $2, $3)",
         (&order.order_id, order.amount_cents, event.id()),
     )?;
     let recorded = serde_json::json!({

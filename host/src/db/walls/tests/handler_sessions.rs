@@ -296,12 +296,14 @@ async fn postgres_handler_sessions_run_without_jit_hash_joins_or_parallel_worker
     let db = OneConnection::new(&url, None).await;
     let h = handler(&db, "wt_planner").await;
     let settings = "SELECT current_setting('jit') || current_setting('enable_hashjoin') \
-                    || current_setting('max_parallel_workers_per_gather')";
+                    || current_setting('max_parallel_workers_per_gather') \
+                    || current_setting('max_parallel_maintenance_workers') \
+                    || current_setting('client_connection_check_interval')";
     for turn_on in [true, false] {
         let mut tx = db.begin_guest(h.handler()).await.unwrap();
         tx.enter_guest(CALL, &h).await.unwrap();
         let rows = tx.guest_query(settings, &[], 10, 1 << 20).await.unwrap();
-        assert_eq!(rows, [vec![SqlValue::Text("offoff0".into())]]);
+        assert_eq!(rows, [vec![SqlValue::Text("offoff001s".into())]]);
         if turn_on {
             for sql in [
                 "SELECT set_config('jit', 'on', false)",
