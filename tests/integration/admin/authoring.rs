@@ -314,7 +314,7 @@ async fn broken_handlers_fail_test_or_check_with_the_reason() {
     assert!(sneaky.contains("inbox"), "the refusal names the table: {sneaky}");
     assert_eq!(records[2]["outcome"], "applied", "{shown}");
     assert_eq!(
-        report["tables"]["orders"].as_array().map(Vec::len),
+        report["tables"]["broken_orders"].as_array().map(Vec::len),
         Some(1),
         "{shown}"
     );
