@@ -1,6 +1,6 @@
 //! The host's layers, checked: a module may use only modules on lower layers.
 //!
-//! The README's "Repository layout" shows the same table. A new top-level
+//! docs/architecture.md ("Repository layout") shows the same table. A new top-level
 //! module must be placed in it, and an import that points up a layer (the
 //! start of a cycle) fails `cargo test` with the file that has it.
 
@@ -225,7 +225,7 @@ fn every_import_points_down_a_layer() {
         let own = rel.split('/').next().unwrap().trim_end_matches(".rs");
         let Some(own_layer) = layer_of(own) else {
             wrong.push(format!(
-                "{rel}: module {own} is on no layer: add it to LAYERS (and the README)"
+                "{rel}: module {own} is on no layer: add it to LAYERS (and docs/architecture.md)"
             ));
             continue;
         };

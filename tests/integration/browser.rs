@@ -25,7 +25,7 @@ pub const PAGE_DEADLINE: Duration = Duration::from_secs(60);
 const POLL: Duration = Duration::from_millis(100);
 
 impl Browser {
-    /// A 1280x800 window, the size the README's screenshot has.
+    /// A 1280x800 window, the size of the screenshot in docs/operating.md.
     pub async fn start() -> Self {
         let driver_bin = std::env::var("INBOXD_TEST_CHROMEDRIVER").unwrap_or_else(|_| "chromedriver".into());
         let chromium = std::env::var("INBOXD_TEST_CHROMIUM").unwrap_or_else(|_| "chromium".into());

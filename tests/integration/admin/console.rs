@@ -6,7 +6,7 @@
 //! replay that fails again shows its reason. A token scoped to another
 //! handler sees neither the handler nor its dead letters, and the API's
 //! 401/403 messages appear on the page. The run also takes the overview
-//! screenshot the README shows (`INBOXD_SCREENSHOT=<path>` keeps it).
+//! screenshot docs/operating.md shows (`INBOXD_SCREENSHOT=<path>` keeps it).
 
 use super::*;
 use crate::browser::Browser;
