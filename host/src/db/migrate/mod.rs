@@ -197,7 +197,53 @@ async fn prepare_role(db: &Database, handler: &str) -> Result<(), DbError> {
              an operator must remove that first"
         )));
     }
+    bound_temp_files(&mut tx, &role).await?;
     tx.commit().await
+}
+
+/// What one statement of a handler may write to temporary files, where the
+/// server sets no bound of its own.
+const HANDLER_TEMP_FILE_LIMIT: &str = "1GB";
+
+/// Regression (the review of the eighteenth adversarial read, issue 23):
+/// with PostgreSQL's default of no limit, one migration statement over a
+/// large `generate_series` wrote 5.8 GB of temporary files in 55 s, and a
+/// full disk fails every team's writes. `temp_file_limit` is a superuser's
+/// setting, so a handler cannot raise it, and neither can the host's login
+/// unless the operator granted it (`GRANT SET ON PARAMETER temp_file_limit
+/// TO <login>`, PostgreSQL 15). Where the server has a bound, that one holds;
+/// where it has none and the host may not set one, the host says so.
+async fn bound_temp_files(tx: &mut Tx, role: &str) -> Result<(), DbError> {
+    let unbounded = tx
+        .query("SELECT current_setting('temp_file_limit') = '-1'", &[])
+        .await?
+        .into_iter()
+        .next()
+        .and_then(|row| row.into_iter().next())
+        == Some(SqlValue::Boolean(true));
+    if !unbounded {
+        return Ok(());
+    }
+    tx.execute("SAVEPOINT inboxd_temp_files", &[]).await?;
+    let set = format!("ALTER ROLE {role} SET temp_file_limit = '{HANDLER_TEMP_FILE_LIMIT}'");
+    match tx.execute(&set, &[]).await {
+        Ok(_) => tx
+            .execute("RELEASE SAVEPOINT inboxd_temp_files", &[])
+            .await
+            .map(drop),
+        Err(DbError::Sqlx(sqlx::Error::Database(e))) if e.code().as_deref() == Some("42501") => {
+            tx.execute("ROLLBACK TO SAVEPOINT inboxd_temp_files", &[]).await?;
+            tracing::warn!(
+                role,
+                "the server sets no temp_file_limit and the host's login may not set one for \
+                 handler roles: one handler statement can fill the disk with temporary files; \
+                 set temp_file_limit in postgresql.conf, or as a superuser GRANT SET ON \
+                 PARAMETER temp_file_limit TO the host's login"
+            );
+            Ok(())
+        }
+        Err(other) => Err(other),
+    }
 }
 
 /// A new password for the handler's role, kept in `handler_logins`. The
