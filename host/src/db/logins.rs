@@ -191,6 +191,12 @@ impl GuestPools {
                 // kernel kills the backend and PostgreSQL restarts every
                 // team's sessions). Merge and nested-loop joins spill.
                 ("enable_hashjoin", "off".to_owned()),
+                // A hash aggregate checks its memory only when it makes a
+                // new group, so `max($1)` over a few hundred small groups
+                // grew each one to 1 MiB: 512 MB in one backend (the review
+                // of the eighteenth read). Sorted grouping holds one group's
+                // state at a time, and its sort spills.
+                ("enable_hashagg", "off".to_owned()),
                 // Parallel workers each take their own work_mem and a core:
                 // one statement's share must stay one backend's.
                 ("max_parallel_workers_per_gather", "0".to_owned()),

@@ -149,6 +149,7 @@ pub fn check(sql: &str, mode: Mode, row_bytes: u64, catalog: &Catalog) -> Result
         )
     });
     if view {
+        unspilled::check_view_rows(&tree)?;
         super::work::check_view(&tree, row_bytes)?;
     } else {
         let written = super::work::written_tables(&tree);

@@ -315,11 +315,11 @@ fn sorted_limits_are_small_literals_over_plain_columns() {
     for sql in [
         "SELECT a FROM t ORDER BY a LIMIT 1",
         "SELECT * FROM t ORDER BY a DESC LIMIT 1",
-        "SELECT a, 1 FROM t ORDER BY a LIMIT 90 OFFSET 10",
-        "SELECT a, $1, upper(a) FROM t ORDER BY lower(a) LIMIT 20",
+        "SELECT a, 1 FROM t ORDER BY a LIMIT 54 OFFSET 10",
+        "SELECT a, $1, upper(a) FROM t ORDER BY lower(a) LIMIT 10",
         "SELECT a FROM t ORDER BY a LIMIT 0",
         "SELECT a FROM t ORDER BY a FETCH FIRST 5 ROWS ONLY",
-        "SELECT t.a FROM t JOIN u ON u.a = t.a ORDER BY t.a LIMIT 60",
+        "SELECT t.a FROM t JOIN u ON u.a = t.a ORDER BY t.a LIMIT 32",
         "SELECT a FROM t LIMIT 100000",
         "SELECT a, upper(a) FROM t ORDER BY a",
         "SELECT a FROM t ORDER BY a OFFSET 100000",
@@ -330,6 +330,7 @@ fn sorted_limits_are_small_literals_over_plain_columns() {
     }
     for (sql, because) in [
         ("SELECT a FROM t ORDER BY a LIMIT 101", "integer literals"),
+        ("SELECT a FROM t ORDER BY a LIMIT 65", "keeps up to 260 MiB"),
         (
             "SELECT a FROM t ORDER BY a LIMIT 91 OFFSET 10",
             "integer literals",
@@ -351,14 +352,29 @@ fn sorted_limits_are_small_literals_over_plain_columns() {
             "rows of tables",
         ),
         (
-            "SELECT t.a FROM t JOIN u ON u.a = t.a ORDER BY t.a LIMIT 100",
-            "keeps up to 200 MiB",
+            "SELECT t.a FROM t JOIN u ON u.a = t.a ORDER BY t.a LIMIT 33",
+            "keeps up to 264 MiB",
         ),
         // The review's wide rows: sixteen copies of a parameter in each.
         (
             "SELECT CASE WHEN a > 3 THEN $1 ELSE 'x' END, CASE WHEN a > 3 THEN $1 ELSE 'x' END, \
              CASE WHEN a > 3 THEN $1 ELSE 'x' END, CASE WHEN a > 3 THEN $1 ELSE 'x' END FROM t ORDER BY a LIMIT 20",
-            "keeps up to 260 MiB",
+            "keeps up to",
+        ),
+        // The second review: a CTE's row is computed, and so is a call's value.
+        (
+            "WITH c AS (SELECT $1 AS a1, $1 AS a2, 0 - s.g AS k FROM generate_series(1, 400) AS s(g)) \
+             SELECT c.a1, c.a2 FROM c ORDER BY c.k LIMIT 5",
+            "keeps up to",
+        ),
+        (
+            "SELECT concat(t.v, t.v, t.v, t.v, t.v, t.v, t.v, t.v) FROM t ORDER BY t.k LIMIT 8",
+            "keeps up to",
+        ),
+        // Every sort of a statement holds its rows until it ends.
+        (
+            "SELECT count(*) FROM (SELECT a FROM t ORDER BY a LIMIT 40) AS x, (SELECT a FROM u ORDER BY a LIMIT 40) AS y",
+            "keep up to 320 MiB in memory together",
         ),
         // The review's reproducer: the sort is inside, the LIMIT outside.
         (

@@ -6,6 +6,8 @@
 //! sessions run with `enable_hashjoin = off`, see `db::logins`.)
 
 use crate::sandbox::guard::{Refusal, forbidden};
+use crate::sandbox::work::{VALUE_ROWS, VIEW_ROWS};
+use pg_query::protobuf::SetOperation;
 use serde_json::Value;
 
 /// Regression (the seventeenth adversarial read, issue 23): PostgreSQL 15
@@ -75,9 +77,10 @@ pub(super) fn check_recursive_union(node: &Value) -> Result<(), Refusal> {
 /// The most rows `ORDER BY ... LIMIT n OFFSET m` may keep (n + m).
 pub(super) const MAX_SORTED_LIMIT: i64 = 100;
 
-/// What one top-N sort may hold: its rows times the tables each row comes
-/// from times `limits.max_row_bytes` (every stored row is at most that).
-pub(super) const SORT_BUDGET_BYTES: u64 = 128 << 20;
+/// What a statement's top-N sorts may hold together: each one's rows times
+/// the values a row may hold ([`sorted_row_values`]) times
+/// `limits.max_row_bytes`. At the default 1 MiB, 64 rows of one table.
+pub(super) const SORT_BUDGET_BYTES: u64 = 256 << 20;
 
 /// Regression (the eighteenth adversarial read and its review, issue 23):
 /// under a LIMIT, PostgreSQL sorts in a bounded heap that stays in memory
@@ -90,7 +93,9 @@ pub(super) const SORT_BUDGET_BYTES: u64 = 128 << 20;
 /// - a sort under a LIMIT sorts rows of tables (not of a subquery, a table
 ///   function or a UNION), LIMIT and OFFSET are integer literals, at most
 ///   [`MAX_SORTED_LIMIT`] rows, and rows x the values a row may hold
-///   ([`sorted_row_values`]) x `max_row_bytes` at most [`SORT_BUDGET_BYTES`].
+///   ([`sorted_row_values`]) x `max_row_bytes`, summed over the statement's
+///   sorts (each keeps its rows until the statement ends), at most
+///   [`SORT_BUDGET_BYTES`].
 pub(super) fn check_sorts(tree: &Value, row_bytes: u64) -> Result<(), Refusal> {
     let statements = tree.get("stmts").and_then(Value::as_array).into_iter().flatten();
     let own: Vec<*const Value> = statements
@@ -103,19 +108,42 @@ pub(super) fn check_sorts(tree: &Value, row_bytes: u64) -> Result<(), Refusal> {
         .flatten()
         .map(|v| v as *const Value)
         .collect();
+    let ctes = cte_names(tree);
+    // Every bounded sort of a statement keeps its rows until the statement ends.
+    let mut held = 0u64;
     let mut stack = vec![tree];
     while let Some(value) = stack.pop() {
         match value {
             Value::Array(items) => stack.extend(items),
             Value::Object(fields) => {
                 if let Some(select) = fields.get("SelectStmt") {
-                    check_sort(select, own.contains(&(select as *const Value)), row_bytes)?;
-                    // A UNION's branches are SelectStmts written without the
-                    // node's name, and never a statement's own query.
-                    for branch in ["larg", "rarg"].iter().filter_map(|k| select.get(*k)) {
-                        if branch.is_object() {
-                            check_sort(branch, false, row_bytes)?;
-                        }
+                    // A set operation's branches are SelectStmts written
+                    // without the node's name, at any depth (`a UNION ALL b
+                    // UNION ALL c` nests to the left), and never a statement's
+                    // own query.
+                    let mut selects = vec![(select, own.contains(&(select as *const Value)))];
+                    let mut i = 0;
+                    while i < selects.len() {
+                        let branches = ["larg", "rarg"].iter().filter_map(|k| selects[i].0.get(*k));
+                        let branches: Vec<_> =
+                            branches.filter(|b| b.is_object()).map(|b| (b, false)).collect();
+                        selects.extend(branches);
+                        i += 1;
+                    }
+                    for (select, own_query) in selects {
+                        check_set_operation(select)?;
+                        check_grouped_extremes(select)?;
+                        let bytes = check_sort(select, own_query, row_bytes, &ctes)?;
+                        held = held.saturating_add(bytes);
+                    }
+                    if held > SORT_BUDGET_BYTES {
+                        return Err(Refusal::Limit(format!(
+                            "this statement's sorts under a LIMIT keep up to {} MiB in memory together; \
+                             at most {} MiB: fewer or smaller LIMITs, fewer computed values, or a lower \
+                             limits.max_row_bytes",
+                            held >> 20,
+                            SORT_BUDGET_BYTES >> 20
+                        )));
                     }
                 }
                 stack.extend(fields.values());
@@ -126,7 +154,38 @@ pub(super) fn check_sorts(tree: &Value, row_bytes: u64) -> Result<(), Refusal> {
     Ok(())
 }
 
-fn check_sort(select: &Value, own_query: bool, row_bytes: u64) -> Result<(), Refusal> {
+/// Every CTE the statement defines, by name, and whether its body is a set
+/// operation: a reference to one reads a computed row, not a stored one.
+fn cte_names(tree: &Value) -> Vec<(String, bool)> {
+    let mut names = Vec::new();
+    let mut stack = vec![tree];
+    while let Some(value) = stack.pop() {
+        match value {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(fields) => {
+                if let Some(cte) = fields.get("CommonTableExpr")
+                    && let Some(name) = cte.get("ctename").and_then(Value::as_str)
+                {
+                    let body = cte.pointer("/ctequery/node/SelectStmt");
+                    let set = body
+                        .is_some_and(|b| set_operation(b).is_some_and(|op| op != SetOperation::SetopNone));
+                    names.push((name.to_owned(), set));
+                }
+                stack.extend(fields.values());
+            }
+            _ => {}
+        }
+    }
+    names
+}
+
+/// Checks one query's sort; returns what its bounded sort may hold, in bytes.
+fn check_sort(
+    select: &Value,
+    own_query: bool,
+    row_bytes: u64,
+    ctes: &[(String, bool)],
+) -> Result<u64, Refusal> {
     let sorted = select
         .get("sort_clause")
         .and_then(Value::as_array)
@@ -134,8 +193,8 @@ fn check_sort(select: &Value, own_query: bool, row_bytes: u64) -> Result<(), Ref
     // The tree writes an absent clause as null.
     let clause = |key| select.get(key).filter(|v| !v.is_null());
     let limit = match (sorted, clause("limit_count")) {
-        (false, _) => return Ok(()),
-        (true, None) if own_query => return Ok(()),
+        (false, _) => return Ok(0),
+        (true, None) if own_query => return Ok(0),
         (true, None) => {
             return Err(forbidden(
                 "ORDER BY in a subquery, a CTE, a view or a UNION branch needs a LIMIT of its own: \
@@ -161,7 +220,7 @@ fn check_sort(select: &Value, own_query: bool, row_bytes: u64) -> Result<(), Ref
              PostgreSQL keeps that many sorted rows in memory whatever their size"
         ))
     })?;
-    let values = sorted_row_values(select).ok_or_else(|| {
+    let values = sorted_row_values(select, ctes).ok_or_else(|| {
         forbidden(
             "ORDER BY with LIMIT may sort only rows of tables (not of a subquery, a table function \
              or a UNION): PostgreSQL keeps the sorted rows in memory whatever their size; sort \
@@ -172,32 +231,54 @@ fn check_sort(select: &Value, own_query: bool, row_bytes: u64) -> Result<(), Ref
     if bytes > SORT_BUDGET_BYTES {
         return Err(Refusal::Limit(format!(
             "ORDER BY with LIMIT {rows} keeps up to {} MiB in memory (each row holds up to {values} \
-             values of limits.max_row_bytes = {row_bytes}: one per table, parameter, call and \
-             operator); at most {} MiB: lower the LIMIT, select fewer computed values, or lower \
-             limits.max_row_bytes",
+             values of limits.max_row_bytes = {row_bytes}: 4 per table or view, 64 per CTE, and per \
+             computed column one per parameter, call and operator and 4 per column it reads); at \
+             most {} MiB: lower the LIMIT, select fewer computed values, or lower limits.max_row_bytes",
             bytes >> 20,
             SORT_BUDGET_BYTES >> 20
         )));
     }
-    Ok(())
+    Ok(bytes)
 }
 
-/// How many values of up to `max_row_bytes` a sorted row may hold: one per
-/// table it reads (a stored row is at most that), and for each computed
-/// column or sort key one per parameter, call, operator, CASE and subquery in
-/// it (each makes a value of at most about that). `None`: its rows do not
-/// come from tables alone (a subquery, a table function, a UNION).
-fn sorted_row_values(select: &Value) -> Option<u64> {
+/// How many values of up to `max_row_bytes` a sorted row may hold, by the
+/// work model's own bounds (`sandbox::work`): a table's or view's row is
+/// [`VIEW_ROWS`] of them and a CTE's [`VALUE_ROWS`]; a computed column or
+/// sort key adds one per parameter, call, operator, CASE and subquery in it,
+/// and one row's worth per column it reads (`concat(v, v, v)` is three `v`s).
+/// `None`: its rows do not come from tables or CTEs alone (a subquery, a
+/// table function, a UNION).
+fn sorted_row_values(select: &Value, ctes: &[(String, bool)]) -> Option<u64> {
     let op = select.get("op").and_then(Value::as_i64).unwrap_or_default();
     if op != pg_query::protobuf::SetOperation::SetopNone as i64 {
         return None;
     }
     let mut values = 0u64;
+    let mut widest = VIEW_ROWS;
     let mut from: Vec<&Value> = list(select, "from_clause").collect();
     while let Some(item) = from.pop() {
         let node = item.get("node")?;
-        if node.get("RangeVar").is_some() {
-            values += 1;
+        if let Some(relation) = node.get("RangeVar") {
+            let name = relation
+                .get("relname")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            // Unqualified (the tree writes no schema as ""), and a CTE's name.
+            let schema = relation
+                .get("schemaname")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let cte = ctes
+                .iter()
+                .find(|(c, _)| schema.is_empty() && c.eq_ignore_ascii_case(name));
+            // A CTE of a UNION: PostgreSQL may sort each branch under the
+            // LIMIT (a Merge Append), one bounded sort per branch.
+            if cte.is_some_and(|(_, set)| *set) {
+                return None;
+            }
+            let row = if cte.is_some() { VALUE_ROWS } else { VIEW_ROWS };
+            widest = widest.max(row);
+            values = values.saturating_add(row);
         } else if let Some(join) = node.get("JoinExpr") {
             from.extend([join.get("larg")?, join.get("rarg")?]);
         } else {
@@ -207,7 +288,12 @@ fn sorted_row_values(select: &Value) -> Option<u64> {
     let targets = list(select, "target_list").filter_map(|t| t.pointer("/node/ResTarget/val"));
     let keys = list(select, "sort_clause").filter_map(|k| k.pointer("/node/SortBy/node"));
     for item in targets.chain(keys) {
-        values = values.saturating_add(value_makers(item));
+        let (makers, columns) = value_makers(item);
+        if makers > 0 {
+            values = values
+                .saturating_add(makers)
+                .saturating_add(columns.saturating_mul(widest));
+        }
     }
     Some(values.max(1))
 }
@@ -216,8 +302,9 @@ fn list<'a>(node: &'a Value, key: &str) -> impl Iterator<Item = &'a Value> {
     node.get(key).and_then(Value::as_array).into_iter().flatten()
 }
 
-/// The nodes under `item` that make a value of their own.
-fn value_makers(item: &Value) -> u64 {
+/// The nodes under `item` that make a value of their own, and the column
+/// references under it.
+fn value_makers(item: &Value) -> (u64, u64) {
     const MAKERS: &[&str] = &[
         "ParamRef",
         "FuncCall",
@@ -230,19 +317,44 @@ fn value_makers(item: &Value) -> u64 {
         "AArrayExpr",
         "RowExpr",
     ];
-    let mut count = 0u64;
+    let (mut makers, mut columns) = (0u64, 0u64);
     let mut stack = vec![item];
     while let Some(value) = stack.pop() {
         match value {
             Value::Array(items) => stack.extend(items),
             Value::Object(fields) => {
-                count += fields.keys().filter(|k| MAKERS.contains(&k.as_str())).count() as u64;
+                makers += fields.keys().filter(|k| MAKERS.contains(&k.as_str())).count() as u64;
+                columns += u64::from(fields.contains_key("ColumnRef"));
+                if let Some(call) = fields.get("FuncCall") {
+                    makers = makers.saturating_add(call_weight(call));
+                }
                 stack.extend(fields.values());
             }
             _ => {}
         }
     }
-    count
+    (makers, columns)
+}
+
+/// What a call's value may be beside its arguments', in values: a call can
+/// repeat an argument once per other argument (`concat_ws(sep, ...)`), and
+/// JSON builders escape each character into as many as six.
+fn call_weight(call: &Value) -> u64 {
+    let args = list(call, "args").count() as u64;
+    let name = call
+        .get("funcname")
+        .and_then(Value::as_array)
+        .and_then(|parts| parts.last())
+        .and_then(|part| part.pointer("/node/String/sval"))
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let escapes =
+        if name.starts_with("json") || name.starts_with("to_json") || name.starts_with("row_to_json") {
+            6
+        } else {
+            1
+        };
+    args.max(1).saturating_mul(escapes)
 }
 
 /// Regression (the review of the eighteenth adversarial read, issue 23):
@@ -265,4 +377,105 @@ fn literal(node: &Value) -> Option<i64> {
     let constant = node.get("node")?.get("AConst")?;
     let ival = constant.get("val")?.get("Ival")?;
     Some(ival.get("ival").and_then(Value::as_i64).unwrap_or(0))
+}
+
+/// Regression (the second review of the eighteenth adversarial read, issue
+/// 23): a hash aggregate checks its memory only when it makes a new group,
+/// so `max()` or `min()` of text, growing within groups already made, held
+/// 512 MB in one backend; and `enable_hashagg = off` only makes hashing look
+/// dearer to the planner, which a large enough estimate outweighs.
+pub(super) fn check_grouped_extremes(select: &Value) -> Result<(), Refusal> {
+    if list(select, "group_clause").next().is_none() {
+        return Ok(());
+    }
+    let mut stack: Vec<&Value> = ["target_list", "having_clause"]
+        .iter()
+        .filter_map(|k| select.get(*k))
+        .collect();
+    while let Some(value) = stack.pop() {
+        match value {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(fields) => {
+                if let Some(call) = fields.get("FuncCall") {
+                    let name = call
+                        .get("funcname")
+                        .and_then(Value::as_array)
+                        .and_then(|parts| parts.last())
+                        .and_then(|part| part.pointer("/node/String/sval"))
+                        .and_then(Value::as_str)
+                        .unwrap_or_default();
+                    let windowed = call.get("over").is_some_and(|o| !o.is_null());
+                    if matches!(name.to_ascii_lowercase().as_str(), "max" | "min") && !windowed {
+                        return Err(forbidden(
+                            "max() and min() are not allowed with GROUP BY: PostgreSQL may hash the \
+                             groups and lets a group's value grow past work_mem unchecked; use \
+                             DISTINCT ON (...) ... ORDER BY, or a subquery with ORDER BY ... LIMIT 1",
+                        ));
+                    }
+                }
+                // A subquery is judged as a query of its own.
+                if !fields.contains_key("SelectStmt") {
+                    stack.extend(fields.values());
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Regression (the second review of the eighteenth adversarial read, issue
+/// 23): statements count a view's row as [`VIEW_ROWS`] stored rows, but a
+/// view that selected sixty copies of a 200 KB literal from a subquery made
+/// rows of 12 MB, and a sort under a LIMIT of them held 375 MB. So a view
+/// selects columns (and `*`) of tables and views, joined, and nothing else.
+pub(super) fn check_view_rows(tree: &Value) -> Result<(), Refusal> {
+    let refused = || {
+        forbidden(
+            "a view on PostgreSQL selects only columns of tables and views (joined if need be): no \
+             literals, parameters, subqueries, table functions or VALUES, whose values would count as \
+             stored rows in the statements that read the view",
+        )
+    };
+    let mut stack = vec![tree];
+    while let Some(value) = stack.pop() {
+        match value {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(fields) => {
+                let select = fields.get("SelectStmt").or_else(|| {
+                    // A set operation's branches are bare SelectStmts.
+                    fields.get("target_list").map(|_| value)
+                });
+                if let Some(select) = select {
+                    let columns = list(select, "target_list").all(|t| {
+                        t.pointer("/node/ResTarget/val/node")
+                            .and_then(Value::as_object)
+                            .is_some_and(|n| n.contains_key("ColumnRef"))
+                    });
+                    let mut from: Vec<&Value> = list(select, "from_clause").collect();
+                    let mut plain = true;
+                    while let Some(item) = from.pop() {
+                        match item.get("node") {
+                            Some(n) if n.get("RangeVar").is_some() => {}
+                            Some(n) if n.get("JoinExpr").is_some() => {
+                                let join = &n["JoinExpr"];
+                                from.extend(["larg", "rarg"].iter().filter_map(|k| join.get(*k)));
+                            }
+                            _ => plain = false,
+                        }
+                    }
+                    let values = select
+                        .get("values_lists")
+                        .and_then(Value::as_array)
+                        .is_some_and(|v| !v.is_empty());
+                    if !columns || !plain || values {
+                        return Err(refused());
+                    }
+                }
+                stack.extend(fields.values());
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }

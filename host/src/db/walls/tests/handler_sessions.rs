@@ -296,6 +296,7 @@ async fn postgres_handler_sessions_run_without_jit_hash_joins_or_parallel_worker
     let db = OneConnection::new(&url, None).await;
     let h = handler(&db, "wt_planner").await;
     let settings = "SELECT current_setting('jit') || current_setting('enable_hashjoin') \
+                    || current_setting('enable_hashagg') \
                     || current_setting('max_parallel_workers_per_gather') \
                     || current_setting('max_parallel_maintenance_workers') \
                     || current_setting('client_connection_check_interval') \
@@ -306,7 +307,7 @@ async fn postgres_handler_sessions_run_without_jit_hash_joins_or_parallel_worker
         let rows = tx.guest_query(settings, &[], 10, 1 << 20).await.unwrap();
         // The suite's server sets no temp_file_limit and its host login may
         // set one for the handler's role (see `migrate::bound_temp_files`).
-        assert_eq!(rows, [vec![SqlValue::Text("offoff001s1GB".into())]]);
+        assert_eq!(rows, [vec![SqlValue::Text("offoffoff001s1GB".into())]]);
         if turn_on {
             for sql in [
                 "SELECT set_config('jit', 'on', false)",
