@@ -324,6 +324,7 @@ fn check_node(kind: &str, node: &Value, place: Place, mode: Mode) -> Result<Plac
         }
         "SelectStmt" => unspilled::check_set_operation(node)?,
         "JoinExpr" => unspilled::check_join(node)?,
+        "AConst" => unspilled::check_numeric_literal(node)?,
         "SortBy" => check_operator_name(node.get("use_op"))?,
         "TypeCast" => check_cast(node)?,
         "ColumnRef" => {

@@ -325,6 +325,7 @@ fn sorted_limits_are_small_literals_over_plain_columns() {
         "SELECT a FROM t ORDER BY a OFFSET 100000",
         "INSERT INTO t (a) SELECT a FROM u ORDER BY a",
         "WITH recent AS (SELECT a FROM t ORDER BY a DESC LIMIT 10) SELECT count(*) FROM recent",
+        "SELECT sum(1.5e3), 12345678901234567890.5 FROM t",
     ] {
         allowed(sql);
     }

@@ -6,7 +6,7 @@
 //! sessions run with `enable_hashjoin = off`, see `db::logins`.)
 
 use crate::sandbox::guard::{Refusal, forbidden};
-use crate::sandbox::work::{VALUE_ROWS, VIEW_ROWS};
+use crate::sandbox::work::{COLUMN_DIGITS, VALUE_ROWS, VIEW_ROWS};
 use pg_query::protobuf::SetOperation;
 use serde_json::Value;
 
@@ -285,9 +285,16 @@ fn sorted_row_values(select: &Value, ctes: &[(String, bool)]) -> Option<u64> {
             return None;
         }
     }
+    let relations = relation_names(select);
     let targets = list(select, "target_list").filter_map(|t| t.pointer("/node/ResTarget/val"));
     let keys = list(select, "sort_clause").filter_map(|k| k.pointer("/node/SortBy/node"));
     for item in targets.chain(keys) {
+        // A whole row (`t`, `t.*`, `*`) is copied into the sort in full,
+        // once per time it is named.
+        if whole_row(item, &relations) {
+            values = values.saturating_add(widest);
+            continue;
+        }
         let (makers, columns) = value_makers(item);
         if makers > 0 {
             values = values
@@ -296,6 +303,40 @@ fn sorted_row_values(select: &Value, ctes: &[(String, bool)]) -> Option<u64> {
         }
     }
     Some(values.max(1))
+}
+
+/// The names a query's FROM items go by (aliases, else relation names).
+fn relation_names(select: &Value) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut from: Vec<&Value> = list(select, "from_clause").collect();
+    while let Some(item) = from.pop() {
+        let Some(node) = item.get("node") else { continue };
+        if let Some(relation) = node.get("RangeVar") {
+            let alias = relation.pointer("/alias/aliasname").and_then(Value::as_str);
+            let name = alias.or_else(|| relation.get("relname").and_then(Value::as_str));
+            names.extend(name.map(str::to_owned));
+        } else if let Some(join) = node.get("JoinExpr") {
+            from.extend(["larg", "rarg"].iter().filter_map(|k| join.get(*k)));
+        }
+    }
+    names
+}
+
+/// Whether a target or sort key names a whole row: `*`, `x.*`, or a bare
+/// name of one of the query's relations.
+fn whole_row(item: &Value, relations: &[String]) -> bool {
+    let Some(fields) = item.pointer("/node/ColumnRef/fields").and_then(Value::as_array) else {
+        return false;
+    };
+    let star = fields.iter().any(|f| f.pointer("/node/AStar").is_some());
+    let bare = match fields.as_slice() {
+        [only] => only
+            .pointer("/node/String/sval")
+            .and_then(Value::as_str)
+            .is_some_and(|name| relations.iter().any(|r| r.eq_ignore_ascii_case(name))),
+        _ => false,
+    };
+    star || bare
 }
 
 fn list<'a>(node: &'a Value, key: &str) -> impl Iterator<Item = &'a Value> {
@@ -388,9 +429,23 @@ pub(super) fn check_grouped_extremes(select: &Value) -> Result<(), Refusal> {
     if list(select, "group_clause").next().is_none() {
         return Ok(());
     }
-    let mut stack: Vec<&Value> = ["target_list", "having_clause"]
-        .iter()
-        .filter_map(|k| select.get(*k))
+    // Wherever an aggregate of this query may stand: its SELECT list,
+    // HAVING, ORDER BY, DISTINCT ON, windows, and subqueries there (an
+    // aggregate of outer columns in a subquery is the outer query's).
+    let own_rows = [
+        "from_clause",
+        "with_clause",
+        "where_clause",
+        "group_clause",
+        "larg",
+        "rarg",
+    ];
+    let mut stack: Vec<&Value> = select
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| !own_rows.contains(&k.as_str()))
+        .map(|(_, v)| v)
         .collect();
     while let Some(value) = stack.pop() {
         match value {
@@ -413,10 +468,7 @@ pub(super) fn check_grouped_extremes(select: &Value) -> Result<(), Refusal> {
                         ));
                     }
                 }
-                // A subquery is judged as a query of its own.
-                if !fields.contains_key("SelectStmt") {
-                    stack.extend(fields.values());
-                }
+                stack.extend(fields.values());
             }
             _ => {}
         }
@@ -433,8 +485,8 @@ pub(super) fn check_view_rows(tree: &Value) -> Result<(), Refusal> {
     let refused = || {
         forbidden(
             "a view on PostgreSQL selects only columns of tables and views (joined if need be): no \
-             literals, parameters, subqueries, table functions or VALUES, whose values would count as \
-             stored rows in the statements that read the view",
+             literals, parameters, subqueries, table functions, VALUES or UNION, whose values would \
+             count as stored rows in the statements that read the view",
         )
     };
     let mut stack = vec![tree];
@@ -468,14 +520,49 @@ pub(super) fn check_view_rows(tree: &Value) -> Result<(), Refusal> {
                         .get("values_lists")
                         .and_then(Value::as_array)
                         .is_some_and(|v| !v.is_empty());
-                    if !columns || !plain || values {
+                    // A UNION view: PostgreSQL may sort each branch under a
+                    // reader's LIMIT, one bounded sort per branch.
+                    let set = set_operation(select).is_some_and(|op| op != SetOperation::SetopNone);
+                    if !columns || !plain || values || set {
                         return Err(refused());
+                    }
+                    // Its readers count its row as VIEW_ROWS stored rows.
+                    if relation_names(select).len() as u64 > VIEW_ROWS {
+                        return Err(forbidden(format!(
+                            "a view on PostgreSQL joins at most {VIEW_ROWS} tables or views: the statements \
+                             that read it count its row as that many stored rows"
+                        )));
                     }
                 }
                 stack.extend(fields.values());
             }
             _ => {}
         }
+    }
+    Ok(())
+}
+
+/// The most digits a numeric literal may have: as many as a numeric column
+/// (`sandbox::work`'s bound). Regression (the third review of the
+/// eighteenth adversarial read, issue 23): `sum(1e131071)` per group grew
+/// each group's state to 262 KB after the group was made, where a hash
+/// aggregate never looks.
+pub(super) fn check_numeric_literal(node: &Value) -> Result<(), Refusal> {
+    let Some(text) = node.pointer("/val/Fval/fval").and_then(Value::as_str) else {
+        return Ok(());
+    };
+    let (mantissa, exponent) = match text.find(['e', 'E']) {
+        Some(at) => (&text[..at], text[at + 1..].trim().parse::<i64>().ok()),
+        None => (text, Some(0)),
+    };
+    let digits = mantissa.bytes().filter(u8::is_ascii_digit).count() as u64;
+    let digits = exponent.map_or(u64::MAX, |e| digits.saturating_add(e.unsigned_abs()));
+    if digits > COLUMN_DIGITS {
+        let shown: String = text.chars().take(40).collect();
+        return Err(forbidden(format!(
+            "the number {shown} has more than {COLUMN_DIGITS} digits: write it with fewer (a numeric \
+             column holds at most as many)"
+        )));
     }
     Ok(())
 }

@@ -71,7 +71,7 @@ mod sizes;
 mod tree;
 mod walk;
 
-use sizes::COLUMN_DIGITS;
+pub use sizes::COLUMN_DIGITS;
 pub use sizes::bare_numeric;
 use tree::{count_queries, has_recursion, names, renamed_on_reading, star_target};
 pub use tree::{is_array, written_tables};
