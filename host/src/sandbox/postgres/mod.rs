@@ -142,6 +142,7 @@ pub fn check(sql: &str, mode: Mode, row_bytes: u64, catalog: &Catalog) -> Result
     })?;
     walk(&tree, mode, catalog.row_functions.as_ref())?;
     unspilled::check_sorts(&tree, row_bytes)?;
+    unspilled::check_exists_placement(&tree)?;
     let view = parsed.protobuf.stmts.iter().any(|s| {
         matches!(
             s.stmt.as_ref().and_then(|n| n.node.as_ref()),

@@ -326,6 +326,9 @@ fn sorted_limits_are_small_literals_over_plain_columns() {
         "INSERT INTO t (a) SELECT a FROM u ORDER BY a",
         "WITH recent AS (SELECT a FROM t ORDER BY a DESC LIMIT 10) SELECT count(*) FROM recent",
         "SELECT sum(1.5e3), 12345678901234567890.5 FROM t",
+        "SELECT a FROM t WHERE a > 1 AND EXISTS (SELECT 1 FROM u WHERE u.a = t.a) AND NOT EXISTS (SELECT 1 FROM u)",
+        "SELECT t.a FROM t JOIN u ON u.a = t.a AND EXISTS (SELECT 1 FROM u AS v WHERE v.a = t.a)",
+        "UPDATE t SET a = 1 WHERE EXISTS (SELECT 1 FROM u WHERE u.a = t.a)",
     ] {
         allowed(sql);
     }

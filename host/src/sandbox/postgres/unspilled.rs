@@ -566,3 +566,77 @@ pub(super) fn check_numeric_literal(node: &Value) -> Result<(), Refusal> {
     }
     Ok(())
 }
+
+/// Regression (the third review of the eighteenth adversarial read, issue
+/// 23): PostgreSQL turns an `EXISTS` in WHERE or ON, among ANDs (or under one
+/// NOT), into a semi- or anti-join, which spills. Anywhere else (under OR,
+/// in CASE, in a SELECT list) it stays a subplan, which PostgreSQL may turn
+/// into a hashed `= ANY`: the in-memory hash table `x IN (SELECT ...)` is
+/// refused for.
+pub(super) fn check_exists_placement(tree: &Value) -> Result<(), Refusal> {
+    use pg_query::protobuf::SubLinkType;
+    let exists =
+        |n: &Value| n.get("sub_link_type").and_then(Value::as_i64) == Some(SubLinkType::ExistsSublink as i64);
+    // The EXISTS that join: found from every WHERE and ON, through AND and NOT.
+    let mut joined: Vec<*const Value> = Vec::new();
+    let mut roots: Vec<&Value> = Vec::new();
+    let mut stack = vec![tree];
+    while let Some(value) = stack.pop() {
+        match value {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(fields) => {
+                roots.extend(["where_clause", "quals"].iter().filter_map(|k| fields.get(*k)));
+                stack.extend(fields.values());
+            }
+            _ => {}
+        }
+    }
+    while let Some(condition) = roots.pop() {
+        let Some(node) = condition.get("node") else {
+            continue;
+        };
+        if let Some(sublink) = node.get("SubLink") {
+            if exists(sublink) {
+                joined.push(sublink as *const Value);
+            }
+        } else if let Some(bool_expr) = node.get("BoolExpr") {
+            use pg_query::protobuf::BoolExprType;
+            let op = bool_expr
+                .get("boolop")
+                .and_then(Value::as_i64)
+                .unwrap_or_default();
+            let args = list(bool_expr, "args");
+            if op == BoolExprType::AndExpr as i64 {
+                roots.extend(args);
+            } else if op == BoolExprType::NotExpr as i64 {
+                // NOT EXISTS is an anti-join; NOT over more is not a join.
+                for arg in args {
+                    if let Some(sublink) = arg.pointer("/node/SubLink").filter(|s| exists(s)) {
+                        joined.push(sublink as *const Value);
+                    }
+                }
+            }
+        }
+    }
+    let mut stack = vec![tree];
+    while let Some(value) = stack.pop() {
+        match value {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(fields) => {
+                if let Some(sublink) = fields.get("SubLink")
+                    && exists(sublink)
+                    && !joined.contains(&(sublink as *const Value))
+                {
+                    return Err(forbidden(
+                        "EXISTS is allowed only as a condition of WHERE or ON, joined with AND (or NOT \
+                         EXISTS): anywhere else (under OR, in CASE, in a SELECT list) PostgreSQL may hash \
+                         its subquery in memory with no bound; split the condition, or UNION ALL two queries",
+                    ));
+                }
+                stack.extend(fields.values());
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
