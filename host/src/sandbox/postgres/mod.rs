@@ -27,6 +27,7 @@
 
 mod allowlists;
 mod plain_insert;
+mod sorted_limits;
 mod unspilled;
 
 pub use plain_insert::PlainInsert;
@@ -141,7 +142,7 @@ pub fn check(sql: &str, mode: Mode, row_bytes: u64, catalog: &Catalog) -> Result
         ))
     })?;
     walk(&tree, mode, catalog.row_functions.as_ref())?;
-    unspilled::check_sorts(&tree, row_bytes)?;
+    sorted_limits::check_sorts(&tree, row_bytes)?;
     unspilled::check_exists_placement(&tree)?;
     let view = parsed.protobuf.stmts.iter().any(|s| {
         matches!(

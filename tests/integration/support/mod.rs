@@ -1,5 +1,15 @@
-//! Shared test plumbing: broker address, topics, producing, guest paths, a
-//! child `inboxd` process, database checks, and polling with a deadline.
+//! Shared test plumbing: broker address, topics, producing, guest paths,
+//! database checks and polling with a deadline; a child `inboxd` process
+//! ([`host`]), orders to send ([`traffic`]) and a private PostgreSQL
+//! ([`pg_cluster`]) have files of their own.
+
+mod host;
+mod pg_cluster;
+mod traffic;
+
+pub use host::*;
+pub use pg_cluster::*;
+pub use traffic::*;
 
 use inboxd::db::{Database, SqlValue, offsets};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -9,7 +19,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 pub fn brokers() -> String {
@@ -448,163 +458,6 @@ where
     }
 }
 
-/// Starts `inboxd run` on a config file, logging to a file in `dir`.
-pub fn spawn_inboxd(dir: &Path, config_path: &Path, vars: &[(&str, &str)]) -> HostProcess {
-    let log_path = dir.join(format!("inboxd-{}.log", uuid::Uuid::new_v4().simple()));
-    let log = std::fs::File::create(&log_path).expect("log file");
-    let child = Command::new(env!("CARGO_BIN_EXE_inboxd"))
-        .args(["run", "--config"])
-        .arg(config_path)
-        .env("INBOXD_LOG", "info,inboxd=debug")
-        .envs(vars.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().expect("log"))
-        .stderr(log)
-        .spawn()
-        .expect("spawn inboxd");
-    HostProcess { child, log_path }
-}
-
-/// An `inboxd run` child process; killed on drop so a failed test leaves nothing behind.
-pub struct HostProcess {
-    pub child: Child,
-    log_path: PathBuf,
-}
-
-impl HostProcess {
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log_path).unwrap_or_default()
-    }
-
-    /// Waits (bounded) for the process to exit by itself; returns its status.
-    pub async fn exited(&mut self, deadline: Duration) -> Option<std::process::ExitStatus> {
-        let started = Instant::now();
-        while started.elapsed() < deadline {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return Some(status);
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        None
-    }
-
-    pub fn is_running(&mut self) -> bool {
-        self.child.try_wait().expect("try_wait").is_none()
-    }
-
-    /// SIGKILL: no chance to commit anything.
-    pub fn kill(&mut self) {
-        self.child.kill().expect("SIGKILL inboxd");
-        self.child.wait().expect("reap inboxd");
-    }
-
-    /// SIGTERM, then waits (bounded) for a clean exit; returns the exit code.
-    pub async fn terminate(&mut self, deadline: Duration) -> Option<i32> {
-        // SAFETY: kill(2) on the PID of a child this test spawned and has not reaped.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let started = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return status.code();
-            }
-            if started.elapsed() > deadline {
-                return None;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-    }
-}
-
-impl Drop for HostProcess {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// `unique_events` orders, then a re-sent copy of every `every`-th one (same
-/// key, so the copy lands on the original's partition).
-pub fn orders_with_duplicates(unique_events: usize, every: usize) -> Vec<Send> {
-    let ids: Vec<String> = (0..unique_events).map(|_| new_id()).collect();
-    let order = |(i, id): (usize, &String)| Send::order(id, &format!("o{i}"));
-    let mut records: Vec<Send> = ids.iter().enumerate().map(order).collect();
-    records.extend(ids.iter().enumerate().step_by(every).map(order));
-    records
-}
-
-/// Waits (bounded) until the handler's stored offsets on `topic` add up to `at_least`.
-pub async fn wait_for_progress(env: &TestEnv, topic: &str, at_least: i64) -> bool {
-    let db = env.db().await;
-    poll_until(Duration::from_secs(120), || {
-        let (db, handler, topic) = (db.clone(), env.handler.clone(), topic.to_owned());
-        async move { progress(&db, &handler, &topic).await.values().sum::<i64>() >= at_least }
-    })
-    .await
-}
-
-/// Keeps the later end of each partition.
-pub fn merge_ends(ends: &mut std::collections::HashMap<i32, i64>, more: std::collections::HashMap<i32, i64>) {
-    for (partition, end) in more {
-        let entry = ends.entry(partition).or_default();
-        *entry = end.max(*entry);
-    }
-}
-
-/// Waits until the offsets stored for `env`'s handler on `topic` are
-/// `more` records past where they stand now.
-pub async fn progresses_by(env: &TestEnv, topic: &str, more: i64) -> bool {
-    let now: i64 = stored_offsets(&env.db().await, &env.handler, topic)
-        .await
-        .values()
-        .sum();
-    wait_for_progress(env, topic, now + more).await
-}
-
-/// Orders arriving in the background ([`trickle_orders`]) until [`Trickle::stop`].
-pub struct Trickle {
-    stop: tokio_util::sync::CancellationToken,
-    task: tokio::task::JoinHandle<(std::collections::HashMap<i32, i64>, usize)>,
-}
-
-impl Trickle {
-    pub fn start(topic: &str) -> Self {
-        let stop = tokio_util::sync::CancellationToken::new();
-        let task = tokio::spawn(trickle_orders(topic.to_owned(), stop.clone()));
-        Self { stop, task }
-    }
-
-    /// Stops the producer and merges its partitions' ends into `ends`;
-    /// returns how many distinct orders it sent.
-    pub async fn stop(self, ends: &mut std::collections::HashMap<i32, i64>) -> usize {
-        self.stop.cancel();
-        let (trickled_ends, trickled) = self.task.await.expect("the producer task");
-        merge_ends(ends, trickled_ends);
-        trickled
-    }
-}
-
-/// Produces 100 new orders (and some re-sent copies) every 50 ms until
-/// `stop`; returns the partitions' ends and how many distinct orders it sent.
-pub async fn trickle_orders(
-    topic: String,
-    stop: tokio_util::sync::CancellationToken,
-) -> (std::collections::HashMap<i32, i64>, usize) {
-    let mut ends = std::collections::HashMap::new();
-    let mut sent = 0;
-    while !stop.is_cancelled() {
-        merge_ends(&mut ends, produce(&topic, &orders_with_duplicates(100, 5)).await);
-        sent += 100;
-        // Pacing the producer, not waiting for anything.
-        tokio::select! {
-            _ = stop.cancelled() => {}
-            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
-        }
-    }
-    (ends, sent)
-}
-
 pub fn new_id() -> String {
     uuid::Uuid::new_v4().to_string()
 }
@@ -625,102 +478,4 @@ macro_rules! on_both_backends {
             }
         }
     )*};
-}
-
-/// A private PostgreSQL cluster for tests that restart the server, so the
-/// shared one stays up for everyone else. Stopped and removed on drop.
-pub struct PgCluster {
-    bin: PathBuf,
-    data: PathBuf,
-    /// The server's command-line options, given again when it is started after a stop.
-    options: String,
-    pub admin_url: String,
-}
-
-fn as_postgres(program: &Path) -> Command {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        let mut command = Command::new("runuser");
-        command.args(["-u", "postgres", "--"]).arg(program);
-        command
-    } else {
-        Command::new(program)
-    }
-}
-
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
-
-impl PgCluster {
-    pub fn start() -> Self {
-        let bin = PathBuf::from(std::env::var("INBOXD_TEST_PG_BIN").expect(
-            "INBOXD_TEST_PG_BIN is not set: run the suite with scripts/test, which finds PostgreSQL",
-        ));
-        let data = PathBuf::from(format!("/tmp/inboxd-pg-{}", uuid::Uuid::new_v4().simple()));
-        let port = free_port();
-        let status = as_postgres(&bin.join("initdb"))
-            .arg("-D")
-            .arg(&data)
-            .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8"])
-            .stdout(Stdio::null())
-            .status()
-            .expect("run initdb");
-        assert!(status.success(), "initdb failed");
-        let options = format!("-c listen_addresses=127.0.0.1 -p {port} -k {}", data.display());
-        let cluster = Self {
-            bin,
-            data,
-            options,
-            admin_url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
-        };
-        cluster.start_again();
-        cluster
-    }
-
-    /// `pg_ctl stop -m fast`: every connection is dropped and the server stays down.
-    pub fn stop(&self) {
-        self.pg_ctl(&["stop", "-m", "fast"]);
-    }
-
-    /// Starts the server (again) on the same port and data directory.
-    pub fn start_again(&self) {
-        self.pg_ctl(&["start", "-o", &self.options]);
-    }
-
-    fn pg_ctl(&self, args: &[&str]) {
-        let status = as_postgres(&self.bin.join("pg_ctl"))
-            .arg("-D")
-            .arg(&self.data)
-            .arg("-l")
-            .arg(self.data.join("server.log"))
-            .args(["-w", "-t", "60"])
-            .args(args)
-            .stdout(Stdio::null())
-            .status()
-            .expect("run pg_ctl");
-        assert!(status.success(), "pg_ctl {args:?} failed");
-    }
-
-    /// `pg_ctl restart -m fast`: every connection is dropped, then the server comes back.
-    pub fn restart(&self) {
-        self.pg_ctl(&["restart", "-m", "fast"]);
-    }
-}
-
-impl Drop for PgCluster {
-    fn drop(&mut self) {
-        let _ = as_postgres(&self.bin.join("pg_ctl"))
-            .arg("-D")
-            .arg(&self.data)
-            .args(["-m", "immediate", "-w", "stop"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        let _ = std::fs::remove_dir_all(&self.data);
-    }
 }
