@@ -519,7 +519,7 @@ pub async fn apply_one_reserving(
             }
         }
         own = record_tables(tx, handler, &own, &before).await?;
-        if let Some(reference) = view_of_views(tx, &own).await? {
+        if let Some(reference) = view_of_views(tx, handler, &own).await? {
             return Err(DbError::HandlerMigration(format!(
                 "migration {file} of handler {handler} is refused: after `{}`, {reference}",
                 short(&piece.text)
@@ -602,70 +602,6 @@ async fn record_tables(
     own_tables_in(tx, handler).await
 }
 
-/// SQLite: a foreign key of one of the handler's tables that points at a
-/// table it does not own (one it dropped, which another handler may create
-/// later: that handler's deletes would then have to read this table, and its
-/// walls would refuse them). PostgreSQL refuses such a key by itself.
-async fn foreign_reference(tx: &mut Tx, own: &[String]) -> Result<Option<String>, DbError> {
-    if tx.backend() != Backend::Sqlite {
-        return Ok(None);
-    }
-    let rows = tx
-        .query(
-            "SELECT m.name, f.\"table\" FROM sqlite_master m, pragma_foreign_key_list(m.name) f WHERE m.type = 'table'",
-            &[],
-        )
-        .await?;
-    let owns = |name: &str| own.iter().any(|t| t.eq_ignore_ascii_case(name));
-    for row in rows {
-        let mut c = super::columns::Columns::new("foreign key row", row);
-        let (table, target) = (c.text("name")?, c.text("table")?);
-        if owns(&table) && !owns(&target) {
-            return Ok(Some(format!(
-                "table {table} has a foreign key to {target}, which is not one of this handler's tables"
-            )));
-        }
-    }
-    Ok(None)
-}
-
-/// SQLite: a view of the handler's that reads another view. SQLite expands
-/// a view inside a view by recursion while it prepares a statement, with no
-/// depth bound and no deadline check: a chain of 3,500 overflowed the host's
-/// stack, and 2,000 took 3.5 s to prepare (the seventeenth adversarial read,
-/// issue 23). So on SQLite a view reads tables only; read from the catalog
-/// after each statement, which catches a view that comes to read a view by a
-/// table dropped and a view made in its name.
-async fn view_of_views(tx: &mut Tx, own: &[String]) -> Result<Option<String>, DbError> {
-    if tx.backend() != Backend::Sqlite {
-        return Ok(None);
-    }
-    let rows = tx
-        .query("SELECT name, sql FROM sqlite_master WHERE type = 'view'", &[])
-        .await?;
-    let mut views = Vec::with_capacity(rows.len());
-    for row in rows {
-        let mut c = super::columns::Columns::new("sqlite_master row", row);
-        views.push((c.text("name")?, c.opt_text("sql")?.unwrap_or_default()));
-    }
-    let is_view = |name: &str| views.iter().any(|(v, _)| v.eq_ignore_ascii_case(name));
-    for (view, sql) in views
-        .iter()
-        .filter(|(v, _)| own.iter().any(|t| t.eq_ignore_ascii_case(v)))
-    {
-        let Some(reads) = crate::sandbox::sqlite_work::view_reads(sql) else {
-            return Ok(Some(format!("view {view}'s definition cannot be read back")));
-        };
-        if let Some(inner) = reads.iter().find(|r| is_view(r)) {
-            return Ok(Some(format!(
-                "view {view} reads view {inner}: on SQLite a view reads tables only (SQLite expands a view \
-                 inside a view by recursion while preparing a statement, where no deadline interrupts it)"
-            )));
-        }
-    }
-    Ok(None)
-}
-
 fn short(text: &str) -> String {
     let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
     match one_line.char_indices().nth(160) {
@@ -676,8 +612,11 @@ fn short(text: &str) -> String {
 
 mod row_bound;
 mod row_functions;
+mod view_rules;
 pub use row_bound::{CONSTRAINT as ROW_BOUND, bound_rows, hidden_work, jsonb_column};
 pub use row_functions::row_functions;
+pub(crate) use view_rules::POSTGRES_VIEWS_OF_VIEWS;
+use view_rules::{foreign_reference, view_of_views};
 
 #[cfg(test)]
 mod tests;

@@ -232,11 +232,12 @@ fn sorted_row_values(select: &Value, ctes: &[(String, bool)]) -> Option<u64> {
             values = values.saturating_add(widest);
             continue;
         }
-        let (makers, columns) = value_makers(item);
+        let (makers, columns, inner_columns) = value_makers(item);
         if makers > 0 {
             values = values
                 .saturating_add(makers)
-                .saturating_add(columns.saturating_mul(widest));
+                .saturating_add(columns.saturating_mul(widest))
+                .saturating_add(inner_columns.saturating_mul(VALUE_ROWS));
         }
     }
     Some(values.max(1))
@@ -259,9 +260,14 @@ fn whole_row(item: &Value, relations: &[String]) -> bool {
     star || bare
 }
 
-/// The nodes under `item` that make a value of their own, and the column
-/// references under it.
-fn value_makers(item: &Value) -> (u64, u64) {
+/// The nodes under `item` that make a value of their own, the column
+/// references under it, and those of them inside a subquery.
+///
+/// Regression (the third review of the eighteenth read, issue 23, C5): a
+/// subquery's columns may be a CTE's, whose rows are computed
+/// ([`VALUE_ROWS`] values), while this query's FROM held only tables: such
+/// a column counts as a CTE's, whatever the subquery reads.
+fn value_makers(item: &Value) -> (u64, u64, u64) {
     const MAKERS: &[&str] = &[
         "ParamRef",
         "FuncCall",
@@ -274,23 +280,30 @@ fn value_makers(item: &Value) -> (u64, u64) {
         "AArrayExpr",
         "RowExpr",
     ];
-    let (mut makers, mut columns) = (0u64, 0u64);
-    let mut stack = vec![item];
-    while let Some(value) = stack.pop() {
+    let (mut makers, mut columns, mut inner_columns) = (0u64, 0u64, 0u64);
+    let mut stack = vec![(item, false)];
+    while let Some((value, in_subquery)) = stack.pop() {
         match value {
-            Value::Array(items) => stack.extend(items),
+            Value::Array(items) => stack.extend(items.iter().map(|v| (v, in_subquery))),
             Value::Object(fields) => {
                 makers += fields.keys().filter(|k| MAKERS.contains(&k.as_str())).count() as u64;
-                columns += u64::from(fields.contains_key("ColumnRef"));
+                if fields.contains_key("ColumnRef") {
+                    *(if in_subquery {
+                        &mut inner_columns
+                    } else {
+                        &mut columns
+                    }) += 1;
+                }
                 if let Some(call) = fields.get("FuncCall") {
                     makers = makers.saturating_add(call_weight(call));
                 }
-                stack.extend(fields.values());
+                let inner = in_subquery || fields.contains_key("SubLink");
+                stack.extend(fields.values().map(|v| (v, inner)));
             }
             _ => {}
         }
     }
-    (makers, columns)
+    (makers, columns, inner_columns)
 }
 
 /// What a call's value may be beside its arguments', in values: a call can

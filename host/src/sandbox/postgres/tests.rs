@@ -375,6 +375,12 @@ fn sorted_limits_are_small_literals_over_plain_columns() {
             "SELECT concat(t.v, t.v, t.v, t.v, t.v, t.v, t.v, t.v) FROM t ORDER BY t.k LIMIT 8",
             "keeps up to",
         ),
+        // Its third review (C5): a subquery's column may be a CTE's.
+        (
+            "WITH c AS (SELECT concat($1, $1, $1, $1) AS v FROM generate_series(1, 9) AS s(g)) \
+             SELECT (SELECT c.v FROM c LIMIT 1) FROM t ORDER BY t.a LIMIT 20",
+            "keeps up to",
+        ),
         // Every sort of a statement holds its rows until it ends.
         (
             "SELECT count(*) FROM (SELECT a FROM t ORDER BY a LIMIT 40) AS x, (SELECT a FROM u ORDER BY a LIMIT 40) AS y",

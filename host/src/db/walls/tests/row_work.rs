@@ -341,15 +341,38 @@ async fn postgres_a_tables_own_expressions_count_in_every_write_to_it() {
 
     let sql = format!(
         "CREATE TABLE t (v TEXT, n BIGINT);\nCREATE TABLE u (v TEXT);\n{}CREATE VIEW tv AS SELECT * FROM t;\n\
-         CREATE VIEW tvv AS SELECT * FROM tv;\nCREATE VIEW uv AS SELECT * FROM u;\n\
+         CREATE VIEW uv AS SELECT * FROM u;\n\
          CREATE VIEW uvd AS SELECT * FROM u;\nALTER TABLE uvd ALTER COLUMN v SET DEFAULT upper('a') || upper('b');\n\
-         CREATE VIEW uvdv AS SELECT * FROM uvd;\nCREATE VIEW tu AS SELECT t.v, u.v AS w FROM t, u;\n",
+         CREATE VIEW tu AS SELECT t.v, u.v AS w FROM t, u;\n",
         check(0)
     );
     let migration = Migration::new("0001_init.sql", sql).unwrap();
     let mut tx = db.begin_migration(name).await.unwrap();
     assert!(migrate::apply_one(&mut tx, name, &migration).await.unwrap());
     tx.commit().await.unwrap();
+    // Regression (the third review of the eighteenth read, C4): a view of a
+    // view is refused, from the catalog (the guard cannot tell a view from a
+    // table). (A PostgreSQL view holds its relations by oid, so no rename
+    // makes one read a view.)
+    for (file, sql) in [
+        ("0002_vv.sql", "CREATE VIEW tvv AS SELECT * FROM tv;"),
+        (
+            "0002_join.sql",
+            "CREATE VIEW tj AS SELECT t.v FROM t JOIN tv ON tv.v = t.v;",
+        ),
+    ] {
+        let migration = Migration::new(file, sql.into()).unwrap();
+        let mut tx = db.begin_migration(name).await.unwrap();
+        let err = migrate::apply_one(&mut tx, name, &migration)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("reads view") && err.contains("reads tables only"),
+            "{file}: {err}"
+        );
+        tx.rollback().await.unwrap();
+    }
     let hidden = migrate::hidden_work(&db, name, 1 << 20).await.unwrap();
     assert!(hidden["t"] > 300_000_000, "{hidden:?}");
     assert!(
@@ -359,17 +382,15 @@ async fn postgres_a_tables_own_expressions_count_in_every_write_to_it() {
     // Regression (session 8's adversarial read): a write through a view (or
     // a view of a view) runs its table's expressions and counted nothing.
     assert_eq!(hidden.get("tv"), Some(&hidden["t"]), "{hidden:?}");
-    assert_eq!(hidden.get("tvv"), Some(&hidden["t"]), "{hidden:?}");
     assert!(!hidden.contains_key("uv"), "{hidden:?}");
     // A view's own default runs in a write through a view above it too.
     assert!(hidden.get("uvd").is_some_and(|ns| *ns > 0), "{hidden:?}");
-    assert_eq!(hidden.get("uvdv"), hidden.get("uvd"), "{hidden:?}");
     // Nothing is written through a join view: its tables' work is not its own.
     assert!(!hidden.contains_key("tu"), "{hidden:?}");
     let guard = crate::sandbox::Guard::new(
         Backend::Postgres,
         "handler_wt_hidden",
-        &["t", "u", "tv", "tvv", "uv"].map(str::to_owned),
+        &["t", "u", "tv", "uv"].map(str::to_owned),
         64 << 10,
         1 << 20,
     )
@@ -380,7 +401,7 @@ async fn postgres_a_tables_own_expressions_count_in_every_write_to_it() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("limits.max_row_bytes"), "{err}");
-    for view in ["tv", "tvv"] {
+    for view in ["tv"] {
         let err = guard
             .check(&format!("INSERT INTO {view} (v) VALUES (upper($1) || upper($1))"))
             .unwrap_err()
