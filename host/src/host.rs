@@ -122,6 +122,7 @@ impl Host {
             self.db.clone(),
             self.kafka.clone(),
             self.registry.host_id().to_owned(),
+            crate::db::outbox::Settle::after(self.outbox.retention),
             shutdown.clone(),
         ));
         let admin = self

@@ -88,7 +88,9 @@ impl Default for InboxConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OutboxConfig {
-    /// Published messages are purged after this long.
+    /// Published messages are kept this long; zero (the default) deletes
+    /// each one as soon as the broker has it. Discarded parked messages are
+    /// purged after this long too.
     #[serde(default = "default_outbox_retention", deserialize_with = "duration")]
     pub retention: Duration,
 }

@@ -18,7 +18,7 @@
 //! discard parked messages.
 
 use crate::config::{KafkaConfig, RetryConfig};
-use crate::db::outbox::{self, Pending};
+use crate::db::outbox::{self, Pending, Settle};
 use crate::db::{Database, DbError};
 use crate::failpoints;
 use crate::pipeline::backoff;
@@ -63,7 +63,13 @@ fn producer(kafka: &KafkaConfig) -> rdkafka::error::KafkaResult<FutureProducer> 
 }
 
 /// Relays until `shutdown`, then gives its leases up.
-pub async fn run_relay(db: Database, kafka: KafkaConfig, owner: String, shutdown: CancellationToken) {
+pub async fn run_relay(
+    db: Database,
+    kafka: KafkaConfig,
+    owner: String,
+    settle: Settle,
+    shutdown: CancellationToken,
+) {
     let producer = match producer(&kafka) {
         Ok(producer) => producer,
         Err(error) => {
@@ -71,7 +77,7 @@ pub async fn run_relay(db: Database, kafka: KafkaConfig, owner: String, shutdown
             return;
         }
     };
-    let mut relay = Relay::new(db.clone(), producer, owner.clone());
+    let mut relay = Relay::new(db.clone(), producer, owner.clone(), settle);
     let mut failures = 0u32;
     while !shutdown.is_cancelled() {
         // Anything sent but not yet marked when shutdown comes is sent again
@@ -116,6 +122,8 @@ pub(crate) struct Relay {
     db: Database,
     producer: FutureProducer,
     owner: String,
+    /// Whether a sent message is deleted or kept (`outbox.retention`).
+    settle: Settle,
     held: Vec<i64>,
     renewed: Option<Instant>,
     /// Buckets whose sends are in flight, and those sends.
@@ -127,11 +135,12 @@ pub(crate) struct Relay {
 }
 
 impl Relay {
-    pub(crate) fn new(db: Database, producer: FutureProducer, owner: String) -> Self {
+    pub(crate) fn new(db: Database, producer: FutureProducer, owner: String, settle: Settle) -> Self {
         Self {
             db,
             producer,
             owner,
+            settle,
             held: Vec::new(),
             renewed: None,
             busy: HashSet::new(),
@@ -222,7 +231,7 @@ impl Relay {
         if !published.is_empty() {
             failpoints::hit("relay-after-publish");
         }
-        outbox::mark_published(&self.db, &published).await?;
+        outbox::settle_sent(&self.db, &published, self.settle).await?;
         for (bucket, outcome) in finished {
             for (seq, reason) in &outcome.parked {
                 tracing::warn!(
@@ -431,7 +440,7 @@ mod tests {
         .unwrap();
         tx.commit().await.unwrap();
 
-        let mut relay = Relay::new(db.clone(), producer, "host-1".into());
+        let mut relay = Relay::new(db.clone(), producer, "host-1".into(), Settle::Keep);
         let shutdown = CancellationToken::new();
         let started = Instant::now();
         while outbox::backlog(&db, "h").await.unwrap().0 > 0 || !relay.busy.is_empty() {

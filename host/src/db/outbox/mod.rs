@@ -279,26 +279,65 @@ pub async fn pending(db: &Database, buckets: &[i64], per_bucket: i64) -> Result<
     Ok(pending)
 }
 
-/// Marks messages sent. One statement text whatever the list (an array on
-/// PostgreSQL, a JSON array on SQLite), so it is prepared once per connection;
-/// on SQLite it waits its turn behind the pipeline's writers rather than in
-/// SQLite's busy handler.
-pub async fn mark_published(db: &Database, seqs: &[i64]) -> Result<(), DbError> {
+/// What becomes of a message once the broker has it (`outbox.retention`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settle {
+    /// Deleted at once: the default, since nothing reads a sent message
+    /// again (the consumer's inbox dedups a copy sent twice).
+    Delete,
+    /// Kept, marked `published_at`, until `outbox.retention` has passed.
+    Keep,
+}
+
+impl Settle {
+    /// `outbox.retention`: zero deletes, anything longer keeps.
+    pub fn after(retention: std::time::Duration) -> Self {
+        if retention.is_zero() {
+            Self::Delete
+        } else {
+            Self::Keep
+        }
+    }
+}
+
+/// Settles messages sent: deletes or marks them ([`Settle`]). One statement
+/// text whatever the list (an array on PostgreSQL, a JSON array on SQLite),
+/// so it is prepared once per connection; on SQLite it waits its turn behind
+/// the pipeline's writers rather than in SQLite's busy handler.
+///
+/// Why deleting is the default (issue 24): `published_at` is in the pending
+/// index's predicate, so PostgreSQL cannot mark a row in place (no HOT
+/// update): the mark writes a new row version and an entry in every index
+/// of the table. Measured on PostgreSQL 15, 100,000 rows in statements of
+/// 100: marking 1.9-2.0 s, deleting 0.24-0.27 s, and a kept row is deleted
+/// by the purge later anyway.
+pub async fn settle_sent(db: &Database, seqs: &[i64], settle: Settle) -> Result<(), DbError> {
     if seqs.is_empty() {
         return Ok(());
     }
-    let (sql, list) = match db.backend() {
-        Backend::Postgres => (
+    let (sql, list) = match (db.backend(), settle) {
+        (Backend::Postgres, Settle::Keep) => (
             "UPDATE outbox SET published_at = $1 WHERE seq = ANY($2::int8[])",
             int_array(seqs),
         ),
-        Backend::Sqlite => (
+        (Backend::Postgres, Settle::Delete) => {
+            ("DELETE FROM outbox WHERE seq = ANY($1::int8[])", int_array(seqs))
+        }
+        (Backend::Sqlite, Settle::Keep) => (
             "UPDATE outbox SET published_at = $1 WHERE seq IN (SELECT value FROM json_each($2))",
             format!("[{}]", join(seqs)),
         ),
+        (Backend::Sqlite, Settle::Delete) => (
+            "DELETE FROM outbox WHERE seq IN (SELECT value FROM json_each($1))",
+            format!("[{}]", join(seqs)),
+        ),
+    };
+    let params = match settle {
+        Settle::Keep => vec![now_ms().into(), list.into()],
+        Settle::Delete => vec![list.into()],
     };
     let mut tx = db.begin_write().await?;
-    tx.execute(sql, &[now_ms().into(), list.into()]).await?;
+    tx.execute(sql, &params).await?;
     tx.commit().await
 }
 

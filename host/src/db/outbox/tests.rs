@@ -26,6 +26,50 @@ fn buckets_are_stable_and_spread() {
     assert!(spread.len() > 50, "{}", spread.len());
 }
 
+/// `outbox.retention = "0s"` (the default): a sent message is deleted as
+/// it is settled; a positive retention keeps it marked for the purge.
+#[tokio::test]
+async fn sent_messages_are_deleted_unless_kept() {
+    assert_eq!(Settle::after(std::time::Duration::ZERO), Settle::Delete);
+    assert_eq!(Settle::after(std::time::Duration::from_secs(1)), Settle::Keep);
+    for db in each_backend().await {
+        let handler = format!("sent_{:?}", db.backend()).to_lowercase();
+        let messages = [message("a"), message("b"), message("c")];
+        let mut tx = db.begin().await.unwrap();
+        insert(&mut tx, &handler, &messages).await.unwrap();
+        tx.commit().await.unwrap();
+        let buckets: Vec<i64> = (0..BUCKETS as i64).collect();
+        let rows: Vec<Pending> = pending(&db, &buckets, 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|p| messages.iter().any(|m| m.id == p.message.id))
+            .collect();
+        assert_eq!(rows.len(), 3);
+        settle_sent(&db, &[rows[0].seq], Settle::Delete).await.unwrap();
+        settle_sent(&db, &[rows[1].seq], Settle::Keep).await.unwrap();
+        let count = |sql: &'static str| {
+            let (db, handler) = (db.clone(), handler.clone());
+            async move {
+                db.query(sql, &[handler.into()]).await.unwrap()[0][0]
+                    .as_i64()
+                    .unwrap()
+            }
+        };
+        assert_eq!(
+            count("SELECT COUNT(*) FROM outbox WHERE handler = $1").await,
+            2,
+            "the deleted one is gone"
+        );
+        assert_eq!(
+            count("SELECT COUNT(*) FROM outbox WHERE handler = $1 AND published_at IS NOT NULL").await,
+            1,
+            "the kept one is marked"
+        );
+        assert_eq!(backlog(&db, &handler).await.unwrap().0, 1, "one still to send");
+    }
+}
+
 #[tokio::test]
 async fn messages_commit_with_the_transaction_and_relay_in_order() {
     let db = sqlite_db().await;
@@ -61,7 +105,7 @@ async fn messages_commit_with_the_transaction_and_relay_in_order() {
         [first.id, second.id]
     );
     assert_eq!(rows[0].message.headers, first.headers);
-    mark_published(&db, &[rows[0].seq]).await.unwrap();
+    settle_sent(&db, &[rows[0].seq], Settle::Keep).await.unwrap();
     assert_eq!(pending(&db, &held, 10).await.unwrap().len(), 1);
     release(&db, "host-1").await.unwrap();
     assert_eq!(
@@ -272,7 +316,7 @@ async fn a_parked_message_steps_aside_until_requeued_or_discarded() {
         ..Default::default()
     };
     assert!(parked(&db, &all).await.unwrap()[0].discarded_at.is_some());
-    mark_published(&db, &[next_seq]).await.unwrap();
+    settle_sent(&db, &[next_seq], Settle::Keep).await.unwrap();
     assert_eq!(
         purge_published(&db, now_ms() + 1, 100).await.unwrap(),
         2,
