@@ -70,8 +70,10 @@ pub fn scram_verifier(password: &str) -> String {
     )
 }
 
-/// `work_mem` of a handler's sessions.
-const GUEST_WORK_MEM: &str = "4MB";
+/// `work_mem` of a handler's sessions: what each sorting or storing node of
+/// a plan may hold before it spills (the guard bounds how many nodes a
+/// statement makes: `sandbox::postgres::plan_memory`).
+const GUEST_WORK_MEM: &str = "1MB";
 
 /// The host's key to the gates: random per process, registered (its SHA-256
 /// only) in `inboxd.handler_gate_keys` on first use.
@@ -208,6 +210,14 @@ impl GuestPools {
                 // never does: a migration ran on 45 s after the host left.
                 // PostgreSQL then looks every second, and ends the statement.
                 ("client_connection_check_interval", "1000".to_owned()),
+                // Regression (the nineteenth adversarial read, issue 23):
+                // both of the guard's parsers read '\' as a backslash; a
+                // server (its config, a database's or a role's setting)
+                // with standard_conforming_strings off reads it as an
+                // escaped quote, and the rest of the statement as SQL
+                // neither parser saw. The lexer's settings are the guard's.
+                ("standard_conforming_strings", "on".to_owned()),
+                ("backslash_quote", "off".to_owned()),
             ]);
         let pool = PgPoolOptions::new()
             .max_connections(self.max_connections)

@@ -525,6 +525,15 @@ pub async fn apply_one_reserving(
                 short(&piece.text)
             )));
         }
+        if let Some(count) = relations_over(tx, handler).await? {
+            return Err(DbError::HandlerMigration(format!(
+                "migration {file} of handler {handler} is refused: after `{}`, its schema holds {count} \
+                 relations (tables, indexes, views, sequences); at most {}: each is a lock in PostgreSQL's \
+                 shared lock table whenever a statement reads it",
+                short(&piece.text),
+                catalog_rules::MAX_RELATIONS
+            )));
+        }
         if let Some(reference) = foreign_reference(tx, &own).await? {
             return Err(DbError::HandlerMigration(format!(
                 "migration {file} of handler {handler} is refused: after `{}`, {reference}",
@@ -610,13 +619,13 @@ fn short(text: &str) -> String {
     }
 }
 
+mod catalog_rules;
 mod row_bound;
 mod row_functions;
-mod view_rules;
+pub(crate) use catalog_rules::POSTGRES_VIEWS_OF_VIEWS;
+use catalog_rules::{foreign_reference, relations_over, view_of_views};
 pub use row_bound::{CONSTRAINT as ROW_BOUND, bound_rows, hidden_work, jsonb_column};
 pub use row_functions::row_functions;
-pub(crate) use view_rules::POSTGRES_VIEWS_OF_VIEWS;
-use view_rules::{foreign_reference, view_of_views};
 
 #[cfg(test)]
 mod tests;

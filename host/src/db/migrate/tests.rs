@@ -411,3 +411,41 @@ async fn a_handlers_migrations_never_wait_for_another_handlers() {
         .unwrap();
     slow.commit().await.unwrap();
 }
+
+/// Regression (the nineteenth adversarial read, issue 23): 10,000 indexes
+/// made in one migration filled PostgreSQL's shared lock table, and every
+/// new connection of every team failed. A handler's schema holds at most
+/// `MAX_RELATIONS` relations.
+#[tokio::test]
+async fn postgres_a_handlers_schema_holds_a_bounded_number_of_relations() {
+    let Some(db) = crate::db::test_support::postgres_db().await else {
+        return;
+    };
+    prepare_handler(&db, "many_indexes").await.unwrap();
+    let limit = catalog_rules::MAX_RELATIONS as usize;
+    let indexes = |n: usize| {
+        (0..n)
+            .map(|i| format!("CREATE INDEX tj_{i} ON tj (a);\n"))
+            .collect::<String>()
+    };
+    // The table and limit - 1 indexes fit; one more does not.
+    let sql = format!("CREATE TABLE tj (a INTEGER);\n{}", indexes(limit - 1));
+    let mut tx = db.begin_migration("many_indexes").await.unwrap();
+    assert!(
+        apply_one(&mut tx, "many_indexes", &migration("0001_init.sql", &sql))
+            .await
+            .unwrap()
+    );
+    tx.commit().await.unwrap();
+    let more = migration("0002_more.sql", "CREATE INDEX tj_more ON tj (a);");
+    let mut tx = db.begin_migration("many_indexes").await.unwrap();
+    let err = apply_one(&mut tx, "many_indexes", &more)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&format!("holds {} relations", limit + 1)) && err.contains("shared lock table"),
+        "{err}"
+    );
+    tx.rollback().await.unwrap();
+}

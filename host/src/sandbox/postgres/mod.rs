@@ -27,6 +27,7 @@
 
 mod allowlists;
 mod plain_insert;
+mod plan_memory;
 mod sorted_limits;
 mod unspilled;
 
@@ -161,6 +162,7 @@ pub fn check(sql: &str, mode: Mode, row_bytes: u64, catalog: &Catalog) -> Result
             .fold(0u64, |sum, ns| sum.saturating_add(*ns));
         super::work::check(&tree, row_bytes, hidden)?;
     }
+    plan_memory::check(&tree)?;
     Ok(statements)
 }
 

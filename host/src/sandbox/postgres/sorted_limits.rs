@@ -93,7 +93,7 @@ pub(super) fn check_sorts(tree: &Value, row_bytes: u64) -> Result<(), Refusal> {
 
 /// Every CTE the statement defines, by name, and whether its body is a set
 /// operation: a reference to one reads a computed row, not a stored one.
-fn cte_names(tree: &Value) -> Vec<(String, bool)> {
+pub(super) fn cte_names(tree: &Value) -> Vec<(String, bool)> {
     let mut names = Vec::new();
     let mut stack = vec![tree];
     while let Some(value) = stack.pop() {

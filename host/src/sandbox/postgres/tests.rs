@@ -442,3 +442,94 @@ fn hash_tables_that_never_spill_are_refused() {
     );
     allowed("SELECT a FROM t WHERE a IN (1, 2, 3)");
 }
+
+/// Regression (the nineteenth adversarial read, issue 23): what PostgreSQL
+/// holds by `work_mem` per plan node, copies per reference, or lets grow
+/// after a hash aggregate made a group.
+#[test]
+fn plans_hold_a_bounded_number_of_memory_nodes_and_nothing_multiplies_them() {
+    let many =
+        |n: usize, item: &dyn Fn(usize) -> String, sep: &str| (0..n).map(item).collect::<Vec<_>>().join(sep);
+    for sql in [
+        "SELECT t.a, sum(t.b) FROM t GROUP BY t.a",
+        "SELECT t.a, avg(t.b * t.c) FROM t GROUP BY t.a",
+        "SELECT t.a, sum(CAST(t.b * t.c * t.d AS numeric(20, 2))) FROM t GROUP BY t.a",
+        "WITH c AS MATERIALIZED (SELECT a FROM t) SELECT count(*) FROM c AS x, c AS y",
+        "SELECT t.a FROM t LEFT JOIN u ON u.a = t.a WHERE NOT EXISTS (SELECT 1 FROM u AS v WHERE v.a = t.a)",
+        "SELECT * FROM t, u",
+    ] {
+        allowed(sql);
+    }
+    allowed(&format!(
+        "SELECT * FROM {}",
+        many(16, &|i| format!("t AS a{i}"), ", ")
+    ));
+    for (sql, because) in [
+        // F1: a sum's state grows after its group was made.
+        (
+            "SELECT b.n, sum(CASE WHEN a.n = 1 THEN 0 ELSE 0.0 + '1e131071' END) FROM generate_series(1, 1000000) \
+             AS a(n), generate_series(1, 1000000) AS b(n) GROUP BY b.n"
+                .to_owned(),
+            "sum() over a number of up to",
+        ),
+        (
+            "SELECT t.a, sum(1e999 * 1e999 * 1e999) FROM t GROUP BY t.a".to_owned(),
+            "sum() over a number of up to",
+        ),
+        // F2: an outer join's ON, and an EXISTS with a WITH of its own.
+        (
+            "SELECT count(*) FROM t LEFT JOIN u ON u.a = t.a AND EXISTS (SELECT 1 FROM v WHERE concat($1, v.a) = \
+             concat($1, t.a))"
+                .to_owned(),
+            "inner join's ON",
+        ),
+        (
+            "SELECT count(*) FROM t WHERE EXISTS (WITH c AS (SELECT concat($1, v.a) AS k FROM v) SELECT 1 FROM c \
+             WHERE c.k = t.a)"
+                .to_owned(),
+            "EXISTS (WITH ...) is not allowed",
+        ),
+        // F3, F5: copied into every reference.
+        (
+            "WITH c0 AS NOT MATERIALIZED (SELECT 1 AS x), c1 AS NOT MATERIALIZED (SELECT 1 AS x FROM c0 AS a, c0 AS b) \
+             SELECT count(*) FROM c1"
+                .to_owned(),
+            "NOT MATERIALIZED is not allowed",
+        ),
+        // F4: one row of every relation's columns.
+        (
+            format!("SELECT * FROM {}", many(17, &|i| format!("t AS a{i}"), ", ")),
+            "SELECT * over 17 relations",
+        ),
+        // F6: work_mem per node.
+        (
+            format!(
+                "SELECT count(*) FROM {}",
+                many(130, &|i| format!("generate_series(1, 80000) AS a{i}(n)"), ", ")
+            ),
+            "plan nodes that each hold up to work_mem",
+        ),
+        (
+            format!("SELECT {} FROM t", many(300, &|i| format!("sum({i} ORDER BY t.a)"), ", ")),
+            "plan nodes that each hold up to work_mem",
+        ),
+    ] {
+        refused(&sql, because);
+    }
+    let view = |sql: &str| check(sql, Mode::Migration, 1 << 20, &Catalog::default());
+    assert_eq!(
+        view("CREATE VIEW v AS SELECT t.a, u.b FROM t JOIN u ON u.a = t.a WHERE t.a > 0"),
+        Ok(1)
+    );
+    for sql in [
+        "CREATE VIEW v AS SELECT a FROM t ORDER BY a LIMIT 14",
+        "CREATE VIEW v AS SELECT DISTINCT a FROM t",
+        "CREATE VIEW v AS SELECT a FROM t GROUP BY a",
+    ] {
+        let err = view(sql).unwrap_err().to_string();
+        assert!(
+            err.contains("may not sort, group, limit or window"),
+            "{sql}: {err}"
+        );
+    }
+}

@@ -220,6 +220,33 @@ pub(super) fn check_view_rows(tree: &Value) -> Result<(), Refusal> {
                     if !columns || !plain || values || set {
                         return Err(refused());
                     }
+                    // Regression (the nineteenth adversarial read): a view
+                    // is copied into every statement that reads it, once
+                    // per reference, so a sort in it (bounded once, when the
+                    // view was made) is made once per reference.
+                    let clause = |k: &str| {
+                        select.get(k).is_some_and(|v| match v {
+                            Value::Array(items) => !items.is_empty(),
+                            other => !other.is_null(),
+                        })
+                    };
+                    const SHAPING: &[&str] = &[
+                        "sort_clause",
+                        "limit_count",
+                        "limit_offset",
+                        "distinct_clause",
+                        "group_clause",
+                        "having_clause",
+                        "window_clause",
+                    ];
+                    let shaped = SHAPING.iter().find(|k| clause(k));
+                    if let Some(clause) = shaped {
+                        return Err(forbidden(format!(
+                            "a view on PostgreSQL may not sort, group, limit or window its rows ({clause} \
+                             found): each statement that reads it gets its own copy of that work; do it in \
+                             the statement"
+                        )));
+                    }
                     // Its readers count its row as VIEW_ROWS stored rows.
                     if relation_names(select).len() as u64 > VIEW_ROWS {
                         return Err(forbidden(format!(
@@ -269,17 +296,32 @@ pub(super) fn check_numeric_literal(node: &Value) -> Result<(), Refusal> {
 /// refused for.
 pub(super) fn check_exists_placement(tree: &Value) -> Result<(), Refusal> {
     use pg_query::protobuf::SubLinkType;
-    let exists =
-        |n: &Value| n.get("sub_link_type").and_then(Value::as_i64) == Some(SubLinkType::ExistsSublink as i64);
-    // The EXISTS that join: found from every WHERE and ON, through AND and NOT.
-    let mut joined: Vec<*const Value> = Vec::new();
+    // Regression (the nineteenth adversarial read): PostgreSQL never makes
+    // an EXISTS whose subquery has a WITH of its own a join.
+    let with = |n: &Value| {
+        n.pointer("/subselect/node/SelectStmt/with_clause")
+            .is_some_and(|w| !w.is_null())
+    };
+    let exists = |n: &Value| {
+        n.get("sub_link_type").and_then(Value::as_i64) == Some(SubLinkType::ExistsSublink as i64) && !with(n)
+    };
+    // The EXISTS that join: found from every WHERE and every inner join's
+    // ON, through AND and NOT. Regression (the nineteenth adversarial read):
+    // in an outer join's ON, PostgreSQL joins an EXISTS only if it reads the
+    // nullable side alone, else it stays a subplan (hashed: 1.8 GB); so only
+    // an inner join's ON counts.
+    let mut joined: std::collections::HashSet<*const Value> = std::collections::HashSet::new();
     let mut roots: Vec<&Value> = Vec::new();
+    let inner = pg_query::protobuf::JoinType::JoinInner as i64;
     let mut stack = vec![tree];
     while let Some(value) = stack.pop() {
         match value {
             Value::Array(items) => stack.extend(items),
             Value::Object(fields) => {
-                roots.extend(["where_clause", "quals"].iter().filter_map(|k| fields.get(*k)));
+                roots.extend(fields.get("where_clause"));
+                if fields.get("jointype").and_then(Value::as_i64) == Some(inner) {
+                    roots.extend(fields.get("quals"));
+                }
                 stack.extend(fields.values());
             }
             _ => {}
@@ -291,7 +333,7 @@ pub(super) fn check_exists_placement(tree: &Value) -> Result<(), Refusal> {
         };
         if let Some(sublink) = node.get("SubLink") {
             if exists(sublink) {
-                joined.push(sublink as *const Value);
+                joined.insert(sublink as *const Value);
             }
         } else if let Some(bool_expr) = node.get("BoolExpr") {
             use pg_query::protobuf::BoolExprType;
@@ -306,7 +348,7 @@ pub(super) fn check_exists_placement(tree: &Value) -> Result<(), Refusal> {
                 // NOT EXISTS is an anti-join; NOT over more is not a join.
                 for arg in args {
                     if let Some(sublink) = arg.pointer("/node/SubLink").filter(|s| exists(s)) {
-                        joined.push(sublink as *const Value);
+                        joined.insert(sublink as *const Value);
                     }
                 }
             }
@@ -318,14 +360,23 @@ pub(super) fn check_exists_placement(tree: &Value) -> Result<(), Refusal> {
             Value::Array(items) => stack.extend(items),
             Value::Object(fields) => {
                 if let Some(sublink) = fields.get("SubLink")
-                    && exists(sublink)
-                    && !joined.contains(&(sublink as *const Value))
+                    && sublink.get("sub_link_type").and_then(Value::as_i64)
+                        == Some(SubLinkType::ExistsSublink as i64)
                 {
-                    return Err(forbidden(
-                        "EXISTS is allowed only as a condition of WHERE or ON, joined with AND (or NOT \
-                         EXISTS): anywhere else (under OR, in CASE, in a SELECT list) PostgreSQL may hash \
-                         its subquery in memory with no bound; split the condition, or UNION ALL two queries",
-                    ));
+                    if with(sublink) {
+                        return Err(forbidden(
+                            "EXISTS (WITH ...) is not allowed: PostgreSQL never makes it a join and may \
+                             hash its subquery in memory with no bound; move the CTE to the statement's WITH",
+                        ));
+                    }
+                    if !joined.contains(&(sublink as *const Value)) {
+                        return Err(forbidden(
+                            "EXISTS is allowed only as a condition of WHERE or of an inner join's ON, joined \
+                             with AND (or NOT EXISTS): anywhere else (under OR, in CASE, in a SELECT list, \
+                             in a LEFT or RIGHT JOIN's ON) PostgreSQL may hash its subquery in memory with \
+                             no bound; split the condition, move it to WHERE, or UNION ALL two queries",
+                        ));
+                    }
                 }
                 stack.extend(fields.values());
             }

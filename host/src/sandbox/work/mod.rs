@@ -271,6 +271,8 @@ struct Walk {
     array_ok: bool,
     /// The next call is a function in FROM.
     from_function: bool,
+    /// Inside a query with GROUP BY (or under one): its sums may be hashed.
+    grouped: bool,
     /// Names a bare column reference may take for a whole row: tables,
     /// aliases, CTEs and functions in FROM.
     names: BTreeSet<String>,

@@ -119,6 +119,17 @@ impl Walk {
     /// its largest output value. Inside a subquery or CTE, each output column
     /// is recorded with the work of its expression (see [`Walk::output`]).
     pub(super) fn query(&mut self, fields: &Map<String, Value>) -> Result<Size, Refusal> {
+        let grouped = self.grouped;
+        self.grouped |= fields
+            .get("group_clause")
+            .and_then(Value::as_array)
+            .is_some_and(|g| !g.is_empty());
+        let output = self.query_fields(fields);
+        self.grouped = grouped;
+        output
+    }
+
+    fn query_fields(&mut self, fields: &Map<String, Value>) -> Result<Size, Refusal> {
         let mut output = Size::default();
         for (name, value) in fields {
             match name.as_str() {
@@ -460,10 +471,15 @@ impl Walk {
                 self.charge(digit_pairs(widest, widest));
                 widest
             }
-            "sum" | "avg" => Size {
-                bytes: widest.bytes.max(Size::SMALL.bytes),
-                digits: (widest.digits + NUMBER_DIGITS).min(MAX_DIGITS),
-            },
+            "sum" | "avg" => {
+                if self.grouped && widest.digits > SUMMED_DIGITS {
+                    return Err(summed_digits_refused(name, widest.digits));
+                }
+                Size {
+                    bytes: widest.bytes.max(Size::SMALL.bytes),
+                    digits: (widest.digits + NUMBER_DIGITS).min(MAX_DIGITS),
+                }
+            }
             "abs" | "ceil" | "ceiling" | "coalesce" | "floor" | "greatest" | "lag" | "lead" | "least"
             | "max" | "min" | "nullif" | "round" | "trunc" | "sign" => widest,
             // `concat_ws` writes its separator between every two arguments.

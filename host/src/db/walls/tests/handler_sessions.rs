@@ -300,14 +300,27 @@ async fn postgres_handler_sessions_run_without_jit_hash_joins_or_parallel_worker
                     || current_setting('max_parallel_workers_per_gather') \
                     || current_setting('max_parallel_maintenance_workers') \
                     || current_setting('client_connection_check_interval') \
-                    || current_setting('temp_file_limit')";
+                    || current_setting('temp_file_limit') \
+                    || current_setting('standard_conforming_strings') || current_setting('backslash_quote') \
+                    || current_setting('work_mem')";
+    // Regression (the nineteenth adversarial read): a role's (or the
+    // server's) standard_conforming_strings = off would read '\' as an
+    // escaped quote, which neither of the guard's parsers does.
+    let mut host = db.begin().await.unwrap();
+    host.execute(
+        "ALTER ROLE inboxd_handler_wt_planner SET standard_conforming_strings = off",
+        &[],
+    )
+    .await
+    .unwrap();
+    host.commit().await.unwrap();
     for turn_on in [true, false] {
         let mut tx = db.begin_guest(h.handler()).await.unwrap();
         tx.enter_guest(CALL, &h).await.unwrap();
         let rows = tx.guest_query(settings, &[], 10, 1 << 20).await.unwrap();
         // The suite's server sets no temp_file_limit and its host login may
         // set one for the handler's role (see `migrate::bound_temp_files`).
-        assert_eq!(rows, [vec![SqlValue::Text("offoffoff001s1GB".into())]]);
+        assert_eq!(rows, [vec![SqlValue::Text("offoffoff001s1GBonoff1MB".into())]]);
         if turn_on {
             for sql in [
                 "SELECT set_config('jit', 'on', false)",

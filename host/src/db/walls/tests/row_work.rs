@@ -401,13 +401,11 @@ async fn postgres_a_tables_own_expressions_count_in_every_write_to_it() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("limits.max_row_bytes"), "{err}");
-    for view in ["tv"] {
-        let err = guard
-            .check(&format!("INSERT INTO {view} (v) VALUES (upper($1) || upper($1))"))
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("limits.max_row_bytes"), "{view}: {err}");
-    }
+    let err = guard
+        .check("INSERT INTO tv (v) VALUES (upper($1) || upper($1))")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("limits.max_row_bytes"), "through the view: {err}");
     guard
         .check("INSERT INTO u (v) VALUES (upper($1) || upper($1))")
         .unwrap();

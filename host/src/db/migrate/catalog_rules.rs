@@ -1,7 +1,8 @@
 //! What a handler's schema may not come to hold after a migration
 //! statement, read back from the catalog (the guard reads only the
-//! statement's text): a view that reads another view, and on SQLite a
-//! foreign key to a table the handler does not own.
+//! statement's text): a view that reads another view, on PostgreSQL more
+//! than [`MAX_RELATIONS`] relations, and on SQLite a foreign key to a table
+//! the handler does not own.
 
 use super::super::{Backend, DbError, Tx, handler_schema};
 
@@ -108,4 +109,37 @@ async fn postgres_view_of_views(tx: &mut Tx, handler: &str) -> Result<Option<Str
         }
     }
     Ok(None)
+}
+
+/// The most relations (tables, indexes, views, sequences) a handler's
+/// schema may hold on PostgreSQL.
+///
+/// Regression (the nineteenth adversarial read, issue 23): every lock of
+/// every session sits in one shared table (about 10,000 entries at the
+/// defaults), a statement locks each index of every table it reads, and a
+/// migration each index it made until it commits. 10,000 indexes on one
+/// table in one migration filled it: every new connection of every team,
+/// and the host's, failed with "out of shared memory". A handler's statement
+/// can lock only its own relations, so this bounds its share.
+pub(super) const MAX_RELATIONS: i64 = 200;
+
+/// PostgreSQL: how many relations the handler's schema holds, if more than
+/// [`MAX_RELATIONS`]. (SQLite has no shared lock table.)
+pub(super) async fn relations_over(tx: &mut Tx, handler: &str) -> Result<Option<i64>, DbError> {
+    if tx.backend() != Backend::Postgres {
+        return Ok(None);
+    }
+    let rows = tx
+        .query(
+            "SELECT COUNT(*) FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1",
+            &[handler_schema(handler).into()],
+        )
+        .await?;
+    let count = rows
+        .first()
+        .and_then(|r| r.first())
+        .and_then(super::super::SqlValue::as_i64)
+        .unwrap_or(0);
+    Ok((count > MAX_RELATIONS).then_some(count))
 }

@@ -1,0 +1,158 @@
+//! What a statement's plan may hold in memory through `work_mem` (the
+//! nineteenth adversarial read, issue 23). PostgreSQL gives `work_mem` to
+//! each node of a plan that sorts, materializes or stores rows, not to the
+//! statement: 700 aggregates with ORDER BY held 2.8 GB in one backend, and
+//! 300 functions in FROM, each a tuplestore, 1.4 GB. So the nodes a
+//! statement can make are counted here and bounded, and what multiplies
+//! them behind the guard's back is refused: a CTE written `NOT
+//! MATERIALIZED` is copied into every place that reads it (19 CTEs each
+//! reading the one before twice planned 2^18 copies: 2.5 GB while planning),
+//! and a bare `*` over many relations is one row of all their columns.
+
+use super::unspilled::list;
+use crate::sandbox::guard::{Refusal, forbidden};
+use crate::sandbox::work::{VALUE_ROWS, VIEW_ROWS};
+use serde_json::Value;
+
+/// The most plan nodes that may each hold `work_mem` (1 MB in a handler's
+/// sessions, see `db::logins`), one statement's: 256 MB at most.
+pub(super) const MAX_MEMORY_NODES: u64 = 256;
+
+/// What one name in FROM counts: it may be a view of up to [`VIEW_ROWS`]
+/// relations, and each relation is a join input that the planner may sort
+/// (a merge join) and materialize (a nested loop).
+const RELATION_NODES: u64 = 2 * VIEW_ROWS;
+
+/// A function, subquery or VALUES in FROM: one input, sorted and materialized.
+const FROM_ITEM_NODES: u64 = 2;
+
+/// Checks the whole statement: its memory nodes, its CTEs' materialization,
+/// and each query's `*`.
+pub(super) fn check(tree: &Value) -> Result<(), Refusal> {
+    let ctes: Vec<String> = super::sorted_limits::cte_names(tree)
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    let mut nodes = 0u64;
+    let mut stack = vec![tree];
+    while let Some(value) = stack.pop() {
+        match value {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(fields) => {
+                for (kind, node) in fields {
+                    if kind == "SelectStmt" {
+                        // A set operation's branches are SelectStmts written
+                        // without the node's name, at any depth.
+                        let mut selects = vec![node];
+                        while let Some(select) = selects.pop() {
+                            nodes = nodes.saturating_add(select_weight(select));
+                            check_star(select)?;
+                            let branches = ["larg", "rarg"].iter().filter_map(|k| select.get(*k));
+                            selects.extend(branches.filter(|b| b.is_object()));
+                        }
+                    } else {
+                        nodes = nodes.saturating_add(node_weight(kind, node, &ctes)?);
+                    }
+                }
+                stack.extend(fields.values());
+            }
+            _ => {}
+        }
+    }
+    if nodes > MAX_MEMORY_NODES {
+        return Err(Refusal::Limit(format!(
+            "this statement may make up to {nodes} plan nodes that each hold up to work_mem (sorts, \
+             materialized or stored rows: {RELATION_NODES} per table or view, {FROM_ITEM_NODES} per \
+             function, subquery or CTE in FROM, one per ORDER BY key, DISTINCT, GROUP BY, window, CTE \
+             and subquery); at most {MAX_MEMORY_NODES}: split the statement"
+        )));
+    }
+    Ok(())
+}
+
+/// The memory nodes one parse node may make in the plan.
+fn node_weight(kind: &str, node: &Value, ctes: &[String]) -> Result<u64, Refusal> {
+    Ok(match kind {
+        // A CTE's name (unqualified) is one stored input, not a view.
+        "RangeVar" if is_cte(node, ctes) => FROM_ITEM_NODES,
+        "RangeVar" => RELATION_NODES,
+        "RangeFunction" | "RangeSubselect" | "RangeTableFunc" | "RangeTableSample" => FROM_ITEM_NODES,
+        // An ORDER BY key of a query, an aggregate or a window: a sort.
+        "SortBy" | "WindowDef" | "SubLink" => 1,
+        "CommonTableExpr" => {
+            check_materialized(node)?;
+            1
+        }
+        // DISTINCT in an aggregate sorts; so does a window written in place.
+        "FuncCall" => {
+            let distinct = node.get("agg_distinct").and_then(Value::as_bool) == Some(true);
+            let window = node.get("over").is_some_and(|o| !o.is_null());
+            u64::from(distinct) + u64::from(window)
+        }
+        _ => 0,
+    })
+}
+
+fn is_cte(relation: &Value, ctes: &[String]) -> bool {
+    let text = |k: &str| relation.get(k).and_then(Value::as_str).unwrap_or_default();
+    text("schemaname").is_empty() && ctes.iter().any(|c| c.eq_ignore_ascii_case(text("relname")))
+}
+
+/// A query's own DISTINCT, GROUP BY and set operation: each a sort.
+fn select_weight(select: &Value) -> u64 {
+    let set = |key: &str| list(select, key).next().is_some();
+    let set_operation = super::unspilled::set_operation(select)
+        .is_some_and(|op| op != pg_query::protobuf::SetOperation::SetopNone);
+    u64::from(set("distinct_clause")) + u64::from(set("group_clause")) + u64::from(set_operation)
+}
+
+/// Regression (the nineteenth adversarial read, issue 23): PostgreSQL copies
+/// a `NOT MATERIALIZED` CTE's query into every reference, the later CTEs'
+/// bodies included, so each CTE reading the one before twice doubles the
+/// plan (2^n copies, gigabytes while planning), and a sort in it is made once
+/// per reference. A CTE read more than once is otherwise materialized once.
+fn check_materialized(cte: &Value) -> Result<(), Refusal> {
+    let never = pg_query::protobuf::CteMaterialize::Never as i64;
+    if cte.get("ctematerialized").and_then(Value::as_i64) == Some(never) {
+        return Err(forbidden(
+            "NOT MATERIALIZED is not allowed: PostgreSQL copies such a CTE into every place that reads \
+             it, so CTEs that read each other multiply the plan; leave it out (PostgreSQL inlines a CTE \
+             read once by itself)",
+        ));
+    }
+    Ok(())
+}
+
+/// Regression (the nineteenth adversarial read, issue 23): a bare `*` is
+/// every column of every relation in FROM, one row: over 1,000 joined copies
+/// of a table of 1 MB rows, one 1 GB row, which the host reads whole before
+/// it can weigh it. A row holds at most [`VALUE_ROWS`] values of
+/// `max_row_bytes`, and each relation's row counts [`VIEW_ROWS`] of them.
+fn check_star(select: &Value) -> Result<(), Refusal> {
+    let bare_star = list(select, "target_list").any(|t| {
+        let fields = t
+            .pointer("/node/ResTarget/val/node/ColumnRef/fields")
+            .and_then(Value::as_array);
+        matches!(fields.map(Vec::as_slice), Some([only]) if only.pointer("/node/AStar").is_some())
+    });
+    if !bare_star {
+        return Ok(());
+    }
+    let mut relations = 0u64;
+    let mut from: Vec<&Value> = list(select, "from_clause").collect();
+    while let Some(item) = from.pop() {
+        match item.pointer("/node/JoinExpr") {
+            Some(join) => from.extend(["larg", "rarg"].iter().filter_map(|k| join.get(*k))),
+            None => relations += 1,
+        }
+    }
+    if relations.saturating_mul(VIEW_ROWS) > VALUE_ROWS {
+        return Err(Refusal::Limit(format!(
+            "SELECT * over {relations} relations is one row of all their columns: at most {} relations \
+             (each row counts {VIEW_ROWS} values of limits.max_row_bytes, a row at most {VALUE_ROWS}); \
+             name the columns",
+            VALUE_ROWS / VIEW_ROWS
+        )));
+    }
+    Ok(())
+}
