@@ -53,6 +53,10 @@ max_outbox_bytes = 2048
 max_attempts = 2
 backoff_initial_ms = 10
 backoff_max_ms = 20
+
+# Sent messages are kept (not deleted as sent), so the test can count them.
+[outbox]
+retention = "1d"
 "#,
         component = guest_wasm(language.component()).display(),
         migrations = guest_migrations("billing").display(),

@@ -29,7 +29,9 @@ async fn env_behind_proxy(guest: &str, topic: &str) -> (TestEnv, FaultProxy) {
     let server: SocketAddr = authority(&direct).parse().expect("the test server's address");
     let proxy = FaultProxy::start(server, Protocol::Postgres).await;
     let proxied = direct.replacen(authority(&direct), &proxy.addr().to_string(), 1);
-    let mut env = TestEnv::with_database(tempfile::tempdir().unwrap(), proxied, guest, topic, "");
+    // Sent messages are kept (not deleted as sent), so the test can count them.
+    let keep = "[outbox]\nretention = \"1d\"\n";
+    let mut env = TestEnv::with_database(tempfile::tempdir().unwrap(), proxied, guest, topic, keep);
     // The config file names the proxy; the test's checks must not go through it.
     env.db_url = direct;
     (env, proxy)
