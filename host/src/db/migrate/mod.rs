@@ -497,9 +497,9 @@ pub async fn apply_one_reserving(
                 }
                 if let Some(column) = row_bound::bare_numeric_in(tx, handler).await? {
                     return Err(after(format!(
-                        "column {column} is a numeric without a precision: cast it, as in \
-                         `CAST(x AS numeric(12, 2))` (a bare numeric holds up to 147,455 digits, whose \
-                         arithmetic PostgreSQL does not interrupt)"
+                        "column {column} is a numeric without a precision, or with a scale below 0 or \
+                         above its precision: cast it, as in `CAST(x AS numeric(12, 2))` (a bare numeric \
+                         holds up to 147,455 digits, whose arithmetic PostgreSQL does not interrupt)"
                     )));
                 }
                 let bound = row_bound::handler_bound_in(tx, handler).await?;
@@ -532,6 +532,15 @@ pub async fn apply_one_reserving(
                  shared lock table whenever a statement reads it",
                 short(&piece.text),
                 catalog_rules::MAX_RELATIONS
+            )));
+        }
+        if let Some(count) = locks_over(tx).await? {
+            return Err(DbError::HandlerMigration(format!(
+                "migration {file} of handler {handler} is refused: after `{}`, it holds {count} locks \
+                 (each relation it made, dropped or changed, until it commits); at most {}: split it into \
+                 several migrations",
+                short(&piece.text),
+                catalog_rules::MAX_MIGRATION_LOCKS
             )));
         }
         if let Some(reference) = foreign_reference(tx, &own).await? {
@@ -623,7 +632,7 @@ mod catalog_rules;
 mod row_bound;
 mod row_functions;
 pub(crate) use catalog_rules::POSTGRES_VIEWS_OF_VIEWS;
-use catalog_rules::{foreign_reference, relations_over, view_of_views};
+use catalog_rules::{foreign_reference, locks_over, relations_over, view_of_views};
 pub use row_bound::{CONSTRAINT as ROW_BOUND, bound_rows, hidden_work, jsonb_column};
 pub use row_functions::row_functions;
 

@@ -259,7 +259,11 @@ pub async fn bare_numeric_in(tx: &mut Tx, handler: &str) -> Result<Option<String
                FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
                JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
               WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v') AND a.attnum > 0 AND NOT a.attisdropped
-                AND a.atttypid = 'pg_catalog.numeric'::pg_catalog.regtype AND a.atttypmod < 0
+                AND a.atttypid = 'pg_catalog.numeric'::pg_catalog.regtype
+                AND (a.atttypmod < 0
+                     -- The scale: 11 bits, two's complement, below the precision.
+                     OR ((a.atttypmod - 4) & 2047) >= 1024
+                     OR ((a.atttypmod - 4) & 2047) > ((a.atttypmod - 4) >> 16))
               LIMIT 1",
     )
     .await

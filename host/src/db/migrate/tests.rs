@@ -449,3 +449,28 @@ async fn postgres_a_handlers_schema_holds_a_bounded_number_of_relations() {
     );
     tx.rollback().await.unwrap();
 }
+
+/// Regression (the review of the nineteenth read): locks of the relations a
+/// migration made and dropped stay until it commits, and the relation count
+/// after each statement never sees them.
+#[tokio::test]
+async fn postgres_a_migration_holds_a_bounded_number_of_locks() {
+    let Some(db) = crate::db::test_support::postgres_db().await else {
+        return;
+    };
+    prepare_handler(&db, "many_locks").await.unwrap();
+    let columns = (0..60)
+        .map(|i| format!("a{i} TEXT UNIQUE"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let sql = (0..20)
+        .map(|_| format!("CREATE TABLE x ({columns});\nDROP TABLE x;\n"))
+        .collect::<String>();
+    let mut tx = db.begin_migration("many_locks").await.unwrap();
+    let err = apply_one(&mut tx, "many_locks", &migration("0001_churn.sql", &sql))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("locks") && err.contains("split it"), "{err}");
+    tx.rollback().await.unwrap();
+}

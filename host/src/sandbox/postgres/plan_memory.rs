@@ -40,13 +40,16 @@ pub(super) fn check(tree: &Value) -> Result<(), Refusal> {
             Value::Array(items) => stack.extend(items),
             Value::Object(fields) => {
                 for (kind, node) in fields {
+                    if matches!(kind.as_str(), "UpdateStmt" | "DeleteStmt" | "InsertStmt") {
+                        check_returning_star(node, &ctes)?;
+                    }
                     if kind == "SelectStmt" {
                         // A set operation's branches are SelectStmts written
                         // without the node's name, at any depth.
                         let mut selects = vec![node];
                         while let Some(select) = selects.pop() {
                             nodes = nodes.saturating_add(select_weight(select));
-                            check_star(select)?;
+                            check_star(select, &ctes)?;
                             let branches = ["larg", "rarg"].iter().filter_map(|k| select.get(*k));
                             selects.extend(branches.filter(|b| b.is_object()));
                         }
@@ -123,13 +126,39 @@ fn check_materialized(cte: &Value) -> Result<(), Refusal> {
     Ok(())
 }
 
-/// Regression (the nineteenth adversarial read, issue 23): a bare `*` is
-/// every column of every relation in FROM, one row: over 1,000 joined copies
-/// of a table of 1 MB rows, one 1 GB row, which the host reads whole before
-/// it can weigh it. A row holds at most [`VALUE_ROWS`] values of
-/// `max_row_bytes`, and each relation's row counts [`VIEW_ROWS`] of them.
-fn check_star(select: &Value) -> Result<(), Refusal> {
-    let bare_star = list(select, "target_list").any(|t| {
+/// Regression (the nineteenth adversarial read and its review, issue 23): a
+/// bare `*` is every column of every relation in FROM, one row: over 1,000
+/// joined copies of a table of 1 MB rows, one 1 GB row, which the host reads
+/// whole before it can weigh it. A row holds at most [`VALUE_ROWS`] values
+/// of `max_row_bytes`; a table's or view's row counts [`VIEW_ROWS`] of them,
+/// a CTE's, subquery's or function's [`VALUE_ROWS`] (its values are computed).
+fn check_star(select: &Value, ctes: &[String]) -> Result<(), Refusal> {
+    let from: Vec<&Value> = list(select, "from_clause").collect();
+    star_within(list(select, "target_list"), from, 0, ctes)
+}
+
+/// `RETURNING *` of an UPDATE ... FROM, a DELETE ... USING or an INSERT:
+/// its table's row and those of the others.
+fn check_returning_star(statement: &Value, ctes: &[String]) -> Result<(), Refusal> {
+    let from: Vec<&Value> = ["from_clause", "using_clause"]
+        .iter()
+        .flat_map(|k| list(statement, k))
+        .collect();
+    let returning = statement
+        .pointer("/returning_clause/exprs")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten();
+    star_within(returning, from, VIEW_ROWS, ctes)
+}
+
+fn star_within<'a>(
+    targets: impl Iterator<Item = &'a Value>,
+    mut from: Vec<&'a Value>,
+    mut values: u64,
+    ctes: &[String],
+) -> Result<(), Refusal> {
+    let bare_star = targets.into_iter().any(|t| {
         let fields = t
             .pointer("/node/ResTarget/val/node/ColumnRef/fields")
             .and_then(Value::as_array);
@@ -138,20 +167,22 @@ fn check_star(select: &Value) -> Result<(), Refusal> {
     if !bare_star {
         return Ok(());
     }
-    let mut relations = 0u64;
-    let mut from: Vec<&Value> = list(select, "from_clause").collect();
     while let Some(item) = from.pop() {
-        match item.pointer("/node/JoinExpr") {
-            Some(join) => from.extend(["larg", "rarg"].iter().filter_map(|k| join.get(*k))),
-            None => relations += 1,
+        let node = item.get("node");
+        if let Some(join) = node.and_then(|n| n.get("JoinExpr")) {
+            from.extend(["larg", "rarg"].iter().filter_map(|k| join.get(*k)));
+            continue;
         }
+        let stored = node
+            .and_then(|n| n.get("RangeVar"))
+            .is_some_and(|r| !is_cte(r, ctes));
+        values = values.saturating_add(if stored { VIEW_ROWS } else { VALUE_ROWS });
     }
-    if relations.saturating_mul(VIEW_ROWS) > VALUE_ROWS {
+    if values > VALUE_ROWS {
         return Err(Refusal::Limit(format!(
-            "SELECT * over {relations} relations is one row of all their columns: at most {} relations \
-             (each row counts {VIEW_ROWS} values of limits.max_row_bytes, a row at most {VALUE_ROWS}); \
-             name the columns",
-            VALUE_ROWS / VIEW_ROWS
+            "* here is one row of up to {values} values of limits.max_row_bytes (every column of every \
+             relation: {VIEW_ROWS} per table or view, {VALUE_ROWS} per CTE, subquery or function); at most \
+             {VALUE_ROWS}: name the columns"
         )));
     }
     Ok(())

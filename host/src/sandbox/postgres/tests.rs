@@ -457,6 +457,8 @@ fn plans_hold_a_bounded_number_of_memory_nodes_and_nothing_multiplies_them() {
         "WITH c AS MATERIALIZED (SELECT a FROM t) SELECT count(*) FROM c AS x, c AS y",
         "SELECT t.a FROM t LEFT JOIN u ON u.a = t.a WHERE NOT EXISTS (SELECT 1 FROM u AS v WHERE v.a = t.a)",
         "SELECT * FROM t, u",
+        "SELECT a FROM t WHERE t.a BETWEEN $1 AND upper($2) AND lower(t.b) IN ('x', $3, CAST($4 AS text))",
+        "SELECT a FROM t WHERE t.a IN (t.b, t.c) AND CAST(t.a AS numeric(12, 2)) > 0",
     ] {
         allowed(sql);
     }
@@ -499,7 +501,33 @@ fn plans_hold_a_bounded_number_of_memory_nodes_and_nothing_multiplies_them() {
         // F4: one row of every relation's columns.
         (
             format!("SELECT * FROM {}", many(17, &|i| format!("t AS a{i}"), ", ")),
-            "SELECT * over 17 relations",
+            "one row of up to 68 values",
+        ),
+        // Its review: a CTE's row is computed, and RETURNING * counts too.
+        (
+            "WITH c AS (SELECT $1 AS a1, $1 AS a2 FROM t) SELECT * FROM c, t".to_owned(),
+            "one row of up to 68 values",
+        ),
+        (
+            format!("UPDATE t SET a = 1 FROM {} RETURNING *", many(16, &|i| format!("u AS a{i}"), ", ")),
+            "one row of up to 68 values",
+        ),
+        // Its review: PostgreSQL copies BETWEEN's and IN's left side.
+        (
+            "SELECT a FROM t WHERE ((t.a BETWEEN 0 AND 1) BETWEEN false AND true) BETWEEN false AND true".to_owned(),
+            "the left side of BETWEEN",
+        ),
+        (
+            "SELECT a FROM t WHERE upper(t.a) IN (t.b, t.c)".to_owned(),
+            "the left side of BETWEEN",
+        ),
+        (
+            "SELECT a FROM t WHERE t.a BETWEEN SYMMETRIC upper(t.b) AND 'z'".to_owned(),
+            "the left side of BETWEEN",
+        ),
+        (
+            "SELECT CAST(1e999 AS numeric(1, -999)) FROM t".to_owned(),
+            "a numeric's scale must be between 0 and its precision",
         ),
         // F6: work_mem per node.
         (

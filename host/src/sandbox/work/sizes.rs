@@ -190,7 +190,13 @@ pub(super) fn cast(type_name: Option<&Value>, arg: Size) -> Result<(Size, u64), 
     };
     let digits = match name {
         "numeric" | "decimal" if typmods == 0 => return Err(bare_numeric("a cast to")),
-        "numeric" | "decimal" => precision(type_name).min(MAX_DIGITS),
+        "numeric" | "decimal" => {
+            let precision = precision(type_name);
+            if !scale_within(type_name, precision) {
+                return Err(Refusal::Forbidden(NUMERIC_SCALE_REFUSED.into()));
+            }
+            precision.min(MAX_DIGITS)
+        }
         _ => NUMBER_DIGITS,
     };
     Ok((Size { bytes, digits }, weight))
@@ -214,6 +220,29 @@ pub(super) fn precision(type_name: Option<&Value>) -> u64 {
         .and_then(|p| p.pointer("/node/AConst/val/Ival/ival"))
         .and_then(Value::as_u64)
         .unwrap_or(MAX_DIGITS)
+}
+
+/// Regression (the review of the nineteenth adversarial read, issue 23): a
+/// negative scale puts zeros after a numeric's precision (`numeric(1, -999)`
+/// holds 1e999) and a scale above it zeros before, so its precision is not
+/// its digits.
+pub const NUMERIC_SCALE_REFUSED: &str = "a numeric's scale must be between 0 and its precision \
+     (`numeric(p, s)` with 0 <= s <= p): a negative scale, or one above the precision, gives it more \
+     digits than its precision says";
+
+/// Whether a `numeric(p, s)` type's scale (0 if not written) is within 0..=p.
+fn scale_within(type_name: Option<&Value>, precision: u64) -> bool {
+    let scale = type_name
+        .and_then(|t| t.get("typmods"))
+        .and_then(Value::as_array)
+        .and_then(|m| m.get(1))
+        .map(|s| {
+            s.pointer("/node/AConst/val/Ival/ival")
+                .and_then(Value::as_i64)
+                .unwrap_or(0)
+        });
+    // A scale written as anything but an integer literal PostgreSQL refuses.
+    scale.is_none_or(|s| s >= 0 && s as u64 <= precision)
 }
 
 pub(super) fn total(sizes: &[Size]) -> u64 {
