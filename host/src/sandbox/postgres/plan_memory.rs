@@ -154,36 +154,85 @@ fn check_returning_star(statement: &Value, ctes: &[String]) -> Result<(), Refusa
 
 fn star_within<'a>(
     targets: impl Iterator<Item = &'a Value>,
-    mut from: Vec<&'a Value>,
-    mut values: u64,
+    from: Vec<&'a Value>,
+    base: u64,
     ctes: &[String],
 ) -> Result<(), Refusal> {
-    let bare_star = targets.into_iter().any(|t| {
-        let fields = t
+    // Each FROM item (a join with an alias too) by the name a star may
+    // qualify, with the values its row holds.
+    let mut items: Vec<(String, u64)> = Vec::new();
+    let all = from
+        .iter()
+        .map(|item| item_values(item, ctes, &mut items))
+        .sum::<u64>();
+    let mut values = 0u64;
+    for target in targets {
+        let fields = target
             .pointer("/node/ResTarget/val/node/ColumnRef/fields")
             .and_then(Value::as_array);
-        matches!(fields.map(Vec::as_slice), Some([only]) if only.pointer("/node/AStar").is_some())
-    });
-    if !bare_star {
-        return Ok(());
-    }
-    while let Some(item) = from.pop() {
-        let node = item.get("node");
-        if let Some(join) = node.and_then(|n| n.get("JoinExpr")) {
-            from.extend(["larg", "rarg"].iter().filter_map(|k| join.get(*k)));
+        let fields: &[Value] = fields.map_or(&[], Vec::as_slice);
+        if fields.last().and_then(|f| f.pointer("/node/AStar")).is_none() {
             continue;
         }
-        let stored = node
-            .and_then(|n| n.get("RangeVar"))
-            .is_some_and(|r| !is_cte(r, ctes));
-        values = values.saturating_add(if stored { VIEW_ROWS } else { VALUE_ROWS });
+        values = values.saturating_add(match fields {
+            [_star] => base.saturating_add(all),
+            [qualifier, _star] => {
+                let name = qualifier
+                    .pointer("/node/String/sval")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                // The statement's own table (RETURNING t.*) or an unknown
+                // name: at most everything.
+                items
+                    .iter()
+                    .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                    .map_or(base.saturating_add(all), |(_, v)| *v)
+            }
+            _ => base.saturating_add(all),
+        });
     }
     if values > VALUE_ROWS {
         return Err(Refusal::Limit(format!(
             "* here is one row of up to {values} values of limits.max_row_bytes (every column of every \
-             relation: {VIEW_ROWS} per table or view, {VALUE_ROWS} per CTE, subquery or function); at most \
-             {VALUE_ROWS}: name the columns"
+             relation it covers: {VIEW_ROWS} per table or view, {VALUE_ROWS} per CTE, subquery or \
+             function); at most {VALUE_ROWS}: name the columns"
         )));
     }
     Ok(())
+}
+
+/// The values one FROM item's row holds; records it (and the items inside a
+/// join) under the names a star may qualify.
+fn item_values(item: &Value, ctes: &[String], items: &mut Vec<(String, u64)>) -> u64 {
+    let node = item.get("node");
+    let alias = |n: &Value| {
+        n.pointer("/alias/aliasname")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    if let Some(join) = node.and_then(|n| n.get("JoinExpr")) {
+        let values = ["larg", "rarg"]
+            .iter()
+            .filter_map(|k| join.get(*k))
+            .map(|side| item_values(side, ctes, items))
+            .sum();
+        if let Some(name) = alias(join) {
+            items.push((name, values));
+        }
+        return values;
+    }
+    if let Some(relation) = node.and_then(|n| n.get("RangeVar")) {
+        let values = if is_cte(relation, ctes) {
+            VALUE_ROWS
+        } else {
+            VIEW_ROWS
+        };
+        let name =
+            alias(relation).or_else(|| relation.get("relname").and_then(Value::as_str).map(str::to_owned));
+        items.extend(name.map(|n| (n, values)));
+        return values;
+    }
+    let inner = node.and_then(|n| n.as_object()).and_then(|o| o.values().next());
+    items.extend(inner.and_then(alias).map(|n| (n, VALUE_ROWS)));
+    VALUE_ROWS
 }

@@ -457,6 +457,8 @@ fn plans_hold_a_bounded_number_of_memory_nodes_and_nothing_multiplies_them() {
         "WITH c AS MATERIALIZED (SELECT a FROM t) SELECT count(*) FROM c AS x, c AS y",
         "SELECT t.a FROM t LEFT JOIN u ON u.a = t.a WHERE NOT EXISTS (SELECT 1 FROM u AS v WHERE v.a = t.a)",
         "SELECT * FROM t, u",
+        "SELECT t.*, u.a FROM t JOIN u ON u.a = t.a",
+        "WITH c AS (SELECT $1 AS a0 FROM t) SELECT c.* FROM c",
         "SELECT a FROM t WHERE t.a BETWEEN $1 AND upper($2) AND lower(t.b) IN ('x', $3, CAST($4 AS text))",
         "SELECT a FROM t WHERE t.a IN (t.b, t.c) AND CAST(t.a AS numeric(12, 2)) > 0",
     ] {
@@ -511,6 +513,19 @@ fn plans_hold_a_bounded_number_of_memory_nodes_and_nothing_multiplies_them() {
         (
             format!("UPDATE t SET a = 1 FROM {} RETURNING *", many(16, &|i| format!("u AS a{i}"), ", ")),
             "one row of up to 68 values",
+        ),
+        // Its review (R4b): a qualified star covers what its name does.
+        (
+            "WITH c AS (SELECT $1 AS a0, $1 AS a1 FROM t) SELECT j.* FROM (c AS x0 CROSS JOIN c AS x1) AS j"
+                .to_owned(),
+            "one row of up to 128 values",
+        ),
+        // Its review: ON CONFLICT's WHERE is no join.
+        (
+            "INSERT INTO t (id, v) SELECT 1, 'y' FROM u ON CONFLICT (id) DO UPDATE SET v = excluded.v \
+             WHERE EXISTS (SELECT 1 FROM w WHERE w.a = t.v) RETURNING t.id"
+                .to_owned(),
+            "EXISTS is allowed only",
         ),
         // Its review: PostgreSQL copies BETWEEN's and IN's left side.
         (
