@@ -1,10 +1,10 @@
 //! What a handler's schema may not come to hold after a migration
 //! statement, read back from the catalog (the guard reads only the
 //! statement's text): a view that reads another view, on PostgreSQL more
-//! than [`MAX_RELATIONS`] relations, and on SQLite a foreign key to a table
-//! the handler does not own.
+//! than [`MAX_RELATIONS`] relations or [`MAX_MIGRATION_LOCKS`] locks held,
+//! and on SQLite a foreign key to a table the handler does not own.
 
-use super::super::{Backend, DbError, Tx, handler_schema};
+use super::super::{Backend, DbError, SqlValue, Tx, handler_schema};
 
 /// SQLite: a foreign key of one of the handler's tables that points at a
 /// table it does not own (one it dropped, which another handler may create
@@ -126,22 +126,14 @@ pub(super) const MAX_RELATIONS: i64 = 200;
 /// PostgreSQL: how many relations the handler's schema holds, if more than
 /// [`MAX_RELATIONS`]. (SQLite has no shared lock table.)
 pub(super) async fn relations_over(tx: &mut Tx, handler: &str) -> Result<Option<i64>, DbError> {
-    if tx.backend() != Backend::Postgres {
-        return Ok(None);
-    }
-    let rows = tx
-        .query(
-            "SELECT COUNT(*) FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-             WHERE n.nspname = $1",
-            &[handler_schema(handler).into()],
-        )
-        .await?;
-    let count = rows
-        .first()
-        .and_then(|r| r.first())
-        .and_then(super::super::SqlValue::as_i64)
-        .unwrap_or(0);
-    Ok((count > MAX_RELATIONS).then_some(count))
+    count_over(
+        tx,
+        "SELECT COUNT(*) FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = $1",
+        &[handler_schema(handler).into()],
+        MAX_RELATIONS,
+    )
+    .await
 }
 
 /// The most locks a handler's migration may hold at once on PostgreSQL:
@@ -154,19 +146,25 @@ pub(super) const MAX_MIGRATION_LOCKS: i64 = 1_000;
 /// PostgreSQL: how many locks this migration's transaction holds, if more
 /// than [`MAX_MIGRATION_LOCKS`].
 pub(super) async fn locks_over(tx: &mut Tx) -> Result<Option<i64>, DbError> {
+    count_over(
+        tx,
+        "SELECT COUNT(*) FROM pg_catalog.pg_locks WHERE pid = pg_catalog.pg_backend_pid()",
+        &[],
+        MAX_MIGRATION_LOCKS,
+    )
+    .await
+}
+
+/// PostgreSQL: the count `sql` reads, if more than `bound`.
+async fn count_over(tx: &mut Tx, sql: &str, params: &[SqlValue], bound: i64) -> Result<Option<i64>, DbError> {
     if tx.backend() != Backend::Postgres {
         return Ok(None);
     }
-    let rows = tx
-        .query(
-            "SELECT COUNT(*) FROM pg_catalog.pg_locks WHERE pid = pg_catalog.pg_backend_pid()",
-            &[],
-        )
-        .await?;
+    let rows = tx.query(sql, params).await?;
     let count = rows
         .first()
         .and_then(|r| r.first())
-        .and_then(super::super::SqlValue::as_i64)
+        .and_then(SqlValue::as_i64)
         .unwrap_or(0);
-    Ok((count > MAX_MIGRATION_LOCKS).then_some(count))
+    Ok((count > bound).then_some(count))
 }
