@@ -28,7 +28,7 @@
 mod allowlists;
 mod operators;
 mod plain_insert;
-mod plan_memory;
+pub(super) mod plan_memory;
 mod sorted_limits;
 mod unspilled;
 
@@ -153,18 +153,19 @@ pub fn check(sql: &str, mode: Mode, row_bytes: u64, catalog: &Catalog) -> Result
             Some(pg_query::NodeEnum::ViewStmt(_))
         )
     });
-    if view {
+    let copied = if view {
         unspilled::check_view_rows(&tree)?;
-        super::work::check_view(&tree, row_bytes)?;
+        plan_memory::check_view(&tree)?;
+        super::work::check_view(&tree, row_bytes)?
     } else {
         let written = super::work::written_tables(&tree);
         let hidden = written
             .iter()
             .filter_map(|t| hidden.get(&t.to_ascii_lowercase()).or_else(|| hidden.get(*t)))
             .fold(0u64, |sum, ns| sum.saturating_add(*ns));
-        super::work::check(&tree, row_bytes, hidden)?;
-    }
-    plan_memory::check(&tree)?;
+        super::work::check(&tree, row_bytes, hidden)?
+    };
+    plan_memory::check(&tree, copied)?;
     Ok(statements)
 }
 

@@ -12,7 +12,8 @@
 use super::unspilled::list;
 use crate::sandbox::guard::{Refusal, forbidden};
 use crate::sandbox::work::{VALUE_ROWS, VIEW_ROWS};
-use serde_json::Value;
+use serde_json::{Map, Value};
+use std::rc::Rc;
 
 /// The most plan nodes that may each hold `work_mem` (1 MB in a handler's
 /// sessions, see `db::logins`), one statement's: 256 MB at most.
@@ -26,66 +27,109 @@ const RELATION_NODES: u64 = 2 * VIEW_ROWS;
 /// A function, subquery or VALUES in FROM: one input, sorted and materialized.
 const FROM_ITEM_NODES: u64 = 2;
 
-/// Checks the whole statement: its memory nodes, its CTEs' materialization,
-/// and each query's `*`.
-pub(super) fn check(tree: &Value) -> Result<(), Refusal> {
-    let ctes: Vec<String> = super::sorted_limits::cte_names(tree)
-        .into_iter()
-        .map(|(n, _)| n)
-        .collect();
-    let mut nodes = 0u64;
-    let mut stack = vec![tree];
-    while let Some(value) = stack.pop() {
-        match value {
-            Value::Array(items) => stack.extend(items),
-            Value::Object(fields) => {
-                for (kind, node) in fields {
-                    if matches!(kind.as_str(), "UpdateStmt" | "DeleteStmt" | "InsertStmt") {
-                        check_returning_star(node, &ctes)?;
-                    }
-                    if kind == "SelectStmt" {
-                        // A set operation's branches are SelectStmts written
-                        // without the node's name, at any depth.
-                        let mut selects = vec![node];
-                        while let Some(select) = selects.pop() {
-                            nodes = nodes.saturating_add(select_weight(select));
-                            check_star(select, &ctes)?;
-                            let branches = ["larg", "rarg"].iter().filter_map(|k| select.get(*k));
-                            selects.extend(branches.filter(|b| b.is_object()));
-                        }
-                    } else {
-                        nodes = nodes.saturating_add(node_weight(kind, node, &ctes)?);
-                    }
-                }
-                stack.extend(fields.values());
-            }
-            _ => {}
-        }
-    }
+/// Checks the whole statement: its memory nodes (with `copied`, those the
+/// planner's copies of derived columns add: `sandbox::work::check`), its
+/// CTEs' materialization, and each query's `*`.
+pub(super) fn check(tree: &Value, copied: u64) -> Result<(), Refusal> {
+    let nodes = count(tree, RELATION_NODES)?.saturating_add(copied);
     if nodes > MAX_MEMORY_NODES {
         return Err(Refusal::Limit(format!(
             "this statement may make up to {nodes} plan nodes that each hold up to work_mem (sorts, \
              materialized or stored rows: {RELATION_NODES} per table or view, {FROM_ITEM_NODES} per \
              function, subquery or CTE in FROM, one per ORDER BY key, DISTINCT, GROUP BY, window, CTE \
-             and subquery); at most {MAX_MEMORY_NODES}: split the statement"
+             and subquery, and again in each copy the planner makes of a subquery's or CTE's column \
+             for every reference to it); at most {MAX_MEMORY_NODES}: split the statement"
         )));
     }
     Ok(())
 }
 
-/// The memory nodes one parse node may make in the plan.
-fn node_weight(kind: &str, node: &Value, ctes: &[String]) -> Result<u64, Refusal> {
-    Ok(match kind {
+/// Regression (the review of the nineteenth adversarial read, issue 23): a
+/// reference to a view counts [`RELATION_NODES`], but the planner puts the
+/// view's whole query in its place: seven EXISTS over four tables each in
+/// a view's WHERE made 32 references 1,600 sorts. So a view's own nodes,
+/// each table it reads one input, may be no more than that.
+pub(super) fn check_view(tree: &Value) -> Result<(), Refusal> {
+    let nodes = count(tree, FROM_ITEM_NODES)?;
+    if nodes > RELATION_NODES {
+        return Err(Refusal::Limit(format!(
+            "this view may make up to {nodes} plan nodes that each hold up to work_mem in every \
+             statement that reads it ({FROM_ITEM_NODES} per table, one per subquery), and a statement \
+             counts a view as {RELATION_NODES}: read at most {VIEW_ROWS} tables, and put the rest of \
+             the filter in the statements that read it"
+        )));
+    }
+    Ok(())
+}
+
+/// The memory nodes of a statement, each name in FROM (not a CTE's) counted
+/// `relation`; checks each query's `*` on the way.
+fn count(tree: &Value, relation: u64) -> Result<u64, Refusal> {
+    let mut nodes = 0u64;
+    // Each value with the CTE names visible where it stands.
+    let mut stack = vec![(tree, Rc::new(Vec::new()))];
+    while let Some((value, scope)) = stack.pop() {
+        match value {
+            Value::Array(items) => stack.extend(items.iter().map(|i| (i, scope.clone()))),
+            Value::Object(fields) => {
+                let scope = with_scope(value, &scope);
+                for (kind, node) in fields {
+                    if matches!(kind.as_str(), "UpdateStmt" | "DeleteStmt" | "InsertStmt") {
+                        check_returning_star(node, &with_scope(node, &scope))?;
+                    }
+                    if kind == "SelectStmt" {
+                        // A set operation's branches are SelectStmts written
+                        // without the node's name, at any depth.
+                        let mut selects = vec![(node, scope.clone())];
+                        while let Some((select, outer)) = selects.pop() {
+                            let scope = with_scope(select, &outer);
+                            nodes = nodes.saturating_add(select.as_object().map_or(0, query_weight));
+                            check_star(select, &scope)?;
+                            let branches = ["larg", "rarg"].iter().filter_map(|k| select.get(*k));
+                            selects.extend(branches.filter(|b| b.is_object()).map(|b| (b, scope.clone())));
+                        }
+                    } else {
+                        nodes = nodes.saturating_add(node_weight(kind, node, &scope, relation)?);
+                    }
+                }
+                for (key, child) in fields {
+                    match (key.as_str(), child.get("ctes").and_then(Value::as_array)) {
+                        ("with_clause", Some(ctes)) => {
+                            stack.extend(cte_scopes(child, ctes, &scope));
+                        }
+                        _ => stack.push((child, scope.clone())),
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(nodes)
+}
+
+/// The memory nodes one parse node may make in the plan, in this statement.
+fn node_weight(kind: &str, node: &Value, ctes: &[String], relation: u64) -> Result<u64, Refusal> {
+    if kind == "CommonTableExpr" {
+        check_materialized(node)?;
+    }
+    Ok(match (kind, node.as_object()) {
         // A CTE's name (unqualified) is one stored input, not a view.
-        "RangeVar" if is_cte(node, ctes) => FROM_ITEM_NODES,
+        ("RangeVar", _) if is_cte(node, ctes) => FROM_ITEM_NODES,
+        ("RangeVar", _) => relation,
+        (_, Some(node)) => weight(kind, node),
+        (_, None) => 0,
+    })
+}
+
+/// The memory nodes one parse node other than a query may make in the plan
+/// (a name in FROM counted as a table's or view's). `sandbox::work` counts
+/// them in the expressions the planner copies, too.
+pub(in crate::sandbox) fn weight(kind: &str, node: &Map<String, Value>) -> u64 {
+    match kind {
         "RangeVar" => RELATION_NODES,
         "RangeFunction" | "RangeSubselect" | "RangeTableFunc" | "RangeTableSample" => FROM_ITEM_NODES,
         // An ORDER BY key of a query, an aggregate or a window: a sort.
-        "SortBy" | "WindowDef" | "SubLink" => 1,
-        "CommonTableExpr" => {
-            check_materialized(node)?;
-            1
-        }
+        "SortBy" | "WindowDef" | "SubLink" | "CommonTableExpr" => 1,
         // DISTINCT in an aggregate sorts; so does a window written in place.
         "FuncCall" => {
             let distinct = node.get("agg_distinct").and_then(Value::as_bool) == Some(true);
@@ -93,7 +137,49 @@ fn node_weight(kind: &str, node: &Value, ctes: &[String]) -> Result<u64, Refusal
             u64::from(distinct) + u64::from(window)
         }
         _ => 0,
-    })
+    }
+}
+
+/// The CTE names visible in a query (or statement) and below it: those
+/// around it, and its own WITH's.
+fn with_scope(query: &Value, outer: &Rc<Vec<String>>) -> Rc<Vec<String>> {
+    let ctes = query.pointer("/with_clause/ctes").and_then(Value::as_array);
+    match ctes {
+        Some(ctes) if !ctes.is_empty() => {
+            let mut scope = outer.as_ref().clone();
+            scope.extend(ctes.iter().filter_map(cte_name));
+            Rc::new(scope)
+        }
+        _ => outer.clone(),
+    }
+}
+
+/// Each CTE of a WITH with the names its body sees: the CTEs before it (all
+/// of them, itself included, in a WITH RECURSIVE). Regression (the review
+/// of the nineteenth adversarial read, issue 23): a table named like a CTE
+/// defined elsewhere counted as a stored CTE's two nodes, not a view's eight.
+fn cte_scopes<'a>(
+    with: &'a Value,
+    ctes: &'a [Value],
+    statement: &Rc<Vec<String>>,
+) -> Vec<(&'a Value, Rc<Vec<String>>)> {
+    let recursive = with.get("recursive").and_then(Value::as_bool) == Some(true);
+    // `statement` already holds this WITH's names at its end.
+    let outer = &statement[..statement.len().saturating_sub(ctes.len())];
+    (0..ctes.len())
+        .map(|i| {
+            let seen = if recursive { ctes.len() } else { i };
+            let mut scope = outer.to_vec();
+            scope.extend(ctes[..seen].iter().filter_map(cte_name));
+            (&ctes[i], Rc::new(scope))
+        })
+        .collect()
+}
+
+fn cte_name(cte: &Value) -> Option<String> {
+    cte.pointer("/node/CommonTableExpr/ctename")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
 }
 
 fn is_cte(relation: &Value, ctes: &[String]) -> bool {
@@ -102,10 +188,17 @@ fn is_cte(relation: &Value, ctes: &[String]) -> bool {
 }
 
 /// A query's own DISTINCT, GROUP BY and set operation: each a sort.
-fn select_weight(select: &Value) -> u64 {
-    let set = |key: &str| list(select, key).next().is_some();
-    let set_operation = super::unspilled::set_operation(select)
-        .is_some_and(|op| op != pg_query::protobuf::SetOperation::SetopNone);
+pub(in crate::sandbox) fn query_weight(select: &Map<String, Value>) -> u64 {
+    let set = |key: &str| {
+        select
+            .get(key)
+            .and_then(Value::as_array)
+            .is_some_and(|items| !items.is_empty())
+    };
+    let set_operation = select
+        .get("op")
+        .and_then(Value::as_i64)
+        .is_some_and(|op| op > pg_query::protobuf::SetOperation::SetopNone as i64);
     u64::from(set("distinct_clause")) + u64::from(set("group_clause")) + u64::from(set_operation)
 }
 

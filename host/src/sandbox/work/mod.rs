@@ -73,19 +73,55 @@ mod walk;
 
 pub use sizes::COLUMN_DIGITS;
 pub use sizes::bare_numeric;
-use tree::{count_queries, has_recursion, names, renamed_on_reading, star_target};
+use tree::{aliases, count_queries, has_recursion, names, renamed_on_reading, star_target};
 pub use tree::{is_array, written_tables};
 
 /// Checks the work of one row of the statement `tree` (PostgreSQL's parse
 /// tree as JSON), with every stored row and bound value at most `row_bytes`;
 /// `hidden`: the work its tables' own expressions add to a write (see the
-/// module docs).
-pub fn check(tree: &Value, row_bytes: u64, hidden: u64) -> Result<(), Refusal> {
-    let ns = row_work_ns(tree, row_bytes, hidden)?;
-    if ns > ROW_WORK_NS {
-        return Err(too_much(ns, row_bytes));
+/// module docs). `Ok`: the plan nodes holding `work_mem` that the planner's
+/// copies of derived columns add to the statement's own (for
+/// `sandbox::postgres::plan_memory`).
+pub fn check(tree: &Value, row_bytes: u64, hidden: u64) -> Result<u64, Refusal> {
+    let measured = measure(tree, row_bytes, hidden)?;
+    if measured.work > ROW_WORK_NS {
+        return Err(too_much(measured.work, row_bytes));
     }
-    Ok(())
+    Ok(measured.copied_memory)
+}
+
+/// The most parse nodes a statement may hold once the planner has copied
+/// each derived column's expression into every reference to it. It merges
+/// a subquery or CTE into its reader that way, level by level, so n levels
+/// of ten references each are 10^n copies, made while planning, where no
+/// deadline is looked at: at six levels 0.4 s and 335 MB, at eight more than
+/// 6 GB (the review of the nineteenth adversarial read, issue 23). A 64 KiB
+/// statement holds about 32,000 nodes of its own; this many planned take
+/// about 40 ms and 35 MB.
+pub const MAX_PLANNED_NODES: u64 = 100_000;
+
+/// What evaluating an expression once costs, and what the planner gets with
+/// each copy of it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Cost {
+    /// Work of evaluating it once, by the weights.
+    work: u64,
+    /// Its parse nodes (its derived columns' copied in): what the planner
+    /// copies and plans again for each reference.
+    nodes: u64,
+    /// Its plan nodes that may each hold `work_mem` (a subquery's sorts
+    /// and stored rows: `sandbox::postgres::plan_memory`'s weights).
+    memory: u64,
+}
+
+impl Cost {
+    fn max(self, other: Self) -> Self {
+        Self {
+            work: self.work.max(other.work),
+            nodes: self.nodes.max(other.nodes),
+            memory: self.memory.max(other.memory),
+        }
+    }
 }
 
 /// What a column reference may stand for: a stored value, or the
@@ -94,24 +130,37 @@ pub fn check(tree: &Value, row_bytes: u64, hidden: u64) -> Result<(), Refusal> {
 struct Derived {
     bytes: u64,
     digits: u64,
-    /// Work of evaluating the expression once.
-    work: u64,
+    /// The expression's cost.
+    cost: Cost,
     /// A whole row of a derived table (`s`, `s.*`, `*`): all its columns.
     row: u64,
-    /// The work of all its columns' expressions.
-    row_work: u64,
+    /// The cost of all its columns' expressions.
+    row_cost: Cost,
 }
 
 impl Derived {
+    /// Its sizes and work, without what copies of it bring to the plan.
+    fn values(self) -> Self {
+        let values = |cost: Cost| Cost {
+            work: cost.work,
+            ..Cost::default()
+        };
+        Self {
+            cost: values(self.cost),
+            row_cost: values(self.row_cost),
+            ..self
+        }
+    }
+
     /// A stored value: a column or parameter at the row bound, a whole row
-    /// of a table or view at [`VIEW_ROWS`] of them, with no work of its own.
+    /// of a table or view at [`VIEW_ROWS`] of them, with no cost of its own.
     fn stored(row_bytes: u64) -> Self {
         Self {
             bytes: row_bytes,
             digits: COLUMN_DIGITS,
-            work: 0,
+            cost: Cost::default(),
             row: VIEW_ROWS * row_bytes,
-            row_work: 0,
+            row_cost: Cost::default(),
         }
     }
 }
@@ -119,6 +168,16 @@ impl Derived {
 /// The most work, in nanoseconds by the weights, that one row of the
 /// statement may take.
 pub fn row_work_ns(tree: &Value, row_bytes: u64, hidden: u64) -> Result<u64, Refusal> {
+    Ok(measure(tree, row_bytes, hidden)?.work)
+}
+
+/// What [`measure`] finds.
+struct Measured {
+    work: u64,
+    copied_memory: u64,
+}
+
+fn measure(tree: &Value, row_bytes: u64, hidden: u64) -> Result<Measured, Refusal> {
     let stored = Derived::stored(row_bytes);
     let (mut columns, mut derived, mut star) = (Columns::new(), stored, false);
     // A column renamed where it is read (`FROM l AS p(w)`, a join's alias
@@ -139,6 +198,7 @@ pub fn row_work_ns(tree: &Value, row_bytes: u64, hidden: u64) -> Result<u64, Ref
     }
     let recursive = has_recursion(tree);
     let (names, relations) = names(tree);
+    let aliases = aliases(tree);
     for round in 0..=queries + 1 {
         let mut walk = Walk {
             row_bytes,
@@ -150,6 +210,7 @@ pub fn row_work_ns(tree: &Value, row_bytes: u64, hidden: u64) -> Result<u64, Ref
             inner: stored,
             names: names.clone(),
             relations: relations.clone(),
+            aliases: aliases.clone(),
             ..Walk::default()
         };
         let written = walk.visit(tree)?;
@@ -157,16 +218,32 @@ pub fn row_work_ns(tree: &Value, row_bytes: u64, hidden: u64) -> Result<u64, Ref
         // larger values before the bound refuses the row.
         let scale = written.bytes.div_ceil(row_bytes.max(1)).max(1);
         let work = walk.work.saturating_add(hidden.saturating_mul(scale));
+        if walk.nodes > MAX_PLANNED_NODES {
+            return Err(too_many_copies(walk.nodes));
+        }
+        let measured = Measured {
+            work,
+            copied_memory: walk.copied_memory,
+        };
         if work > ROW_WORK_NS {
-            return Ok(work);
+            return Ok(measured);
         }
         let found_unnamed = walk.found_unnamed || renamed;
-        let stable = walk.found == columns
-            && walk.inner == derived
+        let values = |c: &Columns| {
+            c.iter()
+                .map(|(k, d)| (k.clone(), d.values()))
+                .collect::<Columns>()
+        };
+        let stable = values(&walk.found) == values(&columns)
+            && walk.inner.values() == derived.values()
             && walk.found_star == star
             && found_unnamed == unnamed;
-        if stable || (!recursive && round == queries + 1) {
-            return Ok(work);
+        // Copies grow by name where a recursive CTE's column meets a
+        // reader's of the same name; the real copies are a chain of at most
+        // `queries` levels, carried whole by then.
+        let copies_carried = (walk.found == columns && walk.inner == derived) || round == queries + 1;
+        if (stable && copies_carried) || (!recursive && round == queries + 1) {
+            return Ok(measured);
         }
         (columns, derived, star, unnamed) = (walk.found, walk.inner, walk.found_star, found_unnamed);
     }
@@ -186,7 +263,7 @@ type Columns = std::collections::BTreeMap<String, Derived>;
 /// row, unseen by [`check`]), so a view may only select and rename columns.
 /// Its filters and joins run in nodes of their own, row by row, and are
 /// held to [`check`]'s bound.
-pub fn check_view(tree: &Value, row_bytes: u64) -> Result<(), Refusal> {
+pub fn check_view(tree: &Value, row_bytes: u64) -> Result<u64, Refusal> {
     let mut stack = vec![tree];
     while let Some(value) = stack.pop() {
         match value {
@@ -224,6 +301,15 @@ pub fn check_view(tree: &Value, row_bytes: u64) -> Result<(), Refusal> {
     check(tree, row_bytes, 0)
 }
 
+fn too_many_copies(nodes: u64) -> Refusal {
+    Refusal::Limit(format!(
+        "PostgreSQL's planner copies a subquery's or CTE's computed columns into every place that \
+         reads them: this statement would be planned as up to {nodes} expression nodes, at most \
+         {MAX_PLANNED_NODES}, and planning is not interrupted at the deadline; read each computed \
+         column fewer times, or compute it in a CTE written AS MATERIALIZED"
+    ))
+}
+
 fn too_much(ns: u64, row_bytes: u64) -> Refusal {
     Refusal::Limit(format!(
         "this statement may work up to {} ms on one row, which PostgreSQL does not interrupt at the \
@@ -258,11 +344,27 @@ struct Walk {
     found_unnamed: bool,
     /// Work counted so far (one row of VALUES at a time).
     work: u64,
+    /// Parse nodes and `work_mem` plan nodes counted so far, copies of
+    /// derived columns included (see [`Cost`]).
+    nodes: u64,
+    memory: u64,
+    /// The part of `memory` that references to derived columns copied in.
+    copied_memory: u64,
     /// Nesting of subqueries and CTEs around the node being visited.
     depth: u32,
     /// Inside the body of a CTE that reads itself: PostgreSQL materializes
     /// it (a worktable), so its expressions are not copied into readers.
     recursive: u32,
+    /// The depths of the bodies of CTEs written `AS MATERIALIZED` around
+    /// the node: their rows are stored, so their outputs are read, not
+    /// copied.
+    materialized: Vec<u32>,
+    /// The subqueries and CTEs around the node, by the depth of their body
+    /// and the name their readers qualify its columns by.
+    owners: Vec<(u32, String)>,
+    /// The names in FROM that are not a subquery's or CTE's (see
+    /// [`tree::aliases`]): a column they qualify is looked up by its name.
+    aliases: BTreeSet<String>,
     /// The largest value, digits and costliest expression a nested query
     /// or function in FROM outputs (at least a stored value's).
     inner: Derived,

@@ -100,6 +100,21 @@ pub(super) fn node(fields: &Map<String, Value>) -> Option<(&str, &Map<String, Va
     Some((kind.as_str(), inner.as_object()?))
 }
 
+/// `q.name` of a column reference of two names.
+pub(super) fn qualified_name(list: Option<&Value>) -> Option<String> {
+    fn sval(f: &Value) -> Option<&str> {
+        f.pointer("/node/String/sval").and_then(Value::as_str)
+    }
+    match list?.as_array()?.as_slice() {
+        [qualifier, name] => Some(format!("{}.{}", sval(qualifier)?, sval(name)?)),
+        _ => None,
+    }
+}
+
+pub(super) fn first_name(list: Option<&Value>) -> Option<&str> {
+    list?.as_array()?.first()?.pointer("/node/String/sval")?.as_str()
+}
+
 pub(super) fn last_name(list: Option<&Value>) -> Option<&str> {
     list?
         .as_array()?
@@ -194,6 +209,32 @@ pub(super) fn names(tree: &Value) -> (BTreeSet<String>, BTreeSet<String>) {
         }
     }
     (derived, relations)
+}
+
+/// The aliases of joins, tables, views, CTE references and functions in
+/// FROM: a column qualified by one of them may be anything its relation
+/// passes on, not the output of a subquery or CTE of that name.
+pub(super) fn aliases(tree: &Value) -> BTreeSet<String> {
+    let mut stack = vec![tree];
+    let mut aliases = BTreeSet::new();
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(fields) => {
+                let aliased = match node(fields) {
+                    Some(("JoinExpr" | "RangeFunction" | "RangeTableFunc", n)) => Some(n),
+                    // A RangeVar, wrapped in a node or not.
+                    _ if fields.contains_key("relname") => Some(fields),
+                    _ => None,
+                };
+                let alias = aliased.and_then(|n| n.get("alias")?.get("aliasname")?.as_str());
+                aliases.extend(alias.map(str::to_owned));
+                stack.extend(fields.values());
+            }
+            _ => {}
+        }
+    }
+    aliases
 }
 
 /// The name a SELECT item's column gets: its alias, a column's own name,

@@ -5,51 +5,110 @@ use super::repeats::*;
 use super::sizes::*;
 use super::tree::*;
 use super::*;
+use crate::sandbox::postgres::plan_memory::{query_weight, weight};
+
+/// A literal's bytes count as planned nodes at this many bytes each (about
+/// the size of a node), since each copy holds them again.
+const LITERAL_BYTES_PER_NODE: u64 = 64;
+
+/// Regression (the review of the nineteenth adversarial read, issue 23): a
+/// CTE that reads itself is stored, so its outputs cost its readers nothing,
+/// and the walk counts nothing copied inside it either (its derived columns
+/// by name would meet the CTE's own and never be stable). A subquery or CTE
+/// inside it would be merged into it, copied per reference, uncounted.
+fn nested_in_recursion() -> Refusal {
+    Refusal::Forbidden(
+        "a CTE that reads itself (WITH RECURSIVE) may not hold a subquery in FROM or a WITH of its \
+         own: the planner copies their columns into every reference, which the statement guard \
+         cannot count there; compute them in a CTE beside it"
+            .into(),
+    )
+}
 
 impl Walk {
     pub(super) fn charge(&mut self, ns: u64) {
         self.work = self.work.saturating_add(ns);
     }
 
+    /// What the walk has counted so far.
+    pub(super) fn spent(&self) -> Cost {
+        Cost {
+            work: self.work,
+            nodes: self.nodes,
+            memory: self.memory,
+        }
+    }
+
+    /// What the walk has counted since `before`.
+    pub(super) fn since(&self, before: Cost) -> Cost {
+        Cost {
+            work: self.work.saturating_sub(before.work),
+            nodes: self.nodes.saturating_sub(before.nodes),
+            memory: self.memory.saturating_sub(before.memory),
+        }
+    }
+
+    /// A reference to a derived column: the planner copies its expression
+    /// in, to be planned and evaluated here again.
+    fn copy_in(&mut self, cost: Cost) {
+        self.charge(cost.work);
+        self.nodes = self.nodes.saturating_add(cost.nodes);
+        self.memory = self.memory.saturating_add(cost.memory);
+        self.copied_memory = self.copied_memory.saturating_add(cost.memory);
+    }
+
+    /// What a nested query's outputs cost a reader: nothing if the query's
+    /// rows are stored (a CTE that reads itself, or one written `AS
+    /// MATERIALIZED`), where the reader reads values, not expressions.
+    fn read_cost(&self, cost: Cost) -> Cost {
+        let stored = self.recursive > 0 || self.materialized.last() == Some(&self.depth);
+        if stored { Cost::default() } else { cost }
+    }
+
     /// Records what a nested query's output column (or a FROM function's)
-    /// can be: `work` is what evaluating it once cost.
-    /// ... under `name`, if it has one.
-    pub(super) fn named(&mut self, name: Option<&str>, size: Size, work: u64) {
-        self.output(size, work);
-        let work = if self.recursive > 0 { 0 } else { work };
+    /// can be, under `name` if it has one: `cost` is what evaluating it
+    /// once cost.
+    pub(super) fn named(&mut self, name: Option<&str>, size: Size, cost: Cost) {
+        self.output(size, cost);
+        let cost = self.read_cost(cost);
         if name.is_none() && self.depth > 0 {
             self.found_unnamed = true;
         }
-        if let Some(name) = name {
-            let entry = self.found.entry(name.to_owned()).or_default();
+        let Some(name) = name else { return };
+        // Also under the name of the subquery or CTE it is an output of, for
+        // the references that qualify it so.
+        let owner = self.owners.last().filter(|(depth, _)| *depth == self.depth);
+        let qualified = owner.map(|(_, owner)| format!("{owner}.{name}"));
+        for key in std::iter::once(name.to_owned()).chain(qualified) {
+            let entry = self.found.entry(key).or_default();
             *entry = Derived {
                 bytes: entry.bytes.max(size.bytes),
                 digits: entry.digits.max(size.digits),
-                work: entry.work.max(work),
+                cost: entry.cost.max(cost),
                 row: 0,
-                row_work: 0,
+                row_cost: Cost::default(),
             };
         }
     }
 
-    pub(super) fn output(&mut self, size: Size, work: u64) {
-        let work = if self.recursive > 0 { 0 } else { work };
+    pub(super) fn output(&mut self, size: Size, cost: Cost) {
+        let cost = self.read_cost(cost);
         self.inner = Derived {
             bytes: self.inner.bytes.max(size.bytes),
             digits: self.inner.digits.max(size.digits),
-            work: self.inner.work.max(work),
+            cost: self.inner.cost.max(cost),
             ..self.inner
         };
     }
 
-    /// Records a nested query's whole output row: `bytes` and `work` of all
+    /// Records a nested query's whole output row: `bytes` and `cost` of all
     /// its columns together. Any query's row is held to the value cap.
-    pub(super) fn output_row(&mut self, bytes: u64, work: u64) -> Result<(), Refusal> {
+    pub(super) fn output_row(&mut self, bytes: u64, cost: Cost) -> Result<(), Refusal> {
         self.cap(bytes, "a row")?;
         if self.depth > 0 {
-            let work = if self.recursive > 0 { 0 } else { work };
+            let cost = self.read_cost(cost);
             self.inner.row = self.inner.row.max(bytes);
-            self.inner.row_work = self.inner.row_work.max(work);
+            self.inner.row_cost = self.inner.row_cost.max(cost);
         }
         Ok(())
     }
@@ -119,6 +178,7 @@ impl Walk {
     /// its largest output value. Inside a subquery or CTE, each output column
     /// is recorded with the work of its expression (see [`Walk::output`]).
     pub(super) fn query(&mut self, fields: &Map<String, Value>) -> Result<Size, Refusal> {
+        self.memory = self.memory.saturating_add(query_weight(fields));
         let grouped = self.grouped;
         self.grouped |= fields
             .get("group_clause")
@@ -142,6 +202,7 @@ impl Walk {
                     let (before, mut widest, mut folded) = (self.work, 0, 0u64);
                     for values in value.as_array().into_iter().flatten() {
                         self.work = before;
+                        let row_start = self.spent();
                         let (mut row, mut row_folded) = (0u64, 0u64);
                         for item in values
                             .pointer("/node/List/items")
@@ -149,18 +210,18 @@ impl Walk {
                             .into_iter()
                             .flatten()
                         {
-                            let start = self.work;
+                            let start = self.spent();
                             let size = self.visit(item)?;
                             output = output.max(size);
                             row = row.saturating_add(size.bytes);
                             if self.depth > 0 {
-                                self.output(size, self.work - start);
+                                self.output(size, self.since(start));
                             }
                             if is_constant(item) {
-                                row_folded = row_folded.saturating_add(self.work - start);
+                                row_folded = row_folded.saturating_add(self.since(start).work);
                             }
                         }
-                        self.output_row(row, self.work - before)?;
+                        self.output_row(row, self.since(row_start))?;
                         let row_work = self.work - before;
                         widest = widest.max(row_work - row_folded);
                         folded = folded.saturating_add(row_folded);
@@ -181,9 +242,9 @@ impl Walk {
     /// to the cap and, inside a subquery or CTE, recorded for its readers.
     pub(super) fn targets(&mut self, value: &Value) -> Result<Size, Refusal> {
         let mut output = Size::default();
-        let (start, mut row) = (self.work, 0u64);
+        let (start, mut row) = (self.spent(), 0u64);
         for target in value.as_array().into_iter().flatten() {
-            let before = self.work;
+            let before = self.spent();
             let size = match star_target(target) {
                 // `*` and `x.*` stand for their columns (PostgreSQL
                 // expands them), each a stored or derived value.
@@ -194,7 +255,7 @@ impl Walk {
                     } else {
                         self.stored.row
                     };
-                    self.charge(self.derived.row_work);
+                    self.copy_in(self.derived.row_cost);
                     Size {
                         bytes: row.max(self.derived.row),
                         digits: self.derived.digits,
@@ -205,10 +266,10 @@ impl Walk {
             output = output.max(size);
             row = row.saturating_add(size.bytes);
             if self.depth > 0 {
-                self.named(target_name(target), size, self.work - before);
+                self.named(target_name(target), size, self.since(before));
             }
         }
-        self.output_row(row, self.work - start)?;
+        self.output_row(row, self.since(start))?;
         Ok(output)
     }
 
@@ -229,6 +290,8 @@ impl Walk {
             ));
         }
         let from_function = std::mem::take(&mut self.from_function);
+        self.nodes = self.nodes.saturating_add(1);
+        self.memory = self.memory.saturating_add(weight(kind, n));
         let size = self.sized(kind, n, from_function)?;
         self.cap(size.bytes, "a value")?;
         Ok(size)
@@ -261,12 +324,20 @@ impl Walk {
                     digits: c.digits.max(self.stored.digits),
                     ..c
                 };
-                let column = match name.and_then(|name| self.columns.get(name)) {
+                let qualified = qualified_name(n.get("fields"));
+                let own = qualified
+                    .filter(|_| {
+                        !self
+                            .aliases
+                            .contains(first_name(n.get("fields")).unwrap_or_default())
+                    })
+                    .and_then(|q| self.columns.get(&q));
+                let column = match own.or_else(|| name.and_then(|name| self.columns.get(name))) {
                     Some(column) => at_least(*column),
                     None if self.star || self.unnamed => at_least(self.derived),
                     None => self.stored,
                 };
-                self.charge(column.work);
+                self.copy_in(column.cost);
                 // A bare table or view name may be its whole row.
                 let bytes = if relation && fields_len(n) == 1 {
                     column.bytes.max(column.row)
@@ -282,7 +353,12 @@ impl Walk {
                 bytes: self.row_bytes,
                 digits: NUMBER_DIGITS,
             },
-            "AConst" => literal(n),
+            "AConst" => {
+                // A literal is copied whole, and planned, with its node.
+                let size = literal(n);
+                self.nodes = self.nodes.saturating_add(size.bytes / LITERAL_BYTES_PER_NODE);
+                size
+            }
             "TypeCast" => {
                 let to_json = is_json_cast(n.get("type_name"));
                 if to_json {
@@ -303,11 +379,11 @@ impl Walk {
                             let items = list.pointer("/node/List/items").and_then(Value::as_array);
                             for (i, item) in items.into_iter().flatten().enumerate() {
                                 self.from_function = i == 0;
-                                let before = self.work;
+                                let before = self.spent();
                                 let size = self.visit(item)?;
                                 // Its columns are no larger than its arguments.
                                 if i == 0 {
-                                    let work = self.work - before;
+                                    let work = self.since(before);
                                     let alias = n.get("alias");
                                     let mut named: Vec<&str> =
                                         strings_of(alias.and_then(|a| a.get("colnames")));
@@ -365,6 +441,9 @@ impl Walk {
             }
             "SubLink" => self.sublink(n)?,
             "RangeSubselect" | "CommonTableExpr" => {
+                if self.recursive > 0 {
+                    return Err(nested_in_recursion());
+                }
                 let query = if kind == "RangeSubselect" {
                     "subquery"
                 } else {
@@ -374,7 +453,18 @@ impl Walk {
                     && n.get("ctename")
                         .and_then(Value::as_str)
                         .is_some_and(|name| reads_table(n.get(query), name));
+                let always = pg_query::protobuf::CteMaterialize::Always as i64;
+                let materialized = n.get("ctematerialized").and_then(Value::as_i64) == Some(always);
                 self.recursive += u32::from(recursive);
+                if materialized {
+                    self.materialized.push(self.depth + 1);
+                }
+                let owner = match kind {
+                    "RangeSubselect" => n.get("alias").and_then(|a| a.get("aliasname")),
+                    _ => n.get("ctename"),
+                };
+                let owner = owner.and_then(Value::as_str).map(str::to_owned);
+                self.owners.extend(owner.map(|o| (self.depth + 1, o)));
                 let mut output = Size::default();
                 for (name, value) in n {
                     if name == query {
@@ -388,11 +478,21 @@ impl Walk {
                 let renamed = n
                     .get("aliascolnames")
                     .or_else(|| n.get("alias").and_then(|a| a.get("colnames")));
-                let work = self.inner.work;
+                let cost = self.inner.cost;
                 for column in strings_of(renamed) {
                     self.depth += 1;
-                    self.named(Some(column), output, work);
+                    self.named(Some(column), output, cost);
                     self.depth -= 1;
+                }
+                if materialized {
+                    self.materialized.pop();
+                }
+                if self
+                    .owners
+                    .last()
+                    .is_some_and(|(depth, _)| *depth == self.depth + 1)
+                {
+                    self.owners.pop();
                 }
                 self.recursive -= u32::from(recursive);
                 Size::default()

@@ -594,3 +594,4 @@ fn returning_chains_are_carried_to_their_end() {
     let sql = format!("WITH {} SELECT length(y) FROM a10", ctes.join(", "));
     assert!(judged(&sql, 1 << 20).is_err(), "{sql}");
 }
+mod copies;
