@@ -65,6 +65,7 @@ pub const VALUE_ROWS: u64 = 64;
 /// row of a table is one, by the host's constraint; of a view, this many).
 pub const VIEW_ROWS: u64 = 4;
 
+mod calls;
 pub mod json_keys;
 mod repeats;
 mod sizes;
