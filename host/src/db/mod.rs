@@ -108,7 +108,10 @@ impl Database {
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self, DbError> {
         let mut guests = None;
         let pool = if Backend::of_url(url) == Some(Backend::Sqlite) {
+            crate::sandbox::sqlite_memory::bound_heap();
             let options = SqliteConnectOptions::from_str(url)?
+                // Runs of 64 rows in a handler's sorts, not 2 (see the module).
+                .pragma("cache_size", crate::sandbox::sqlite_memory::cache_size_pragma())
                 .create_if_missing(true)
                 .journal_mode(SqliteJournalMode::Wal)
                 // FULL: a committed transaction survives power loss, so the

@@ -14,6 +14,7 @@ pub mod guard;
 pub mod migration;
 pub mod nesting;
 pub mod postgres;
+pub mod sqlite_memory;
 pub mod sqlite_work;
 pub(crate) mod walk;
 pub mod work;

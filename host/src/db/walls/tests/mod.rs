@@ -12,6 +12,7 @@ use std::time::Duration;
 
 mod handler_sessions;
 mod row_work;
+mod sqlite_memory;
 
 /// The pipeline's savepoint name for a guest call; replay uses another.
 const CALL: &str = "inboxd_guest";
