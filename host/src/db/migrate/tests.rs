@@ -459,11 +459,12 @@ async fn postgres_a_migration_holds_a_bounded_number_of_locks() {
         return;
     };
     prepare_handler(&db, "many_locks").await.unwrap();
-    let columns = (0..60)
+    // Each statement within its own bound of keys (`sandbox::postgres::ddl_locks`).
+    let columns = (0..30)
         .map(|i| format!("a{i} TEXT UNIQUE"))
         .collect::<Vec<_>>()
         .join(", ");
-    let sql = (0..20)
+    let sql = (0..40)
         .map(|_| format!("CREATE TABLE x ({columns});\nDROP TABLE x;\n"))
         .collect::<String>();
     let mut tx = db.begin_migration("many_locks").await.unwrap();

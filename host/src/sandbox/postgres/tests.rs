@@ -576,3 +576,30 @@ fn plans_hold_a_bounded_number_of_memory_nodes_and_nothing_multiplies_them() {
         );
     }
 }
+
+/// Regression (the review of the nineteenth adversarial read, issue 23): one
+/// statement's indexes and foreign keys are locked before the host counts a
+/// migration's locks.
+#[test]
+fn a_migration_statement_makes_a_bounded_number_of_keys() {
+    let table = |n: usize| {
+        let columns = (0..n).map(|i| format!("c{i} text UNIQUE")).collect::<Vec<_>>();
+        format!("CREATE TABLE x (id bigint PRIMARY KEY, {})", columns.join(", "))
+    };
+    let migration = |sql: &str| check(sql, Mode::Migration, 1 << 20, &Catalog::default());
+    assert_eq!(migration(&table(31)), Ok(1));
+    for sql in [
+        table(32),
+        table(1_600),
+        format!(
+            "ALTER TABLE t {}",
+            (0..33)
+                .map(|i| format!("ADD CONSTRAINT k{i} FOREIGN KEY (a) REFERENCES u (a)"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    ] {
+        let err = migration(&sql).unwrap_err().to_string();
+        assert!(err.contains("at most 32 in one statement"), "{err}");
+    }
+}
