@@ -73,6 +73,7 @@ mod tree;
 mod walk;
 
 pub use sizes::COLUMN_DIGITS;
+use sizes::Size;
 pub use sizes::bare_numeric;
 use tree::{aliases, count_queries, has_recursion, names, renamed_on_reading, star_target};
 pub use tree::{is_array, written_tables};
@@ -116,6 +117,15 @@ struct Cost {
 }
 
 impl Cost {
+    /// Both, as when an expression is copied once per arm of a UNION.
+    fn plus(self, other: Self) -> Self {
+        Self {
+            work: self.work.saturating_add(other.work),
+            nodes: self.nodes.saturating_add(other.nodes),
+            memory: self.memory.saturating_add(other.memory),
+        }
+    }
+
     fn max(self, other: Self) -> Self {
         Self {
             work: self.work.max(other.work),
@@ -124,6 +134,31 @@ impl Cost {
         }
     }
 }
+
+/// One output column of a query, for its readers.
+#[derive(Debug, Clone)]
+struct Output {
+    name: Option<String>,
+    size: Size,
+    cost: Cost,
+}
+
+impl Output {
+    fn new(name: Option<String>, size: Size, cost: Cost) -> Self {
+        Self { name, size, cost }
+    }
+
+    fn max(self, size: Size, cost: Cost) -> Self {
+        Self {
+            size: self.size.max(size),
+            cost: self.cost.max(cost),
+            ..self
+        }
+    }
+}
+
+/// An arm of a set operation: its columns, its row's bytes and cost.
+type Arm = (Vec<Output>, u64, Cost);
 
 /// What a column reference may stand for: a stored value, or the
 /// expression of a derived column (which the planner may copy in).
@@ -363,6 +398,8 @@ struct Walk {
     /// The subqueries and CTEs around the node, by the depth of their body
     /// and the name their readers qualify its columns by.
     owners: Vec<(u32, String)>,
+    /// The arms of the set operations being walked, by their depth.
+    arms: Vec<(u32, Vec<Arm>)>,
     /// The names in FROM that are not a subquery's or CTE's (see
     /// [`tree::aliases`]): a column they qualify is looked up by its name.
     aliases: BTreeSet<String>,

@@ -100,6 +100,12 @@ pub(super) fn node(fields: &Map<String, Value>) -> Option<(&str, &Map<String, Va
     Some((kind.as_str(), inner.as_object()?))
 }
 
+/// A UNION (or other set operation) of the queries in its `larg`, `rarg`.
+pub(super) fn is_set_operation(query: &Map<String, Value>) -> bool {
+    let op = query.get("op").and_then(Value::as_i64).unwrap_or_default();
+    op > pg_query::protobuf::SetOperation::SetopNone as i64
+}
+
 /// `q.name` of a column reference of two names.
 pub(super) fn qualified_name(list: Option<&Value>) -> Option<String> {
     fn sval(f: &Value) -> Option<&str> {

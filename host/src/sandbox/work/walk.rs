@@ -101,18 +101,6 @@ impl Walk {
         };
     }
 
-    /// Records a nested query's whole output row: `bytes` and `cost` of all
-    /// its columns together. Any query's row is held to the value cap.
-    pub(super) fn output_row(&mut self, bytes: u64, cost: Cost) -> Result<(), Refusal> {
-        self.cap(bytes, "a row")?;
-        if self.depth > 0 {
-            let cost = self.read_cost(cost);
-            self.inner.row = self.inner.row.max(bytes);
-            self.inner.row_cost = self.inner.row_cost.max(cost);
-        }
-        Ok(())
-    }
-
     pub(super) fn cap(&self, bytes: u64, what: &str) -> Result<(), Refusal> {
         let cap = self.row_bytes.saturating_mul(VALUE_ROWS);
         if bytes > cap {
@@ -191,6 +179,9 @@ impl Walk {
 
     fn query_fields(&mut self, fields: &Map<String, Value>) -> Result<Size, Refusal> {
         let mut output = Size::default();
+        if is_set_operation(fields) {
+            output = self.set_operation(fields)?;
+        }
         for (name, value) in fields {
             match name.as_str() {
                 "target_list" | "returning_list" => output = output.max(self.targets(value)?),
@@ -199,37 +190,43 @@ impl Walk {
                     // what an item does with parameters or columns counts for
                     // the widest row only. An item of literals alone is
                     // folded by the planner, every row's at once: those sum.
+                    // Its columns are `column1`, `column2`, ... by position,
+                    // each the largest of its rows' (a VALUES of one row is
+                    // pulled up into its reader like a subquery).
                     let (before, mut widest, mut folded) = (self.work, 0, 0u64);
+                    let mut columns: Vec<Output> = Vec::new();
+                    let (mut rows, mut rows_cost) = (0u64, Cost::default());
                     for values in value.as_array().into_iter().flatten() {
                         self.work = before;
                         let row_start = self.spent();
                         let (mut row, mut row_folded) = (0u64, 0u64);
-                        for item in values
-                            .pointer("/node/List/items")
-                            .and_then(Value::as_array)
-                            .into_iter()
-                            .flatten()
-                        {
+                        let items = values.pointer("/node/List/items").and_then(Value::as_array);
+                        for (i, item) in items.into_iter().flatten().enumerate() {
                             let start = self.spent();
                             let size = self.visit(item)?;
                             output = output.max(size);
                             row = row.saturating_add(size.bytes);
-                            if self.depth > 0 {
-                                self.output(size, self.since(start));
+                            let cost = self.since(start);
+                            if columns.len() <= i {
+                                columns.push(Output::new(Some(format!("column{}", i + 1)), size, cost));
                             }
+                            columns[i] = columns[i].clone().max(size, cost);
                             if is_constant(item) {
-                                row_folded = row_folded.saturating_add(self.since(start).work);
+                                row_folded = row_folded.saturating_add(cost.work);
                             }
                         }
-                        self.output_row(row, self.since(row_start))?;
+                        self.cap(row, "a row")?;
+                        rows = rows.max(row);
+                        rows_cost = rows_cost.max(self.since(row_start));
                         let row_work = self.work - before;
                         widest = widest.max(row_work - row_folded);
                         folded = folded.saturating_add(row_folded);
                     }
                     self.work = before.saturating_add(widest).saturating_add(folded);
+                    self.record(columns, rows, rows_cost);
                 }
-                // A UNION's arms: the columns are either's.
-                "larg" | "rarg" => output = output.max(self.visit(value)?),
+                // A UNION's arms: see `set_operation`.
+                "larg" | "rarg" if is_set_operation(fields) => {}
                 _ => {
                     self.visit(value)?;
                 }
@@ -243,6 +240,7 @@ impl Walk {
     pub(super) fn targets(&mut self, value: &Value) -> Result<Size, Refusal> {
         let mut output = Size::default();
         let (start, mut row) = (self.spent(), 0u64);
+        let mut columns = Vec::new();
         for target in value.as_array().into_iter().flatten() {
             let before = self.spent();
             let size = match star_target(target) {
@@ -265,11 +263,66 @@ impl Walk {
             };
             output = output.max(size);
             row = row.saturating_add(size.bytes);
-            if self.depth > 0 {
-                self.named(target_name(target), size, self.since(before));
+            columns.push(Output::new(
+                target_name(target).map(str::to_owned),
+                size,
+                self.since(before),
+            ));
+        }
+        self.cap(row, "a row")?;
+        self.record(columns, row, self.since(start));
+        Ok(output)
+    }
+
+    /// Records what a nested query outputs for its readers: each column by
+    /// its name, and its whole row. An arm of a set operation's is kept for
+    /// the set operation to record.
+    fn record(&mut self, columns: Vec<Output>, row: u64, row_cost: Cost) {
+        if self.depth == 0 {
+            return;
+        }
+        match self.arms.last_mut() {
+            Some((depth, arms)) if *depth == self.depth => arms.push((columns, row, row_cost)),
+            _ => {
+                for column in columns {
+                    self.named(column.name.as_deref(), column.size, column.cost);
+                }
+                let cost = self.read_cost(row_cost);
+                self.inner.row = self.inner.row.max(row);
+                self.inner.row_cost = self.inner.row_cost.max(cost);
             }
         }
-        self.output_row(row, self.since(start))?;
+    }
+
+    /// Regression (the twentieth adversarial read, issue 23): a UNION's
+    /// columns are named by its first arm, by position, and the planner
+    /// pushes a condition on one into every arm of a UNION ALL it pulled up,
+    /// each a copy of that arm's expression: so a column costs its arms'
+    /// expressions together, not the first one's, nor the costliest.
+    fn set_operation(&mut self, fields: &Map<String, Value>) -> Result<Size, Refusal> {
+        let outermost = self.arms.last().is_none_or(|(depth, _)| *depth != self.depth);
+        if outermost {
+            self.arms.push((self.depth, Vec::new()));
+        }
+        let mut output = Size::default();
+        for arm in ["larg", "rarg"].iter().filter_map(|k| fields.get(*k)) {
+            output = output.max(self.visit(arm)?);
+        }
+        if outermost {
+            let (_, arms) = self.arms.pop().unwrap_or_default();
+            let mut arms = arms.into_iter();
+            if let Some((mut columns, mut row, mut row_cost)) = arms.next() {
+                for (others, other_row, other_cost) in arms {
+                    for (column, other) in columns.iter_mut().zip(others) {
+                        column.size = column.size.max(other.size);
+                        column.cost = column.cost.plus(other.cost);
+                    }
+                    row = row.max(other_row);
+                    row_cost = row_cost.plus(other_cost);
+                }
+                self.record(columns, row, row_cost);
+            }
+        }
         Ok(output)
     }
 

@@ -173,3 +173,77 @@ fn a_long_literal_counts_in_every_copy_of_it() {
     refused(&format!("SELECT count(*) FROM ({sql}) AS z"), "planned as up to");
     allowed(&format!("SELECT '{long}' AS x, '{long}' AS y"));
 }
+
+/// `CASE WHEN x IS NULL THEN 0 ... END` over `column`, `n` arms.
+fn case(n: usize, column: &str) -> String {
+    let arms: Vec<String> = (0..n)
+        .map(|i| format!("WHEN {column} IS NULL THEN {i}"))
+        .collect();
+    format!("CASE {} END", arms.join(" "))
+}
+
+/// Regression (the twentieth adversarial read, issue 23): a UNION's columns
+/// are its first arm's names, and the planner pushes a condition into every
+/// arm of a UNION ALL, each with a copy of that arm's expression.
+#[test]
+fn a_unions_column_costs_every_arms_expression() {
+    let md5s = format!("concat({})", ["md5($1)"; 10].join(", "));
+    for sql in [
+        // The second arm's costly expression, under another name.
+        format!(
+            "SELECT count(*) FROM (SELECT a AS x FROM t UNION ALL SELECT {md5s} AS zzz FROM u) AS s WHERE {} IS NULL",
+            case(300, "x")
+        ),
+        format!(
+            "SELECT count(*) FROM (SELECT a AS x FROM t UNION ALL SELECT a FROM u UNION ALL SELECT {md5s} FROM v) AS s \
+             WHERE {} IS NULL",
+            case(300, "s.x")
+        ),
+    ] {
+        refused(&sql, "limits.max_row_bytes");
+    }
+    // Every arm's nodes, not the largest arm's.
+    let arm = format!("SELECT coalesce({}) AS x FROM u", vec!["a"; 750].join(", "));
+    let arms = vec![arm; 28].join(" UNION ALL ");
+    refused(
+        &format!(
+            "SELECT count(*) FROM ({arms}) AS s WHERE {} IS NULL",
+            case(100, "x")
+        ),
+        "planned as up to",
+    );
+    allowed("SELECT s.x FROM (SELECT a AS x FROM t UNION ALL SELECT b FROM u) AS s WHERE s.x > $1");
+}
+
+/// Regression (the twentieth adversarial read, issue 23): a VALUES list's
+/// columns are `column1`, `column2`, ..., and a VALUES of one row is pulled
+/// up into its reader, copied like a subquery.
+#[test]
+fn a_values_lists_columns_are_derived_columns() {
+    let md5s = format!("concat({})", ["md5($1)"; 10].join(", "));
+    refused(
+        &format!(
+            "SELECT count(*) FROM (VALUES ({md5s})) AS s WHERE {} IS NULL",
+            case(300, "column1")
+        ),
+        "limits.max_row_bytes",
+    );
+    let mut from = vec!["(VALUES ($1)) AS l0".to_owned()];
+    for level in 1..=8 {
+        let read = vec![format!("l{}.column1", level - 1); 10].join(", ");
+        from.push(format!("LATERAL (VALUES (coalesce({read}))) AS l{level}"));
+    }
+    refused(
+        &format!(
+            "SELECT count(*) FROM {} WHERE l8.column1 IS NULL",
+            from.join(", ")
+        ),
+        "planned as up to",
+    );
+    let sub = "(SELECT count(*) FROM (SELECT DISTINCT b FROM y) AS q)";
+    refused(
+        &format!("SELECT {} FROM (VALUES ({sub})) AS s", case(300, "column1")),
+        "plan nodes that each hold up to work_mem",
+    );
+    allowed("SELECT v.column1, v.column2 FROM (VALUES ($1, $2), ($3, $4)) AS v WHERE v.column1 > 0");
+}
