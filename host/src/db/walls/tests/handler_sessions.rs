@@ -302,7 +302,9 @@ async fn postgres_handler_sessions_run_without_jit_hash_joins_or_parallel_worker
                     || current_setting('client_connection_check_interval') \
                     || current_setting('temp_file_limit') \
                     || current_setting('standard_conforming_strings') || current_setting('backslash_quote') \
-                    || current_setting('work_mem')";
+                    || current_setting('work_mem') || current_setting('geqo') \
+                    || current_setting('geqo_threshold') || current_setting('join_collapse_limit') \
+                    || current_setting('from_collapse_limit')";
     // Regression (the nineteenth adversarial read): a role's (or the
     // server's) standard_conforming_strings = off would read '\' as an
     // escaped quote, which neither of the guard's parsers does.
@@ -320,12 +322,13 @@ async fn postgres_handler_sessions_run_without_jit_hash_joins_or_parallel_worker
         let rows = tx.guest_query(settings, &[], 10, 1 << 20).await.unwrap();
         // The suite's server sets no temp_file_limit and its host login may
         // set one for the handler's role (see `migrate::bound_temp_files`).
-        assert_eq!(rows, [vec![SqlValue::Text("offoffoff001s1GBonoff1MB".into())]]);
+        assert_eq!(rows, [vec![SqlValue::Text("offoffoff001s1GBonoff1MBon888".into())]]);
         if turn_on {
             for sql in [
                 "SELECT set_config('jit', 'on', false)",
                 "SELECT set_config('enable_hashjoin', 'on', false)",
                 "SELECT set_config('max_parallel_workers_per_gather', '4', false)",
+                "SELECT set_config('geqo_threshold', '20', false)",
             ] {
                 tx.guest_execute(sql, &[])
                     .await
