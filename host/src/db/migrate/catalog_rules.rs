@@ -125,7 +125,7 @@ pub(super) const MAX_RELATIONS: i64 = 200;
 
 /// PostgreSQL: how many relations the handler's schema holds, if more than
 /// [`MAX_RELATIONS`]. (SQLite has no shared lock table.)
-pub(super) async fn relations_over(tx: &mut Tx, handler: &str) -> Result<Option<i64>, DbError> {
+async fn relations_over(tx: &mut Tx, handler: &str) -> Result<Option<i64>, DbError> {
     count_over(
         tx,
         "SELECT COUNT(*) FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
@@ -145,7 +145,7 @@ pub(super) const MAX_MIGRATION_LOCKS: i64 = 1_000;
 
 /// PostgreSQL: how many locks this migration's transaction holds, if more
 /// than [`MAX_MIGRATION_LOCKS`].
-pub(super) async fn locks_over(tx: &mut Tx) -> Result<Option<i64>, DbError> {
+async fn locks_over(tx: &mut Tx) -> Result<Option<i64>, DbError> {
     count_over(
         tx,
         "SELECT COUNT(*) FROM pg_catalog.pg_locks WHERE pid = pg_catalog.pg_backend_pid()",
@@ -153,6 +153,57 @@ pub(super) async fn locks_over(tx: &mut Tx) -> Result<Option<i64>, DbError> {
         MAX_MIGRATION_LOCKS,
     )
     .await
+}
+
+/// The most bytes of index expressions and partial-index predicates (as
+/// PostgreSQL stores their trees) one table of a handler may have.
+///
+/// Regression (the twentieth adversarial read, issue 23): the planner copies
+/// every index's expressions and predicate of a table for each place a
+/// statement reads it, and a `coalesce(a, a, ...)` costs no work the guard
+/// counts: 150 indexes of 1,500 arguments each, on a table a view reads four
+/// times, made 28 reads of the view plan in 2.3 GB. `lower(email)` is about
+/// 300 bytes.
+pub(super) const MAX_INDEX_EXPRESSION_BYTES: i64 = 32 * 1024;
+
+/// PostgreSQL: the largest index expressions of one of the handler's
+/// tables, if more than [`MAX_INDEX_EXPRESSION_BYTES`].
+async fn index_expressions_over(tx: &mut Tx, handler: &str) -> Result<Option<i64>, DbError> {
+    count_over(
+        tx,
+        "SELECT COALESCE(MAX(bytes), 0) FROM (SELECT SUM(COALESCE(pg_catalog.length(i.indexprs::text), 0) \
+         + COALESCE(pg_catalog.length(i.indpred::text), 0)) AS bytes FROM pg_catalog.pg_index i \
+         JOIN pg_catalog.pg_class c ON c.oid = i.indrelid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = $1 GROUP BY i.indrelid) AS per_table",
+        &[handler_schema(handler).into()],
+        MAX_INDEX_EXPRESSION_BYTES,
+    )
+    .await
+}
+
+/// PostgreSQL: what the handler's schema or this migration holds past one
+/// of the bounds above, in words for the refusal.
+pub(super) async fn bound_broken(tx: &mut Tx, handler: &str) -> Result<Option<String>, DbError> {
+    if let Some(count) = relations_over(tx, handler).await? {
+        return Ok(Some(format!(
+            "its schema holds {count} relations (tables, indexes, views, sequences); at most \
+             {MAX_RELATIONS}: each is a lock in PostgreSQL's shared lock table whenever a statement reads it"
+        )));
+    }
+    if let Some(count) = locks_over(tx).await? {
+        return Ok(Some(format!(
+            "it holds {count} locks (each relation it made, dropped or changed, until it commits); at most \
+             {MAX_MIGRATION_LOCKS}: split it into several migrations"
+        )));
+    }
+    if let Some(bytes) = index_expressions_over(tx, handler).await? {
+        return Ok(Some(format!(
+            "a table's index expressions and predicates take {bytes} bytes as PostgreSQL stores them; at \
+             most {MAX_INDEX_EXPRESSION_BYTES}: the planner copies them into every statement that reads the \
+             table, once for each place it does; index plain columns, or shorter expressions"
+        )));
+    }
+    Ok(None)
 }
 
 /// PostgreSQL: the count `sql` reads, if more than `bound`.

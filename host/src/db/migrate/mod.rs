@@ -525,22 +525,10 @@ pub async fn apply_one_reserving(
                 short(&piece.text)
             )));
         }
-        if let Some(count) = relations_over(tx, handler).await? {
+        if let Some(broken) = catalog_rules::bound_broken(tx, handler).await? {
             return Err(DbError::HandlerMigration(format!(
-                "migration {file} of handler {handler} is refused: after `{}`, its schema holds {count} \
-                 relations (tables, indexes, views, sequences); at most {}: each is a lock in PostgreSQL's \
-                 shared lock table whenever a statement reads it",
-                short(&piece.text),
-                catalog_rules::MAX_RELATIONS
-            )));
-        }
-        if let Some(count) = locks_over(tx).await? {
-            return Err(DbError::HandlerMigration(format!(
-                "migration {file} of handler {handler} is refused: after `{}`, it holds {count} locks \
-                 (each relation it made, dropped or changed, until it commits); at most {}: split it into \
-                 several migrations",
-                short(&piece.text),
-                catalog_rules::MAX_MIGRATION_LOCKS
+                "migration {file} of handler {handler} is refused: after `{}`, {broken}",
+                short(&piece.text)
             )));
         }
         if let Some(reference) = foreign_reference(tx, &own).await? {
@@ -632,7 +620,7 @@ mod catalog_rules;
 mod row_bound;
 mod row_functions;
 pub(crate) use catalog_rules::POSTGRES_VIEWS_OF_VIEWS;
-use catalog_rules::{foreign_reference, locks_over, relations_over, view_of_views};
+use catalog_rules::{foreign_reference, view_of_views};
 pub use row_bound::{CONSTRAINT as ROW_BOUND, bound_rows, hidden_work, jsonb_column};
 pub use row_functions::row_functions;
 

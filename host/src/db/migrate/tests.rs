@@ -475,3 +475,35 @@ async fn postgres_a_migration_holds_a_bounded_number_of_locks() {
     assert!(err.contains("locks") && err.contains("split it"), "{err}");
     tx.rollback().await.unwrap();
 }
+
+/// Regression (the twentieth adversarial read, issue 23): the planner copies
+/// a table's index expressions into every statement that reads it, once per
+/// place it does, so a table's are bounded.
+#[tokio::test]
+async fn postgres_a_tables_index_expressions_are_bounded() {
+    let Some(db) = crate::db::test_support::postgres_db().await else {
+        return;
+    };
+    prepare_handler(&db, "long_indexes").await.unwrap();
+    let sql = "CREATE TABLE ti (a TEXT, b TEXT);\nCREATE INDEX ti_a ON ti (lower(a));\n\
+               CREATE INDEX ti_b ON ti (lower(b)) WHERE b <> '';\n";
+    let mut tx = db.begin_migration("long_indexes").await.unwrap();
+    assert!(
+        apply_one(&mut tx, "long_indexes", &migration("0001_init.sql", sql))
+            .await
+            .unwrap()
+    );
+    tx.commit().await.unwrap();
+    let arguments = vec!["a"; 300].join(", ");
+    let long = migration(
+        "0002_long.sql",
+        &format!("CREATE INDEX ti_long ON ti ((coalesce({arguments})));"),
+    );
+    let mut tx = db.begin_migration("long_indexes").await.unwrap();
+    let err = apply_one(&mut tx, "long_indexes", &long)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("index expressions and predicates take"), "{err}");
+    tx.rollback().await.unwrap();
+}

@@ -322,7 +322,10 @@ async fn postgres_handler_sessions_run_without_jit_hash_joins_or_parallel_worker
         let rows = tx.guest_query(settings, &[], 10, 1 << 20).await.unwrap();
         // The suite's server sets no temp_file_limit and its host login may
         // set one for the handler's role (see `migrate::bound_temp_files`).
-        assert_eq!(rows, [vec![SqlValue::Text("offoffoff001s1GBonoff1MBon888".into())]]);
+        assert_eq!(
+            rows,
+            [vec![SqlValue::Text("offoffoff001s1GBonoff1MBon888".into())]]
+        );
         if turn_on {
             for sql in [
                 "SELECT set_config('jit', 'on', false)",
