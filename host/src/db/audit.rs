@@ -42,7 +42,8 @@ const SQLITE_SCHEMA: &str = "SELECT type, name, sql FROM sqlite_master WHERE typ
 /// Every object that runs code and that neither the host nor the walls
 /// allow; on SQLite also every handler table or view whose stored
 /// expressions today's rules refuse (`sandbox::sqlite_work::stored_problem`),
-/// on PostgreSQL every view of a view.
+/// on PostgreSQL every view of a view and every table whose index
+/// expressions are past today's bound.
 pub async fn planted_code(db: &Database) -> Result<Vec<String>, DbError> {
     let sql = match db.backend() {
         Backend::Sqlite => SQLITE_PLANTED,
@@ -56,7 +57,27 @@ pub async fn planted_code(db: &Database) -> Result<Vec<String>, DbError> {
         .collect::<Result<Vec<String>, DbError>>()?;
     match db.backend() {
         Backend::Sqlite => found.extend(refused_schema(db).await?),
-        Backend::Postgres => found.extend(postgres_views_of_views(db).await?),
+        Backend::Postgres => {
+            found.extend(postgres_views_of_views(db).await?);
+            found.extend(postgres_long_index_expressions(db).await?);
+        }
+    }
+    Ok(found)
+}
+
+/// PostgreSQL: tables whose index expressions today's migrations refuse
+/// (the planner copies them into every statement that reads the table).
+async fn postgres_long_index_expressions(db: &Database) -> Result<Vec<String>, DbError> {
+    use super::migrate::{MAX_INDEX_EXPRESSION_BYTES, POSTGRES_INDEX_EXPRESSION_BYTES};
+    let params = ["handler\\_%".into(), MAX_INDEX_EXPRESSION_BYTES.into()];
+    let mut found = Vec::new();
+    for row in db.query(POSTGRES_INDEX_EXPRESSION_BYTES, &params).await? {
+        let mut c = Columns::new("index expression row", row);
+        let (schema, table, bytes) = (c.text("schema")?, c.text("table")?, c.int("bytes")?);
+        found.push(format!(
+            "table {schema}.{table} (its index expressions take {bytes} bytes; at most \
+             {MAX_INDEX_EXPRESSION_BYTES})"
+        ));
     }
     Ok(found)
 }

@@ -619,7 +619,9 @@ fn short(text: &str) -> String {
 mod catalog_rules;
 mod row_bound;
 mod row_functions;
-pub(crate) use catalog_rules::POSTGRES_VIEWS_OF_VIEWS;
+pub(crate) use catalog_rules::{
+    MAX_INDEX_EXPRESSION_BYTES, POSTGRES_INDEX_EXPRESSION_BYTES, POSTGRES_VIEWS_OF_VIEWS,
+};
 use catalog_rules::{foreign_reference, view_of_views};
 pub use row_bound::{CONSTRAINT as ROW_BOUND, bound_rows, hidden_work, jsonb_column};
 pub use row_functions::row_functions;

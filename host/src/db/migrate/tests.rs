@@ -506,4 +506,24 @@ async fn postgres_a_tables_index_expressions_are_bounded() {
         .to_string();
     assert!(err.contains("index expressions and predicates take"), "{err}");
     tx.rollback().await.unwrap();
+    // One an older release let in is named at start (`audit::planted_code`
+    // reads this; here inside a transaction no other test sees).
+    let mut host = db.begin().await.unwrap();
+    host.execute(
+        &format!("CREATE INDEX ti_old ON handler_long_indexes.ti ((coalesce({arguments})))"),
+        &[],
+    )
+    .await
+    .unwrap();
+    let params = [
+        "handler\\_%".into(),
+        catalog_rules::MAX_INDEX_EXPRESSION_BYTES.into(),
+    ];
+    let found = host
+        .query(catalog_rules::POSTGRES_INDEX_EXPRESSION_BYTES, &params)
+        .await
+        .unwrap();
+    let tables: Vec<(SqlValue, SqlValue)> = found.into_iter().map(|r| (r[0].clone(), r[1].clone())).collect();
+    assert_eq!(tables, [("handler_long_indexes".into(), "ti".into())]);
+    host.rollback().await.unwrap();
 }
