@@ -59,7 +59,7 @@ pub async fn planted_code(db: &Database) -> Result<Vec<String>, DbError> {
         Backend::Sqlite => found.extend(refused_schema(db).await?),
         Backend::Postgres => {
             found.extend(postgres_views_of_views(db).await?);
-            found.extend(postgres_long_index_expressions(db).await?);
+            found.extend(postgres_long_stored_expressions(db).await?);
         }
     }
     Ok(found)
@@ -67,16 +67,16 @@ pub async fn planted_code(db: &Database) -> Result<Vec<String>, DbError> {
 
 /// PostgreSQL: tables whose index expressions today's migrations refuse
 /// (the planner copies them into every statement that reads the table).
-async fn postgres_long_index_expressions(db: &Database) -> Result<Vec<String>, DbError> {
-    use super::migrate::{MAX_INDEX_EXPRESSION_BYTES, POSTGRES_INDEX_EXPRESSION_BYTES};
-    let params = ["handler\\_%".into(), MAX_INDEX_EXPRESSION_BYTES.into()];
+async fn postgres_long_stored_expressions(db: &Database) -> Result<Vec<String>, DbError> {
+    use super::migrate::{MAX_STORED_EXPRESSION_BYTES, POSTGRES_STORED_EXPRESSION_BYTES};
+    let params = ["handler\\_%".into(), MAX_STORED_EXPRESSION_BYTES.into()];
     let mut found = Vec::new();
-    for row in db.query(POSTGRES_INDEX_EXPRESSION_BYTES, &params).await? {
+    for row in db.query(POSTGRES_STORED_EXPRESSION_BYTES, &params).await? {
         let mut c = Columns::new("index expression row", row);
         let (schema, table, bytes) = (c.text("schema")?, c.text("table")?, c.int("bytes")?);
         found.push(format!(
-            "table {schema}.{table} (its index expressions take {bytes} bytes; at most \
-             {MAX_INDEX_EXPRESSION_BYTES})"
+            "table {schema}.{table} (its stored expressions take {bytes} bytes; at most \
+             {MAX_STORED_EXPRESSION_BYTES})"
         ));
     }
     Ok(found)

@@ -309,7 +309,7 @@ pub struct Approved {
     pub insert: Option<Arc<super::postgres::PlainInsert>>,
 }
 
-pub(super) fn forbidden(message: impl Into<String>) -> Refusal {
+pub(crate) fn forbidden(message: impl Into<String>) -> Refusal {
     Refusal::Forbidden(message.into())
 }
 

@@ -155,41 +155,51 @@ async fn locks_over(tx: &mut Tx) -> Result<Option<i64>, DbError> {
     .await
 }
 
-/// The most bytes of index expressions and partial-index predicates (as
-/// PostgreSQL stores their trees) one table of a handler may have.
+/// The most bytes of stored expressions (index expressions and predicates,
+/// CHECK constraints, defaults and generated columns, as PostgreSQL stores
+/// their trees) one table of a handler may have.
 ///
-/// Regression (the twentieth adversarial read, issue 23): the planner copies
-/// every index's expressions and predicate of a table for each place a
-/// statement reads it, and a `coalesce(a, a, ...)` costs no work the guard
-/// counts: 150 indexes of 1,500 arguments each, on a table a view reads four
-/// times, made 28 reads of the view plan in 2.3 GB. `lower(email)` is about
-/// 300 bytes.
-pub(crate) const MAX_INDEX_EXPRESSION_BYTES: i64 = 32 * 1024;
+/// Regression (the twentieth and twenty-first adversarial reads, issue 23):
+/// the planner copies every index's expressions and predicate of a table
+/// for each place a statement reads it, a multi-row INSERT copies a default
+/// for each `DEFAULT`, every backend that opens the table keeps its CHECKs
+/// (the host's own connections too), and a `coalesce(a, a, ...)` costs no
+/// work the guard counts: 150 indexes of 1,500 arguments each, on a table a
+/// view reads four times, made 28 reads of the view plan in 2.3 GB; 100
+/// CHECKs of 30,000 arguments held 400 MB in every backend that opened the
+/// table. `lower(email)` is about 300 bytes.
+pub(crate) const MAX_STORED_EXPRESSION_BYTES: i64 = 32 * 1024;
 
 /// PostgreSQL: each handler table (schema, table) and the bytes of its
-/// index expressions and predicates, in schemas matching `$1` (a LIKE
-/// pattern), where those are more than `$2`.
-pub(crate) const POSTGRES_INDEX_EXPRESSION_BYTES: &str = r"
+/// stored expressions, in schemas matching `$1` (a LIKE pattern), where
+/// those are more than `$2`.
+pub(crate) const POSTGRES_STORED_EXPRESSION_BYTES: &str = r"
+WITH stored (rel, bytes) AS (
+    SELECT i.indrelid, COALESCE(pg_catalog.length(i.indexprs::pg_catalog.text), 0)
+        + COALESCE(pg_catalog.length(i.indpred::pg_catalog.text), 0)
+    FROM pg_catalog.pg_index i
+    UNION ALL SELECT k.conrelid, pg_catalog.length(k.conbin::pg_catalog.text)
+    FROM pg_catalog.pg_constraint k WHERE k.conbin IS NOT NULL
+    UNION ALL SELECT d.adrelid, pg_catalog.length(d.adbin::pg_catalog.text) FROM pg_catalog.pg_attrdef d
+)
 SELECT n.nspname::pg_catalog.text AS schema, c.relname::pg_catalog.text AS table,
-    SUM(COALESCE(pg_catalog.length(i.indexprs::pg_catalog.text), 0)
-        + COALESCE(pg_catalog.length(i.indpred::pg_catalog.text), 0))::pg_catalog.int8 AS bytes
-FROM pg_catalog.pg_index i
-JOIN pg_catalog.pg_class c ON c.oid = i.indrelid
+    SUM(s.bytes)::pg_catalog.int8 AS bytes
+FROM stored s
+JOIN pg_catalog.pg_class c ON c.oid = s.rel
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname LIKE $1
 GROUP BY 1, 2
-HAVING SUM(COALESCE(pg_catalog.length(i.indexprs::pg_catalog.text), 0)
-    + COALESCE(pg_catalog.length(i.indpred::pg_catalog.text), 0)) > $2
+HAVING SUM(s.bytes) > $2
 ORDER BY 1, 2";
 
-/// PostgreSQL: the largest index expressions of one of the handler's
-/// tables, if more than [`MAX_INDEX_EXPRESSION_BYTES`].
-async fn index_expressions_over(tx: &mut Tx, handler: &str) -> Result<Option<i64>, DbError> {
+/// PostgreSQL: the largest stored expressions of one of the handler's
+/// tables, if more than [`MAX_STORED_EXPRESSION_BYTES`].
+async fn stored_expressions_over(tx: &mut Tx, handler: &str) -> Result<Option<i64>, DbError> {
     if tx.backend() != Backend::Postgres {
         return Ok(None);
     }
-    let params = [handler_schema(handler).into(), MAX_INDEX_EXPRESSION_BYTES.into()];
-    let rows = tx.query(POSTGRES_INDEX_EXPRESSION_BYTES, &params).await?;
+    let params = [handler_schema(handler).into(), MAX_STORED_EXPRESSION_BYTES.into()];
+    let rows = tx.query(POSTGRES_STORED_EXPRESSION_BYTES, &params).await?;
     let largest = rows
         .iter()
         .filter_map(|r| r.get(2).and_then(SqlValue::as_i64))
@@ -212,11 +222,12 @@ pub(super) async fn bound_broken(tx: &mut Tx, handler: &str) -> Result<Option<St
              {MAX_MIGRATION_LOCKS}: split it into several migrations"
         )));
     }
-    if let Some(bytes) = index_expressions_over(tx, handler).await? {
+    if let Some(bytes) = stored_expressions_over(tx, handler).await? {
         return Ok(Some(format!(
-            "a table's index expressions and predicates take {bytes} bytes as PostgreSQL stores them; at \
-             most {MAX_INDEX_EXPRESSION_BYTES}: the planner copies them into every statement that reads the \
-             table, once for each place it does; index plain columns, or shorter expressions"
+            "a table's stored expressions (index expressions and predicates, CHECKs, defaults, generated \
+             columns) take {bytes} bytes as PostgreSQL stores them; at most {MAX_STORED_EXPRESSION_BYTES}: \
+             PostgreSQL copies them into the statements that read or write the table, and every session \
+             that opens it keeps them; write shorter expressions"
         )));
     }
     Ok(None)

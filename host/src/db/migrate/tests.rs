@@ -459,7 +459,7 @@ async fn postgres_a_migration_holds_a_bounded_number_of_locks() {
         return;
     };
     prepare_handler(&db, "many_locks").await.unwrap();
-    // Each statement within its own bound of keys (`sandbox::postgres::ddl_locks`).
+    // Each statement within its own bound of keys (`sandbox::postgres::ddl_bounds`).
     let columns = (0..30)
         .map(|i| format!("a{i} TEXT UNIQUE"))
         .collect::<Vec<_>>()
@@ -504,8 +504,30 @@ async fn postgres_a_tables_index_expressions_are_bounded() {
         .await
         .unwrap_err()
         .to_string();
-    assert!(err.contains("index expressions and predicates take"), "{err}");
+    assert!(err.contains("stored expressions (index expressions"), "{err}");
     tx.rollback().await.unwrap();
+    // CHECKs and defaults count too.
+    for (file, sql) in [
+        (
+            "0002_check.sql",
+            format!("ALTER TABLE ti ADD CHECK (coalesce({arguments}) IS NOT NULL);"),
+        ),
+        (
+            "0002_default.sql",
+            format!(
+                "ALTER TABLE ti ALTER COLUMN b SET DEFAULT coalesce({});",
+                ["'x'"; 300].join(", ")
+            ),
+        ),
+    ] {
+        let mut tx = db.begin_migration("long_indexes").await.unwrap();
+        let err = apply_one(&mut tx, "long_indexes", &migration(file, &sql))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("stored expressions"), "{file}: {err}");
+        tx.rollback().await.unwrap();
+    }
     // One an older release let in is named at start (`audit::planted_code`
     // reads this; here inside a transaction no other test sees).
     let mut host = db.begin().await.unwrap();
@@ -517,10 +539,10 @@ async fn postgres_a_tables_index_expressions_are_bounded() {
     .unwrap();
     let params = [
         "handler\\_%".into(),
-        catalog_rules::MAX_INDEX_EXPRESSION_BYTES.into(),
+        catalog_rules::MAX_STORED_EXPRESSION_BYTES.into(),
     ];
     let found = host
-        .query(catalog_rules::POSTGRES_INDEX_EXPRESSION_BYTES, &params)
+        .query(catalog_rules::POSTGRES_STORED_EXPRESSION_BYTES, &params)
         .await
         .unwrap();
     let tables: Vec<(SqlValue, SqlValue)> = found.into_iter().map(|r| (r[0].clone(), r[1].clone())).collect();

@@ -26,7 +26,7 @@
 //! there as a syntax error; nothing older reads differently.
 
 mod allowlists;
-mod ddl_locks;
+mod ddl_bounds;
 mod operators;
 mod plain_insert;
 pub(super) mod plan_memory;
@@ -147,7 +147,7 @@ pub fn check(sql: &str, mode: Mode, row_bytes: u64, catalog: &Catalog) -> Result
     })?;
     walk(&tree, mode, catalog.row_functions.as_ref())?;
     if mode == Mode::Migration {
-        ddl_locks::check(&tree)?;
+        ddl_bounds::check(&tree)?;
     }
     sorted_limits::check_sorts(&tree, row_bytes)?;
     unspilled::check_exists_placement(&tree)?;

@@ -391,6 +391,8 @@ struct Walk {
     /// Inside the body of a CTE that reads itself: PostgreSQL materializes
     /// it (a worktable), so its expressions are not copied into readers.
     recursive: u32,
+    /// Inside a `WITH RECURSIVE`'s list of CTEs.
+    with_recursive: bool,
     /// The depths of the bodies of CTEs written `AS MATERIALIZED` around
     /// the node: their rows are stored, so their outputs are read, not
     /// copied.

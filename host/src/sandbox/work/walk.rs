@@ -11,6 +11,36 @@ use crate::sandbox::postgres::plan_memory::{query_weight, weight};
 /// the size of a node), since each copy holds them again.
 const LITERAL_BYTES_PER_NODE: u64 = 64;
 
+/// Regression (the twenty-first adversarial read, issue 23): PostgreSQL
+/// copies a column's default into each `DEFAULT` of a VALUES list of several
+/// rows while it rewrites the statement (1,000 of them reached 2.6 GB), and
+/// the default's work is not the statement's.
+fn default_in_rows() -> Refusal {
+    Refusal::Forbidden(
+        "DEFAULT is not allowed in a VALUES list of several rows: PostgreSQL copies the column's default \
+         into each one; leave the column out of the INSERT's column list instead"
+            .into(),
+    )
+}
+
+/// Whether `value` holds a node of `kind` anywhere.
+fn holds_kind(value: &Value, kind: &str) -> bool {
+    let mut stack = vec![value];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(fields) => {
+                if fields.contains_key(kind) {
+                    return true;
+                }
+                stack.extend(fields.values());
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
 /// Regression (the review of the nineteenth adversarial read, issue 23): a
 /// CTE that reads itself is stored, so its outputs cost its readers nothing,
 /// and the walk counts nothing copied inside it either (its derived columns
@@ -141,6 +171,13 @@ impl Walk {
         if let (Some(exprs), true) = (fields.get("exprs"), fields.contains_key("options")) {
             return self.targets(exprs);
         }
+        // A WITH: its CTEs may read themselves only if it says RECURSIVE.
+        if let (Some(ctes), Some(recursive)) = (fields.get("ctes"), fields.get("recursive")) {
+            let outer = std::mem::replace(&mut self.with_recursive, recursive.as_bool() == Some(true));
+            let size = self.visit(ctes);
+            self.with_recursive = outer;
+            return size;
+        }
         let mut size = Size::default();
         for value in fields.values() {
             size = size.max(self.visit(value)?);
@@ -182,8 +219,18 @@ impl Walk {
         if is_set_operation(fields) {
             output = self.set_operation(fields)?;
         }
+        // PostgreSQL's tree of a VALUES list has an empty SELECT list too, and
+        // a SELECT's an empty VALUES list: only the one a query has outputs.
+        // (Regression, the twenty-first adversarial read: a VALUES as a
+        // UNION's first arm counted as an arm of no columns.)
+        let values = fields
+            .get("values_lists")
+            .and_then(Value::as_array)
+            .is_some_and(|v| !v.is_empty());
         for (name, value) in fields {
             match name.as_str() {
+                "target_list" if values => {}
+                "values_lists" if !values => {}
                 "target_list" | "returning_list" => output = output.max(self.targets(value)?),
                 "values_lists" => {
                     // The executor checks for interrupts between the rows, so
@@ -193,6 +240,10 @@ impl Walk {
                     // Its columns are `column1`, `column2`, ... by position,
                     // each the largest of its rows' (a VALUES of one row is
                     // pulled up into its reader like a subquery).
+                    let rows_of = value.as_array().map_or(0, Vec::len);
+                    if rows_of > 1 && holds_kind(value, "SetToDefault") {
+                        return Err(default_in_rows());
+                    }
                     let (before, mut widest, mut folded) = (self.work, 0, 0u64);
                     let mut columns: Vec<Output> = Vec::new();
                     let (mut rows, mut rows_cost) = (0u64, Cost::default());
@@ -502,7 +553,11 @@ impl Walk {
                 } else {
                     "ctequery"
                 };
+                // Regression (the twenty-first adversarial read, issue 23):
+                // without RECURSIVE, a CTE's own name in its body is the
+                // table of that name, and the CTE is copied into its readers.
                 let recursive = kind == "CommonTableExpr"
+                    && self.with_recursive
                     && n.get("ctename")
                         .and_then(Value::as_str)
                         .is_some_and(|name| reads_table(n.get(query), name));

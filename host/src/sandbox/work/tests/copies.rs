@@ -247,3 +247,30 @@ fn a_values_lists_columns_are_derived_columns() {
     );
     allowed("SELECT v.column1, v.column2 FROM (VALUES ($1, $2), ($3, $4)) AS v WHERE v.column1 > 0");
 }
+
+/// Regression (the twenty-first adversarial read, issue 23): a VALUES as a
+/// UNION's first arm, a CTE named like the table it reads (no RECURSIVE: it
+/// is copied), and DEFAULT copied into each row of a VALUES list.
+#[test]
+fn first_arms_ctes_named_like_tables_and_defaults_are_counted() {
+    let big = format!("concat({})", ["md5($1)"; 60].join(", "));
+    for sql in [
+        format!(
+            "SELECT count(*) FROM (VALUES ('a') UNION ALL SELECT {big} FROM u) AS s WHERE column1 IS NULL"
+        ),
+        format!(
+            "SELECT count(*) FROM (VALUES ({big}) UNION ALL SELECT 'a' FROM u) AS s WHERE s.column1 IS NULL"
+        ),
+        format!(
+            "WITH u AS (SELECT {big} AS x FROM u) SELECT count(*) FROM u WHERE u.x IS NULL AND u.x IS NULL"
+        ),
+    ] {
+        refused(&sql, "limits.max_row_bytes");
+    }
+    refused(
+        "INSERT INTO t (a, b) VALUES ($1, DEFAULT), ($2, DEFAULT)",
+        "DEFAULT is not allowed in a VALUES list of several rows",
+    );
+    allowed("INSERT INTO t (a, b) VALUES ($1, DEFAULT)");
+    allowed("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 10) SELECT i FROM n");
+}
