@@ -75,7 +75,7 @@ mod walk;
 pub use sizes::COLUMN_DIGITS;
 use sizes::Size;
 pub use sizes::bare_numeric;
-use tree::{aliases, count_queries, has_recursion, names, renamed_on_reading, star_target};
+use tree::{aliases, count_queries, has_recursion, names, renamed_on_reading, star_target, tables};
 pub use tree::{is_array, written_tables};
 
 /// Checks the work of one row of the statement `tree` (PostgreSQL's parse
@@ -235,6 +235,7 @@ fn measure(tree: &Value, row_bytes: u64, hidden: u64) -> Result<Measured, Refusa
     let recursive = has_recursion(tree);
     let (names, relations) = names(tree);
     let aliases = aliases(tree);
+    let tables = tables(tree);
     for round in 0..=queries + 1 {
         let mut walk = Walk {
             row_bytes,
@@ -247,6 +248,7 @@ fn measure(tree: &Value, row_bytes: u64, hidden: u64) -> Result<Measured, Refusa
             names: names.clone(),
             relations: relations.clone(),
             aliases: aliases.clone(),
+            tables: tables.clone(),
             ..Walk::default()
         };
         let written = walk.visit(tree)?;
@@ -405,6 +407,9 @@ struct Walk {
     /// The names in FROM that are not a subquery's or CTE's (see
     /// [`tree::aliases`]): a column they qualify is looked up by its name.
     aliases: BTreeSet<String>,
+    /// The names in FROM that can only be tables or views (see
+    /// [`tree::tables`]).
+    tables: BTreeSet<String>,
     /// The largest value, digits and costliest expression a nested query
     /// or function in FROM outputs (at least a stored value's).
     inner: Derived,

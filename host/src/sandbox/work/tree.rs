@@ -243,6 +243,43 @@ pub(super) fn aliases(tree: &Value) -> BTreeSet<String> {
     aliases
 }
 
+/// The names in FROM (a RangeVar's own name or alias) that stand only for
+/// tables or views: not a CTE's name anywhere in the statement (a RangeVar
+/// may read a CTE), nor the name of any subquery, CTE, join or function.
+pub(super) fn tables(tree: &Value) -> BTreeSet<String> {
+    let (mut excluded, _) = names(tree);
+    let alias = |n: &Map<String, Value>| n.get("alias")?.get("aliasname")?.as_str().map(str::to_owned);
+    let mut stack = vec![tree];
+    let mut candidates = BTreeSet::new();
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(fields) => {
+                if let Some(("JoinExpr" | "RangeFunction" | "RangeTableFunc", n)) = node(fields) {
+                    excluded.extend(alias(n));
+                }
+                // A RangeVar, wrapped in a node or not.
+                if let Some(name) = fields.get("relname").and_then(Value::as_str) {
+                    candidates.insert((name.to_owned(), alias(fields)));
+                }
+                stack.extend(fields.values());
+            }
+            _ => {}
+        }
+    }
+    // A reader of a CTE (or of a table named like one): its alias is a
+    // derived relation's too.
+    let (ctes, tables): (Vec<_>, Vec<_>) = candidates
+        .into_iter()
+        .partition(|(name, _)| excluded.contains(name));
+    excluded.extend(ctes.into_iter().filter_map(|(_, alias)| alias));
+    tables
+        .into_iter()
+        .map(|(name, alias)| alias.unwrap_or(name))
+        .filter(|name| !excluded.contains(name))
+        .collect()
+}
+
 /// The name a SELECT item's column gets: its alias, a column's own name,
 /// or a function's.
 pub(super) fn target_name(target: &Value) -> Option<&str> {

@@ -429,14 +429,18 @@ impl Walk {
                     ..c
                 };
                 let qualified = qualified_name(n.get("fields"));
+                let qualifier = first_name(n.get("fields")).unwrap_or_default();
                 let own = qualified
-                    .filter(|_| {
-                        !self
-                            .aliases
-                            .contains(first_name(n.get("fields")).unwrap_or_default())
-                    })
-                    .and_then(|q| self.columns.get(&q));
+                    .as_ref()
+                    .filter(|_| !self.aliases.contains(qualifier))
+                    .and_then(|q| self.columns.get(q));
+                // `t.a` of a table (or view) that no subquery, CTE, join or
+                // function shares a name with: a stored column, whatever
+                // derived columns are called `a` (a UNION ALL of tables'
+                // columns `a` would otherwise feed on its own name).
+                let stored = qualified.is_some() && self.tables.contains(qualifier);
                 let column = match own.or_else(|| name.and_then(|name| self.columns.get(name))) {
+                    _ if stored => self.stored,
                     Some(column) => at_least(*column),
                     None if self.star || self.unnamed => at_least(self.derived),
                     None => self.stored,

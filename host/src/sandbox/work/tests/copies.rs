@@ -213,6 +213,22 @@ fn a_unions_column_costs_every_arms_expression() {
         "planned as up to",
     );
     allowed("SELECT s.x FROM (SELECT a AS x FROM t UNION ALL SELECT b FROM u) AS s WHERE s.x > $1");
+    // Tables' columns of the union's own name, qualified, are stored ones
+    // (the twenty-first read: unqualified, they fed on the union's name).
+    let tables = ["t", "u", "v", "w", "x"].map(|t| format!("SELECT {t}.a FROM {t}"));
+    allowed(&format!(
+        "SELECT s.a FROM ({}) AS s WHERE s.a = $1",
+        tables.join(" UNION ALL ")
+    ));
+    // But a CTE's reader is no table, whatever its alias.
+    let md5s = format!("concat({})", ["md5($1)"; 10].join(", "));
+    refused(
+        &format!(
+            "WITH c AS (SELECT {md5s} AS a FROM t) SELECT count(*) FROM c AS p WHERE {} IS NULL",
+            case(300, "p.a")
+        ),
+        "limits.max_row_bytes",
+    );
 }
 
 /// Regression (the twentieth adversarial read, issue 23): a VALUES list's
