@@ -67,6 +67,7 @@ pub const VIEW_ROWS: u64 = 4;
 
 mod calls;
 pub mod json_keys;
+mod outputs;
 mod repeats;
 mod sizes;
 mod tree;

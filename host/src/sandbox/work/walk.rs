@@ -1,6 +1,8 @@
 //! The walk over one statement's parse tree that counts its work and sizes
 //! its values (see the module above for the model).
 
+use super::outputs::default_in_rows;
+use super::outputs::holds_kind;
 use super::repeats::*;
 use super::sizes::*;
 use super::tree::*;
@@ -10,36 +12,6 @@ use crate::sandbox::postgres::plan_memory::{query_weight, weight};
 /// A literal's bytes count as planned nodes at this many bytes each (about
 /// the size of a node), since each copy holds them again.
 const LITERAL_BYTES_PER_NODE: u64 = 64;
-
-/// Regression (the twenty-first adversarial read, issue 23): PostgreSQL
-/// copies a column's default into each `DEFAULT` of a VALUES list of several
-/// rows while it rewrites the statement (1,000 of them reached 2.6 GB), and
-/// the default's work is not the statement's.
-fn default_in_rows() -> Refusal {
-    Refusal::Forbidden(
-        "DEFAULT is not allowed in a VALUES list of several rows: PostgreSQL copies the column's default \
-         into each one; leave the column out of the INSERT's column list instead"
-            .into(),
-    )
-}
-
-/// Whether `value` holds a node of `kind` anywhere.
-fn holds_kind(value: &Value, kind: &str) -> bool {
-    let mut stack = vec![value];
-    while let Some(v) = stack.pop() {
-        match v {
-            Value::Array(items) => stack.extend(items),
-            Value::Object(fields) => {
-                if fields.contains_key(kind) {
-                    return true;
-                }
-                stack.extend(fields.values());
-            }
-            _ => {}
-        }
-    }
-    false
-}
 
 /// Regression (the review of the nineteenth adversarial read, issue 23): a
 /// CTE that reads itself is stored, so its outputs cost its readers nothing,
@@ -80,7 +52,7 @@ impl Walk {
 
     /// A reference to a derived column: the planner copies its expression
     /// in, to be planned and evaluated here again.
-    fn copy_in(&mut self, cost: Cost) {
+    pub(super) fn copy_in(&mut self, cost: Cost) {
         self.charge(cost.work);
         self.nodes = self.nodes.saturating_add(cost.nodes);
         self.memory = self.memory.saturating_add(cost.memory);
@@ -90,7 +62,7 @@ impl Walk {
     /// What a nested query's outputs cost a reader: nothing if the query's
     /// rows are stored (a CTE that reads itself, or one written `AS
     /// MATERIALIZED`), where the reader reads values, not expressions.
-    fn read_cost(&self, cost: Cost) -> Cost {
+    pub(super) fn read_cost(&self, cost: Cost) -> Cost {
         let stored = self.recursive > 0 || self.materialized.last() == Some(&self.depth);
         if stored { Cost::default() } else { cost }
     }
@@ -322,58 +294,6 @@ impl Walk {
         }
         self.cap(row, "a row")?;
         self.record(columns, row, self.since(start));
-        Ok(output)
-    }
-
-    /// Records what a nested query outputs for its readers: each column by
-    /// its name, and its whole row. An arm of a set operation's is kept for
-    /// the set operation to record.
-    fn record(&mut self, columns: Vec<Output>, row: u64, row_cost: Cost) {
-        if self.depth == 0 {
-            return;
-        }
-        match self.arms.last_mut() {
-            Some((depth, arms)) if *depth == self.depth => arms.push((columns, row, row_cost)),
-            _ => {
-                for column in columns {
-                    self.named(column.name.as_deref(), column.size, column.cost);
-                }
-                let cost = self.read_cost(row_cost);
-                self.inner.row = self.inner.row.max(row);
-                self.inner.row_cost = self.inner.row_cost.max(cost);
-            }
-        }
-    }
-
-    /// Regression (the twentieth adversarial read, issue 23): a UNION's
-    /// columns are named by its first arm, by position, and the planner
-    /// pushes a condition on one into every arm of a UNION ALL it pulled up,
-    /// each a copy of that arm's expression: so a column costs its arms'
-    /// expressions together, not the first one's, nor the costliest.
-    fn set_operation(&mut self, fields: &Map<String, Value>) -> Result<Size, Refusal> {
-        let outermost = self.arms.last().is_none_or(|(depth, _)| *depth != self.depth);
-        if outermost {
-            self.arms.push((self.depth, Vec::new()));
-        }
-        let mut output = Size::default();
-        for arm in ["larg", "rarg"].iter().filter_map(|k| fields.get(*k)) {
-            output = output.max(self.visit(arm)?);
-        }
-        if outermost {
-            let (_, arms) = self.arms.pop().unwrap_or_default();
-            let mut arms = arms.into_iter();
-            if let Some((mut columns, mut row, mut row_cost)) = arms.next() {
-                for (others, other_row, other_cost) in arms {
-                    for (column, other) in columns.iter_mut().zip(others) {
-                        column.size = column.size.max(other.size);
-                        column.cost = column.cost.plus(other.cost);
-                    }
-                    row = row.max(other_row);
-                    row_cost = row_cost.plus(other_cost);
-                }
-                self.record(columns, row, row_cost);
-            }
-        }
         Ok(output)
     }
 
