@@ -49,6 +49,7 @@ fn a_small_benchmark_run_reports_every_mode_with_exact_effects() {
         "the broker-only ceiling: {report}"
     );
     for backend in ["sqlite", "postgres"] {
+        let mut host_cpu_total = 0.0;
         for mode in ["plain", "a", "b", "c", "d", "py", "js"] {
             let m = &report[backend][mode];
             assert_eq!(m["effects_exact"], true, "{backend} {mode}: {m}\n{stderr}");
@@ -57,9 +58,13 @@ fn a_small_benchmark_run_reports_every_mode_with_exact_effects() {
             assert!(m["half_rate"].as_f64().unwrap() > 0.0, "{backend} {mode}: {m}");
             assert!(m["half_rate_p99_ms"].as_f64().is_some(), "{backend} {mode}: {m}");
             let host_cpu = m["cpu_per_event"]["host_cpu_us"].as_f64().unwrap();
-            // CPU time comes in 10 ms ticks: a host spends hundreds of them on
-            // this backlog, the plain consumer may spend less than one.
-            assert!(host_cpu > 0.0 || mode == "plain", "{backend} {mode}: {m}");
+            // CPU time comes in 10 ms ticks, and one mode's 600 records may
+            // take less than one (PostgreSQL's mode d did, in 43 ms): the
+            // modes' hosts together spend several.
+            assert!(host_cpu >= 0.0, "{backend} {mode}: {m}");
+            if mode != "plain" {
+                host_cpu_total += host_cpu;
+            }
             assert!(
                 m["cpu_per_event"]["postgres_cpu_us"].as_f64().is_some(),
                 "{backend} {mode}: {m}"
@@ -68,6 +73,10 @@ fn a_small_benchmark_run_reports_every_mode_with_exact_effects() {
             let drained = m["relay_drained_after_ms"].as_f64();
             assert_eq!(drained.is_some(), mode != "plain", "{backend} {mode}: {m}");
         }
+        assert!(
+            host_cpu_total > 0.0,
+            "{backend}: no host CPU counted in any mode: {report}"
+        );
         assert!(report[backend]["a_over_plain"].as_f64().is_some(), "{report}");
         assert!(report[backend]["c_over_plain"].as_f64().is_some(), "{report}");
         assert!(report[backend]["a_over_b"].as_f64().is_some(), "{report}");

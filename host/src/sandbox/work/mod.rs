@@ -176,6 +176,15 @@ struct Derived {
 }
 
 impl Derived {
+    /// The larger sizes of both.
+    fn max_size(self, other: Self) -> Self {
+        Self {
+            bytes: self.bytes.max(other.bytes),
+            digits: self.digits.max(other.digits),
+            ..self
+        }
+    }
+
     /// Its sizes and work, without what copies of it bring to the plan.
     fn values(self) -> Self {
         let values = |cost: Cost| Cost {

@@ -43,13 +43,23 @@ impl Walk {
             let (_, arms) = self.arms.pop().unwrap_or_default();
             let mut arms = arms.into_iter();
             if let Some((mut columns, mut row, mut row_cost)) = arms.next() {
+                let mut aligned = true;
                 for (others, other_row, other_cost) in arms {
+                    // A `*` in an arm stands for columns this list cannot
+                    // line up (the review of the twenty-first read).
+                    aligned &= others.len() == columns.len();
                     for (column, other) in columns.iter_mut().zip(others) {
                         column.size = column.size.max(other.size);
                         column.cost = column.cost.plus(other.cost);
                     }
                     row = row.max(other_row);
                     row_cost = row_cost.plus(other_cost);
+                }
+                if !aligned {
+                    // Then any column may be any arm's: all their rows' cost.
+                    for column in &mut columns {
+                        column.cost = column.cost.max(row_cost);
+                    }
                 }
                 self.record(columns, row, row_cost);
             }

@@ -314,8 +314,16 @@ pub(super) fn reads_table(value: Option<&Value>, name: &str) -> bool {
         match v {
             Value::Array(items) => stack.extend(items),
             Value::Object(fields) => {
+                // A schema-qualified name is never a CTE (the review of the
+                // twenty-first read: `WITH RECURSIVE u AS (... FROM h.u)`
+                // read as recursive, so never copied).
                 if let Some(("RangeVar", range)) = node(fields)
                     && range.get("relname").and_then(Value::as_str) == Some(name)
+                    && range
+                        .get("schemaname")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .is_empty()
                 {
                     return true;
                 }

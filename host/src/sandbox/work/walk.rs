@@ -358,12 +358,28 @@ impl Walk {
                 // function shares a name with: a stored column, whatever
                 // derived columns are called `a` (a UNION ALL of tables'
                 // columns `a` would otherwise feed on its own name).
-                let stored = qualified.is_some() && self.tables.contains(qualifier);
+                let stored = qualified.is_some()
+                    && self.tables.contains(qualifier)
+                    && !self.columns.contains_key(qualifier);
+                let precise = own.is_some();
                 let column = match own.or_else(|| name.and_then(|name| self.columns.get(name))) {
                     _ if stored => self.stored,
                     Some(column) => at_least(*column),
                     None if self.star || self.unnamed => at_least(self.derived),
                     None => self.stored,
+                };
+                // `x.f` (or `s.x.f`) may be field `f` of a derived column
+                // `x` (the review of the twenty-first read: `ROW(...) AS x`):
+                // every name it holds may be a copied column.
+                let column = match stored || precise {
+                    true => column,
+                    false => strings_of(n.get("fields"))
+                        .into_iter()
+                        .filter_map(|f| self.columns.get(f))
+                        .fold(column, |c, d| Derived {
+                            cost: c.cost.max(d.cost),
+                            ..c.max_size(*d)
+                        }),
                 };
                 self.copy_in(column.cost);
                 // A bare table or view name may be its whole row.

@@ -290,3 +290,22 @@ fn first_arms_ctes_named_like_tables_and_defaults_are_counted() {
     allowed("INSERT INTO t (a, b) VALUES ($1, DEFAULT)");
     allowed("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 10) SELECT i FROM n");
 }
+
+/// Regression (the review of the twenty-first adversarial read, issue 23):
+/// a schema-qualified name is never a CTE, and a `*` in a UNION's arm.
+#[test]
+fn a_schema_qualified_name_is_no_cte_and_stars_in_arms_count() {
+    let big = format!("concat({})", ["md5($1)"; 60].join(", "));
+    for sql in [
+        format!(
+            "WITH RECURSIVE u AS (SELECT {big} AS x FROM handler_h.u) SELECT count(*) FROM u WHERE u.x IS NULL AND u.x IS NULL"
+        ),
+        format!(
+            "SELECT count(*) FROM (SELECT 'a' AS p, 'b' AS q FROM u UNION ALL SELECT * FROM (SELECT 'x' AS m, {big} AS n \
+             FROM u) AS z) AS s WHERE s.q IS NULL AND s.q IS NULL"
+        ),
+    ] {
+        refused(&sql, "limits.max_row_bytes");
+    }
+    allowed("SELECT s.a FROM (SELECT * FROM t UNION ALL SELECT * FROM u) AS s WHERE s.a = $1");
+}
