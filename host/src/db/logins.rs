@@ -100,14 +100,21 @@ impl HostKey {
         self.registered
             .get_or_try_init(|| async {
                 let digest = Sha256::digest(self.secret.as_bytes()).to_vec();
-                sqlx::query(
+                let register = sqlx::query(
                     "INSERT INTO inboxd.handler_gate_keys (digest, created_at) VALUES ($1, $2) ON CONFLICT DO NOTHING",
                 )
                 .bind(digest)
                 .bind(super::now_ms())
-                .execute(host)
-                .await
-                .map(drop)
+                .execute(host);
+                // Every partition's first batch waits on this one insert, on
+                // the host's pool, whose round trips have no bound of their
+                // own: a blackholed network must fail it as an outage, which
+                // the pump retries, not hold every partition silent.
+                let limit = super::ACQUIRE_TIMEOUT + super::tx::HANDLER_ROUND_TRIP;
+                match tokio::time::timeout(limit, register).await {
+                    Ok(done) => done.map(drop).map_err(DbError::from),
+                    Err(_) => Err(DbError::NoAnswer { waited: limit }),
+                }
             })
             .await?;
         Ok(&self.secret)

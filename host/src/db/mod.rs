@@ -102,6 +102,41 @@ const PING_IF_IDLE_FOR: Duration = Duration::from_secs(30);
 /// SQLite writers queue on one lock; wait this long for it instead of failing.
 const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Whether a SQLite connection coming back to the pool is fit for the next
+/// transaction: no transaction open in SQLite, none counted by sqlx.
+///
+/// They can disagree after SQLite rolls a transaction back by itself (a
+/// full disk, an I/O error, memory: `SQLITE_FULL` and the like end the whole
+/// transaction, not just the statement). sqlx's `ROLLBACK` then fails and
+/// it keeps counting the transaction, so it begins the next one on this
+/// connection with a `SAVEPOINT` and ends a rolled-back one with `ROLLBACK
+/// TO`, which leaves it open: the connection went back to the pool holding
+/// the write lock, every later writer waited on it for good, and the next
+/// "commit" on it was a `RELEASE` of a nested savepoint, which commits
+/// nothing (found by issue 27's disk-full scenario). A connection in doubt is
+/// closed instead, which rolls back whatever it still holds.
+async fn sqlite_settled(conn: &mut sqlx::SqliteConnection) -> bool {
+    use sqlx::Connection as _;
+    // Through the connection's worker, so a rollback queued by a dropped
+    // transaction has run first.
+    let Ok(mut handle) = conn.lock_handle().await else {
+        return false;
+    };
+    // SAFETY: the locked handle is ours alone while it lives; this only
+    // reads the connection's autocommit flag.
+    let open_in_sqlite =
+        unsafe { libsqlite3_sys::sqlite3_get_autocommit(handle.as_raw_handle().as_ptr()) } == 0;
+    drop(handle);
+    let settled = !open_in_sqlite && !conn.is_in_transaction();
+    if !settled {
+        tracing::warn!(
+            open_in_sqlite,
+            "a SQLite connection came back with a transaction still counted open; closing it"
+        );
+    }
+    settled
+}
+
 impl Database {
     /// Connects lazily-validated: the pool opens its first connection here so a
     /// wrong URL fails at start, not at the first event.
@@ -136,6 +171,9 @@ impl Database {
                         Ok(())
                     })
                 })
+                // A connection goes back to the pool only with no transaction
+                // open, as SQLite and sqlx both see it (see `sqlite_settled`).
+                .after_release(|conn, _| Box::pin(async move { Ok(sqlite_settled(conn).await) }))
                 .connect_with(options)
                 .await?;
             Pool::Sqlite(pool)
@@ -265,7 +303,15 @@ impl Database {
                         {
                             tracing::warn!(handler, "the handler's database login failed ({e}); renewing it");
                             guests.pools.forget(handler);
-                            migrate::renew_login(self, handler).await?;
+                            // On the host's own pool, whose round trips have no
+                            // bound of their own: a blackhole that begins
+                            // during the renewal must end it as an outage (the
+                            // pump retries and says so), not hold the partition
+                            // silent until TCP gives up (issue 27).
+                            let limit = ACQUIRE_TIMEOUT + 3 * tx::HANDLER_ROUND_TRIP;
+                            tokio::time::timeout(limit, migrate::renew_login(self, handler))
+                                .await
+                                .map_err(|_| DbError::NoAnswer { waited: limit })??;
                             renewed = true;
                         }
                         Err(e) => return Err(e.into()),
@@ -461,6 +507,66 @@ pub(crate) mod test_support {
 #[cfg(test)]
 mod tests {
     use super::test_support::sqlite_db;
+
+    /// Regression (issue 27's disk-full scenario): after SQLite rolled a
+    /// transaction back by itself, its connection went back to the pool
+    /// still counted in a transaction by sqlx; the next transaction on it
+    /// held the write lock for good and the one after "committed" nothing.
+    #[tokio::test]
+    async fn a_transaction_sqlite_ended_by_itself_leaves_no_lock_and_loses_no_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("test.sqlite").display());
+        // One connection, so every transaction below reuses it.
+        let db = super::Database::connect(&url, 1).await.unwrap();
+        db.migrate_host().await.unwrap();
+        let super::Pool::Sqlite(pool) = &db.pool else {
+            unreachable!()
+        };
+        let insert =
+            |bucket: i64| format!("INSERT INTO outbox_leases (bucket, lease_until) VALUES ({bucket}, 0)");
+
+        let mut tx = pool.begin().await.unwrap();
+        sqlx::query(&insert(100)).execute(&mut *tx).await.unwrap();
+        {
+            // What SQLite does on SQLITE_FULL or an I/O error: the whole
+            // transaction rolled back, behind sqlx's back.
+            let mut handle = tx.lock_handle().await.unwrap();
+            let sql = std::ffi::CString::new("ROLLBACK").unwrap();
+            // SAFETY: the locked handle is ours alone while it lives.
+            let rc = unsafe {
+                libsqlite3_sys::sqlite3_exec(
+                    handle.as_raw_handle().as_ptr(),
+                    sql.as_ptr(),
+                    None,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                )
+            };
+            assert_eq!(rc, libsqlite3_sys::SQLITE_OK);
+        }
+        drop(tx);
+
+        // A transaction that writes and is rolled back, then one that commits.
+        let mut tx = db.begin().await.unwrap();
+        tx.execute(&insert(101), &[]).await.unwrap();
+        drop(tx);
+        let mut tx = db.begin().await.unwrap();
+        tx.execute(&insert(102), &[]).await.unwrap();
+        tx.commit().await.unwrap();
+
+        // Another connection sees the commit and can write: nothing is held.
+        let other = super::Database::connect(&url, 1).await.unwrap();
+        let seen = other
+            .query_i64("SELECT COUNT(*) FROM outbox_leases WHERE bucket >= 100", &[])
+            .await
+            .unwrap();
+        assert_eq!(seen, 1, "only bucket 102 committed");
+        let mut tx = other.begin().await.unwrap();
+        let sql = insert(103);
+        let write = tokio::time::timeout(std::time::Duration::from_secs(5), tx.execute(&sql, &[]));
+        write.await.expect("the write lock is free").unwrap();
+        tx.commit().await.unwrap();
+    }
 
     /// A transaction that reads, then writes after another connection
     /// committed, must wait its turn rather than fail: what an upload does

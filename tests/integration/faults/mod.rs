@@ -4,8 +4,11 @@
 //! batch committed, and the host does not know). Each host reaches its
 //! database through a [`FaultProxy`]; the test's own checks go direct. Each
 //! scenario ends with one invoice per distinct order, one outbox message per
-//! invoice, and no dead letter.
+//! invoice, and no dead letter. SQLite's disk filling up is in [`disk_full`],
+//! the broker cut under the relay in [`broker_cut`].
 
+mod broker_cut;
+mod disk_full;
 mod proxy;
 
 use crate::support::*;

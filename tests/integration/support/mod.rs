@@ -52,8 +52,13 @@ pub fn guest_migrations(name: &str) -> PathBuf {
 }
 
 pub async fn create_topic(name: &str, partitions: i32) {
+    create_topic_on(&brokers(), name, partitions).await
+}
+
+/// As [`create_topic`], on the broker at `brokers` (a test's own).
+pub async fn create_topic_on(brokers: &str, name: &str, partitions: i32) {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", brokers())
+        .set("bootstrap.servers", brokers)
         .create()
         .expect("admin client");
     let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
@@ -108,8 +113,13 @@ impl Send {
 
 /// Produces every record (pipelined), returns the next offset per partition.
 pub async fn produce(topic: &str, records: &[Send]) -> HashMap<i32, i64> {
+    produce_to(&brokers(), topic, records).await
+}
+
+/// As [`produce`], to the broker at `brokers` (a test's own).
+pub async fn produce_to(brokers: &str, topic: &str, records: &[Send]) -> HashMap<i32, i64> {
     let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", brokers())
+        .set("bootstrap.servers", brokers)
         .set("linger.ms", "5")
         .create()
         .expect("producer");

@@ -49,8 +49,13 @@ pub struct Trickle {
 
 impl Trickle {
     pub fn start(topic: &str) -> Self {
+        Self::start_on(&brokers(), topic)
+    }
+
+    /// As [`Trickle::start`], to the broker at `brokers` (a test's own).
+    pub fn start_on(brokers: &str, topic: &str) -> Self {
         let stop = tokio_util::sync::CancellationToken::new();
-        let task = tokio::spawn(trickle_orders(topic.to_owned(), stop.clone()));
+        let task = tokio::spawn(trickle_orders(brokers.to_owned(), topic.to_owned(), stop.clone()));
         Self { stop, task }
     }
 
@@ -67,13 +72,17 @@ impl Trickle {
 /// Produces 100 new orders (and some re-sent copies) every 50 ms until
 /// `stop`; returns the partitions' ends and how many distinct orders it sent.
 pub async fn trickle_orders(
+    brokers: String,
     topic: String,
     stop: tokio_util::sync::CancellationToken,
 ) -> (std::collections::HashMap<i32, i64>, usize) {
     let mut ends = std::collections::HashMap::new();
     let mut sent = 0;
     while !stop.is_cancelled() {
-        merge_ends(&mut ends, produce(&topic, &orders_with_duplicates(100, 5)).await);
+        merge_ends(
+            &mut ends,
+            produce_to(&brokers, &topic, &orders_with_duplicates(100, 5)).await,
+        );
         sent += 100;
         // Pacing the producer, not waiting for anything.
         tokio::select! {
