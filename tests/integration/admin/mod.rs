@@ -13,6 +13,7 @@ mod console;
 mod group;
 mod lifecycle;
 mod tls;
+mod upgrade;
 mod uploads;
 mod walls;
 
@@ -44,6 +45,11 @@ struct Admin {
 async fn start(backend: Backend, topic: &str, extra_admin_toml: &str) -> Admin {
     let dir = tempfile::tempdir().expect("tempdir");
     let db_url = database_url(backend, dir.path()).await;
+    start_on(dir, db_url, topic, extra_admin_toml).await
+}
+
+/// As [`start`], on the database at `db_url`, with files in `dir`.
+async fn start_on(dir: tempfile::TempDir, db_url: String, topic: &str, extra_admin_toml: &str) -> Admin {
     let cache = dir.path().join("compile-cache");
     let admin = format!(
         r#"
