@@ -43,6 +43,11 @@ pub struct Host {
     stats: BTreeMap<String, Arc<Stats>>,
 }
 
+/// How long a starting host waits for a database it cannot reach yet (see
+/// [`crate::db::open_waiting`]): longer than a restart or a short network
+/// cut, short enough that a wrong address still ends the process soon.
+const START_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 impl Host {
     pub async fn start(config: &Config) -> Result<Self, StartError> {
         Self::start_with(config, BTreeMap::new()).await
@@ -55,7 +60,7 @@ impl Host {
         config: &Config,
         mut natives: BTreeMap<String, Arc<dyn Handler>>,
     ) -> Result<Self, StartError> {
-        let db = crate::db::open(config).await?;
+        let db = crate::db::open_waiting(config, START_WAIT).await?;
         let engine =
             WasmEngine::new(config.wasm.cache_dir()).map_err(|e| StartError::Engine(format!("{e:#}")))?;
         let registry = Registry::new(db.clone(), engine.clone(), config.clone(), Metrics::default());

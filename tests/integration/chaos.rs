@@ -1,15 +1,19 @@
 //! The chaos test: the headline reliability figure.
 //!
-//! Three hosts in one consumer group on PostgreSQL and a real broker. Orders
-//! with 20% re-sent copies and 1% designed to fail for good; meanwhile hosts
-//! are SIGKILLed and restarted, PostgreSQL restarts, one host is paused past
-//! its session timeout (so its partitions move while it lives) and resumed as
-//! a zombie, and an operator replays one partition from offset 0. At the end:
-//! every good event applied exactly once, the designed failures (and only
+//! Three hosts in one consumer group on PostgreSQL and a real broker, each
+//! running the chain billing -> outbox -> relay -> notifier. Orders with 20%
+//! re-sent copies and 1% designed to fail for good; meanwhile hosts are
+//! SIGKILLed and restarted, PostgreSQL restarts twice, the network between
+//! the hosts and PostgreSQL is cut for ten seconds (a fault proxy), one host
+//! is paused past its session timeout (so its partitions move while it
+//! lives) and resumed as a zombie, and an operator replays one partition
+//! from offset 0. At the end: every good order invoiced exactly once and
+//! emailed exactly once, the relay drained, the designed failures (and only
 //! they) dead-lettered, every partition's offset at its end, and every offset
 //! range committed once (plus the operator's replay). Size: 5,000 events, or
-//! INBOXD_CHAOS_EVENTS (`scripts/chaos --full` runs 50,000).
+//! INBOXD_CHAOS_EVENTS (`scripts/chaos --full` runs 200,000).
 
+use crate::faults::proxy::{FaultProxy, Mode, Protocol};
 use crate::support::*;
 use rand::Rng;
 use rand::seq::{IndexedRandom, SliceRandom};
@@ -32,6 +36,8 @@ async fn send_chunk(topic: &str, chunk: Option<&[Send]>, ends: &mut HashMap<i32,
 /// The config's session timeout is 6 s; a pause this long makes the group
 /// give the paused host's partitions away while it is still alive.
 const PAUSE: Duration = Duration::from_secs(9);
+/// How long the network between the hosts and PostgreSQL stays cut.
+const CUT: Duration = Duration::from_secs(10);
 
 fn signal(host: &HostProcess, signal: i32) {
     // SAFETY: kill(2) on a child this test spawned and has not reaped.
@@ -46,10 +52,34 @@ async fn chaos_three_hosts_kills_restarts_zombie_and_replay_stay_exactly_once() 
         .unwrap_or(5_000);
     let started = Instant::now();
     let cluster = PgCluster::start();
-    let topic = unique("orders");
+    let (topic, invoices_topic) = (unique("orders"), unique("invoices"));
     create_topic(&topic, 6).await;
+    create_topic(&invoices_topic, 6).await;
     let db_url = create_postgres_database(&cluster.admin_url).await;
-    let env = TestEnv::with_database(tempfile::tempdir().unwrap(), db_url, "billing", &topic, "");
+    // The hosts reach PostgreSQL through a fault proxy; the test's checks go direct.
+    let server = db_url
+        .split_once('@')
+        .unwrap()
+        .1
+        .split_once('/')
+        .unwrap()
+        .0
+        .to_owned();
+    let proxy = FaultProxy::start(server.parse().unwrap(), Protocol::Postgres).await;
+    let proxied = db_url.replacen(&server, &proxy.addr().to_string(), 1);
+    let handlers = format!(
+        "{}\n{}",
+        handler_block_with_outbox(
+            "billing",
+            &topic,
+            &[("invoices.created", invoices_topic.as_str())]
+        ),
+        handler_block("notifier", &invoices_topic)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("compile-cache");
+    let mut env = TestEnv::with_config(dir, proxied, &cache, "billing", &topic, &handlers);
+    env.db_url = db_url;
 
     // 1% of the orders can never succeed (a negative amount: billing rejects them).
     let mut rng = rand::rng();
@@ -86,9 +116,10 @@ async fn chaos_three_hosts_kills_restarts_zombie_and_replay_stay_exactly_once() 
     };
 
     // The plan, one step every few seconds while the hosts work.
-    let (mut kills, mut pg_restarts, mut pauses) = (0, 0, 0);
+    let (mut kills, mut pg_restarts, mut pauses, mut cuts) = (0, 0, 0, 0);
     let mut replayed: Option<(i32, i64)> = None;
     let mut paused: Option<(usize, Instant)> = None;
+    let mut cut: Option<Instant> = None;
     let chaos_deadline = Instant::now() + Duration::from_secs(600);
     let mut step = 0;
     loop {
@@ -99,8 +130,17 @@ async fn chaos_three_hosts_kills_restarts_zombie_and_replay_stay_exactly_once() 
             signal(&hosts[index], libc::SIGCONT);
             paused = None;
         }
-        let plan_finished =
-            kills >= 3 && pg_restarts == 1 && pauses == 1 && replayed.is_some() && paused.is_none();
+        if cut.is_some_and(|since| since.elapsed() >= CUT) {
+            proxy.set(Mode::Pass);
+            cut = None;
+        }
+        let plan_finished = kills >= 3
+            && pg_restarts == 2
+            && pauses == 1
+            && cuts == 1
+            && replayed.is_some()
+            && paused.is_none()
+            && cut.is_none();
         if plan_finished || Instant::now() > chaos_deadline {
             break;
         }
@@ -138,6 +178,15 @@ async fn chaos_three_hosts_kills_restarts_zombie_and_replay_stay_exactly_once() 
                     step -= 1; // partition 0 has no stored offset yet: try again next time
                 }
             }
+            6 => {
+                proxy.set(Mode::Cut);
+                cut = Some(Instant::now());
+                cuts += 1;
+            }
+            9 => {
+                cluster.restart();
+                pg_restarts += 1;
+            }
             _ => {
                 let candidates: Vec<usize> = (0..HOSTS)
                     .filter(|i| paused.is_none_or(|(p, _)| p != *i))
@@ -153,6 +202,7 @@ async fn chaos_three_hosts_kills_restarts_zombie_and_replay_stay_exactly_once() 
     if let Some((index, _)) = paused {
         signal(&hosts[index], libc::SIGCONT);
     }
+    proxy.set(Mode::Pass);
     for chunk in chunks {
         send_chunk(&topic, Some(chunk), &mut ends).await;
     }
@@ -163,11 +213,36 @@ async fn chaos_three_hosts_kills_restarts_zombie_and_replay_stay_exactly_once() 
         async move { reached.await >= total }
     })
     .await;
-    let logs: String = old_logs + &hosts.iter().map(HostProcess::log).collect::<String>();
+    let logs =
+        |hosts: &[HostProcess]| old_logs.clone() + &hosts.iter().map(HostProcess::log).collect::<String>();
     assert!(
         waited,
-        "the hosts never reached the end of every partition:\n{logs}"
+        "the hosts never reached the end of every partition:\n{}",
+        logs(&hosts)
     );
+    // The chain drains: every invoice relayed, and emailed.
+    let emails = db.handler_table("notifier", "emails");
+    let good_orders = (0..events).filter(|i| !failing.contains(i)).count() as i64;
+    let drained = poll_until(Duration::from_secs(600), || {
+        let (db, emails) = (db.clone(), emails.clone());
+        async move {
+            let backlog = inboxd::db::outbox::backlog(&db, "billing")
+                .await
+                .map_or(1, |(n, _)| n);
+            let sent = db
+                .query_i64(&format!("SELECT COUNT(*) FROM {emails}"), &[])
+                .await
+                .unwrap_or(0);
+            backlog == 0 && sent >= good_orders
+        }
+    })
+    .await;
+    assert!(
+        drained,
+        "the relay and notifier never caught up:\n{}",
+        logs(&hosts)
+    );
+    let logs = logs(&hosts);
     for host in &mut hosts {
         assert!(host.is_running(), "a host died on its own:\n{logs}");
         assert_eq!(host.terminate(Duration::from_secs(60)).await, Some(0));
@@ -192,19 +267,42 @@ async fn chaos_three_hosts_kills_restarts_zombie_and_replay_stay_exactly_once() 
     let designed: HashSet<String> = failing.iter().map(|i| ids[*i].clone()).collect();
     let positions = inboxd::db::offsets::load_all(&db, "billing").await.unwrap();
     let stored: HashMap<i32, i64> = positions.iter().map(|p| (p.partition, p.next_offset)).collect();
+    let mailed = rows(&db, &format!("SELECT order_id FROM {emails}")).await;
+    let mut emailed: HashMap<String, usize> = HashMap::new();
+    for row in &mailed {
+        *emailed.entry(row[0].as_str().unwrap().to_owned()).or_default() += 1;
+    }
+    let good_order_ids: HashSet<String> = (0..events)
+        .filter(|i| !failing.contains(i))
+        .map(|i| format!("o{i}"))
+        .collect();
+    let emails_lost = good_order_ids
+        .iter()
+        .filter(|o| !emailed.contains_key(*o))
+        .count();
+    let emails_doubled = emailed.values().filter(|n| **n > 1).count();
+    let emails_strays = emailed.keys().filter(|o| !good_order_ids.contains(*o)).count();
     println!(
         "chaos: events={events} records={} duplicates={duplicates} designed_failures={} kills={kills} \
-         pg_restarts={pg_restarts} pauses={pauses} replayed_partition0_records={} effects={} lost={lost} \
-         doubled={doubled} dead_letters={} wall_s={:.1}",
+         pg_restarts={pg_restarts} network_cuts={cuts} pauses={pauses} replayed_partition0_records={} \
+         effects={} emails={} lost={} doubled={} dead_letters={} wall_s={:.1}",
         records.len(),
         designed.len(),
         replayed.map_or(0, |r| r.1),
         applied.len(),
+        mailed.len(),
+        lost + emails_lost,
+        doubled + emails_doubled,
         letters.len(),
         started.elapsed().as_secs_f64()
     );
+    assert_eq!(
+        (emails_lost, emails_doubled, emails_strays),
+        (0, 0, 0),
+        "one email per good order"
+    );
     assert!(
-        kills >= 1 && pg_restarts == 1 && pauses == 1,
+        kills >= 1 && pg_restarts == 2 && pauses == 1 && cuts == 1,
         "the chaos plan did not run: kills={kills}"
     );
     assert_eq!(

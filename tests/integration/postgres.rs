@@ -1,5 +1,6 @@
-//! PostgreSQL-only behaviour: the server restarting mid-stream, and two hosts
-//! sharing one consumer group and one database.
+//! PostgreSQL-only behaviour: the server restarting mid-stream, a host
+//! started while it is down, and two hosts sharing one consumer group and
+//! one database.
 
 use crate::support::*;
 use std::time::Duration;
@@ -62,6 +63,36 @@ async fn postgres_restart_mid_stream_pauses_and_resumes_exactly_once() {
 
 /// Two hosts in one group: partitions split, a rebalance happens while both
 /// process, and every offset range is committed by exactly one transaction.
+/// Regression (found by the chaos test's network cut): a host started while
+/// PostgreSQL could not be reached exited at once; it waits for it now (up
+/// to a minute), then applies everything once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_started_while_postgres_is_down_waits_for_it() {
+    let cluster = PgCluster::start();
+    let topic = unique("orders");
+    create_topic(&topic, 2).await;
+    let db_url = create_postgres_database(&cluster.admin_url).await;
+    let env = TestEnv::with_database(tempfile::tempdir().unwrap(), db_url, "billing", &topic, "");
+    let ends = produce(&topic, &orders_with_duplicates(50, 5)).await;
+    cluster.stop();
+    let mut host = env.spawn_host();
+    let waiting = poll_until(Duration::from_secs(30), || async {
+        host.log().contains("retrying for up to")
+    })
+    .await;
+    assert!(
+        waiting,
+        "the host never said it waits for the database:\n{}",
+        host.log()
+    );
+    assert!(host.is_running(), "the host exited:\n{}", host.log());
+    cluster.start_again();
+    env.wait_for_offsets(&ends, Duration::from_secs(120), &mut host)
+        .await;
+    assert_eq!(host.terminate(Duration::from_secs(30)).await, Some(0));
+    env.assert_exactly_once("invoices", 50, &ends).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hosts_in_one_group_split_partitions_and_stay_exactly_once() {
     let topic = unique("orders");

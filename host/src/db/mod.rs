@@ -25,7 +25,7 @@ mod walls;
 
 pub use crate::config::Backend;
 pub use error::DbError;
-pub use open::{OpenError, open, redact_url};
+pub use open::{OpenError, open, open_waiting, redact_url};
 pub use tx::Tx;
 pub use value::{DecodeError, SqlValue, UnsupportedColumn};
 pub use walls::{HOST_SEARCH_PATH, Walls};

@@ -44,6 +44,37 @@ pub async fn open(config: &Config) -> Result<Database, OpenError> {
     Ok(db)
 }
 
+/// As [`open`], waiting out a database that cannot be reached yet (a
+/// restart, a network cut) for up to `wait`, with backoff; any other error,
+/// or the same one past `wait`, is returned at once. For `inboxd run`: a
+/// host its supervisor restarts during an outage would otherwise exit again
+/// at once, and stay down for the supervisor's growing backoff. Commands an
+/// operator types keep [`open`], which fails at once.
+pub async fn open_waiting(config: &Config, wait: std::time::Duration) -> Result<Database, OpenError> {
+    let started = std::time::Instant::now();
+    let mut pause = std::time::Duration::from_millis(250);
+    loop {
+        match open(config).await {
+            Err(e) if e.is_connection_failure() && started.elapsed() + pause < wait => {
+                tracing::warn!("{e}; retrying for up to {}s", wait.as_secs());
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(std::time::Duration::from_secs(5));
+            }
+            done => return done,
+        }
+    }
+}
+
+impl OpenError {
+    /// The database could not be reached, or the connection broke on the way.
+    fn is_connection_failure(&self) -> bool {
+        match self {
+            OpenError::Connect { source, .. } | OpenError::Migrate(source) => source.is_connection_failure(),
+            OpenError::PlantedCode(_) => false,
+        }
+    }
+}
+
 /// Hides a password in a database URL before it is shown.
 pub fn redact_url(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {

@@ -9,7 +9,7 @@
 
 mod broker_cut;
 mod disk_full;
-mod proxy;
+pub(crate) mod proxy;
 
 use crate::support::*;
 use proxy::{FaultProxy, Mode, Protocol};
