@@ -79,7 +79,8 @@ async fn start() {
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::Serve { config, native }) => {
-            inboxd::telemetry::init("warn", inboxd::telemetry::LogFormat::Text);
+            // No spans: the benchmark measures the pipeline without an exporter.
+            let _ = inboxd::telemetry::init("warn", inboxd::telemetry::LogFormat::Text, None);
             serve::serve(&config, native).await
         }
         Some(Command::ServePlain {

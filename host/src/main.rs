@@ -21,7 +21,28 @@ async fn start() {
         // sqlx reports PostgreSQL's "already exists, skipping" notices at info.
         _ => "info,sqlx::postgres::notice=warn",
     };
-    inboxd::telemetry::init(default_log, cli.log_format);
+    // `inboxd run` exports spans if its config file says where; the file is
+    // read again, and any error in it reported, by the command itself.
+    let config = match &cli.command {
+        Command::Run { config } => inboxd::config::Config::load(config).ok(),
+        _ => None,
+    };
+    let otlp = config.as_ref().and_then(|c| {
+        c.telemetry
+            .otlp_endpoint
+            .as_deref()
+            .map(|endpoint| inboxd::telemetry::OtlpTarget {
+                endpoint,
+                service: &c.telemetry.service_name,
+            })
+    });
+    let traces = match inboxd::telemetry::init(default_log, cli.log_format, otlp) {
+        Ok(traces) => traces,
+        Err(error) => {
+            eprintln!("inboxd: {error}");
+            std::process::exit(2);
+        }
+    };
     let result: Result<(), CliError> = match cli.command {
         Command::Run { config } => run::run(&config).await,
         Command::Migrate { config } => run::migrate(&config).await,
@@ -42,6 +63,10 @@ async fn start() {
         Command::Resume(args) => remote::action("resume", args).await,
         Command::Delete(args) => remote::action("delete", args).await,
     };
+    // The spans of the last batches, before the process ends.
+    if let Some(traces) = traces {
+        let _ = tokio::task::spawn_blocking(move || traces.shutdown()).await;
+    }
     if let Err(error) = result {
         eprintln!("inboxd: {error}");
         std::process::exit(error.exit_code());

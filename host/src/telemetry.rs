@@ -3,10 +3,30 @@
 //! `INBOXD_LOG_FORMAT=json`) for log shippers. stdout is left to command
 //! output (the demo's summary, `--json` documents).
 //!
+//! Traces: with `[telemetry] otlp_endpoint`, `inboxd run` exports spans over
+//! OTLP/HTTP (JSON) — one per batch transaction and one per event (see
+//! [`event_span`]), parented to the event's W3C `traceparent` — and the
+//! outbox messages an event publishes carry its span as their parent, so a
+//! chain of handlers is one trace. Without it no span is even made: the hot
+//! path pays nothing. Log lines never carry these spans.
+//!
 //! Also where the process decides about library backtraces, see
 //! [`library_backtraces_off_unless_asked`].
 
-use tracing_subscriber::EnvFilter;
+use opentelemetry::trace::{
+    SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState, TracerProvider as _,
+};
+use opentelemetry_otlp::{Protocol, WithExportConfig};
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use std::sync::atomic::{AtomicBool, Ordering};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
+
+/// The target of the spans exported over OTLP; log output never shows it.
+pub const TRACE_TARGET: &str = "inboxd::trace";
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
@@ -15,17 +35,167 @@ pub enum LogFormat {
     Json,
 }
 
-pub fn init(default_filter: &str, format: LogFormat) {
+/// Whether spans are exported: the pipeline makes none otherwise.
+static TRACING: AtomicBool = AtomicBool::new(false);
+
+/// Where spans go: an OTLP/HTTP collector's traces URL (JSON encoding, e.g.
+/// `http://127.0.0.1:4318/v1/traces`) and the `service.name` they carry.
+pub struct OtlpTarget<'a> {
+    pub endpoint: &'a str,
+    pub service: &'a str,
+}
+
+/// Sets up logging, and span export to `otlp` if given; the returned
+/// [`Traces`] sends the last spans when shut down.
+pub fn init(
+    default_filter: &str,
+    format: LogFormat,
+    otlp: Option<OtlpTarget>,
+) -> Result<Option<Traces>, TracesError> {
     let filter = EnvFilter::try_from_env("INBOXD_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| EnvFilter::new(default_filter));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
+        .unwrap_or_else(|_| EnvFilter::new(default_filter))
+        // The exported spans are for the trace, not for log lines.
+        .add_directive(format!("{TRACE_TARGET}=off").parse().expect("a valid directive"));
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let logs = match format {
+        LogFormat::Text => fmt.with_filter(filter).boxed(),
+        LogFormat::Json => fmt.json().with_filter(filter).boxed(),
     };
+    let (spans, traces) = match otlp {
+        Some(target) => {
+            let provider = provider(&target)?;
+            let layer = tracing_opentelemetry::layer()
+                .with_tracer(provider.tracer("inboxd"))
+                .with_location(false)
+                .with_threads(false)
+                .with_target(false)
+                .with_level(false)
+                .with_tracked_inactivity(false)
+                // Only the spans made for the trace, and no log lines in them.
+                .with_filter(Targets::new().with_target(TRACE_TARGET, tracing::Level::TRACE));
+            (Some(layer), Some(Traces { provider }))
+        }
+        None => (None, None),
+    };
+    let installed = tracing_subscriber::registry()
+        .with(spans)
+        .with(logs)
+        .try_init()
+        .is_ok();
+    TRACING.store(installed && traces.is_some(), Ordering::Relaxed);
+    Ok(traces)
+}
+
+/// Why spans cannot be exported.
+#[derive(Debug, thiserror::Error)]
+#[error("telemetry.otlp_endpoint: cannot export to {endpoint}: {reason}")]
+pub struct TracesError {
+    endpoint: String,
+    reason: String,
+}
+
+/// The span exporter while it runs; [`Traces::shutdown`] sends the last spans.
+pub struct Traces {
+    provider: SdkTracerProvider,
+}
+
+impl Traces {
+    /// Sends the spans still buffered, then stops exporting. It blocks
+    /// until the exporter's thread has sent them.
+    pub fn shutdown(self) {
+        TRACING.store(false, Ordering::Relaxed);
+        if let Err(e) = self.provider.shutdown() {
+            tracing::warn!("the last spans could not be exported: {e}");
+        }
+    }
+}
+
+fn provider(target: &OtlpTarget) -> Result<SdkTracerProvider, TracesError> {
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(Protocol::HttpJson)
+        .with_endpoint(target.endpoint)
+        .build()
+        .map_err(|e| TracesError {
+            endpoint: target.endpoint.to_owned(),
+            reason: e.to_string(),
+        })?;
+    let resource = opentelemetry_sdk::Resource::builder()
+        .with_service_name(target.service.to_owned())
+        .build();
+    // Batched on the SDK's own thread: an export never waits on the pipeline.
+    Ok(SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(resource)
+        .build())
+}
+
+/// Whether spans are exported (see the module).
+pub fn tracing_on() -> bool {
+    TRACING.load(Ordering::Relaxed)
+}
+
+/// A span of the trace an incoming event belongs to: a child of its W3C
+/// `traceparent` header when it has a valid one, else of the current span.
+/// `span` is made only while spans are exported; it is `Span::none()` otherwise.
+pub fn with_parent_of(span: tracing::Span, headers: &[(String, Vec<u8>)]) -> tracing::Span {
+    if let Some(parent) = traceparent_header(headers).and_then(parse_traceparent) {
+        let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(parent));
+    }
+    span
+}
+
+/// Links `span` to the span a message's `traceparent` names (the relay's
+/// send of an outbox message, to the event that published it).
+pub fn link_to(span: &tracing::Span, headers: &[(String, Vec<u8>)]) {
+    if let Some(linked) = traceparent_header(headers).and_then(parse_traceparent) {
+        span.add_link(linked);
+    }
+}
+
+/// The current span as a W3C `traceparent`, while spans are exported: what
+/// an outbox message carries, so its consumer's span is this one's child.
+pub fn current_traceparent() -> Option<String> {
+    if !tracing_on() {
+        return None;
+    }
+    let context = tracing::Span::current().context();
+    let span = context.span();
+    let current = span.span_context();
+    current.is_valid().then(|| {
+        format!(
+            "00-{}-{}-{:02x}",
+            current.trace_id(),
+            current.span_id(),
+            current.trace_flags().to_u8()
+        )
+    })
+}
+
+fn traceparent_header(headers: &[(String, Vec<u8>)]) -> Option<&str> {
+    headers
+        .iter()
+        .rev()
+        .find(|(name, _)| name.eq_ignore_ascii_case("traceparent"))
+        .and_then(|(_, value)| std::str::from_utf8(value).ok())
+}
+
+/// `00-<trace id>-<parent id>-<flags>`, as W3C Trace Context writes it.
+fn parse_traceparent(value: &str) -> Option<SpanContext> {
+    let mut parts = value.trim().split('-');
+    let (version, trace, span, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    if version.len() != 2 || trace.len() != 32 || span.len() != 16 || flags.len() != 2 {
+        return None;
+    }
+    let context = SpanContext::new(
+        TraceId::from_hex(trace).ok()?,
+        SpanId::from_hex(span).ok()?,
+        TraceFlags::new(u8::from_str_radix(flags, 16).ok()?),
+        true,
+        TraceState::default(),
+    );
+    context.is_valid().then_some(context)
 }
 
 /// Sets `RUST_LIB_BACKTRACE=0` unless it is set already, so `RUST_BACKTRACE=1`
@@ -42,5 +212,31 @@ pub unsafe fn library_backtraces_off_unless_asked() {
     if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
         // SAFETY: the caller guarantees no other thread is running.
         unsafe { std::env::set_var("RUST_LIB_BACKTRACE", "0") };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traceparents_are_read_as_w3c_writes_them() {
+        let read = parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").unwrap();
+        assert_eq!(read.trace_id().to_string(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(read.span_id().to_string(), "00f067aa0ba902b7");
+        assert!(read.is_sampled());
+        for bad in [
+            "",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e473x-00f067aa0ba902b7-01",
+        ] {
+            assert!(parse_traceparent(bad).is_none(), "{bad:?}");
+        }
+        assert!(
+            current_traceparent().is_none(),
+            "nothing is exported in unit tests"
+        );
     }
 }

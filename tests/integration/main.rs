@@ -21,3 +21,4 @@ mod postgres;
 mod retention;
 mod sandbox;
 mod support;
+mod traces;

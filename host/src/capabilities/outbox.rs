@@ -7,7 +7,8 @@
 //! writes, after the handler returns; if the handler fails they are dropped
 //! with the rest of its work. The relay sends them to Kafka after the commit.
 //! A W3C `traceparent` on the incoming event is carried to each message as a
-//! child span of the same trace.
+//! child span of the same trace (the event's own span while spans are
+//! exported over OTLP, see `telemetry`).
 
 use crate::bindings::{Message, outbox_api};
 use crate::config::defaults::EVENT_ID_HEADER;
@@ -35,6 +36,9 @@ pub struct OutboxState {
     topics: Arc<BTreeMap<String, String>>,
     /// The incoming event's `traceparent`, if it had a valid one.
     parent: Option<String>,
+    /// The event's own span as a `traceparent`, while spans are exported:
+    /// carried as it is, so the message's consumer is that span's child.
+    own: Option<String>,
 }
 
 impl OutboxState {
@@ -51,6 +55,9 @@ impl OutboxState {
             .and_then(|(_, value)| std::str::from_utf8(value).ok())
             .filter(|value| child_traceparent(value).is_some())
             .map(str::to_owned);
+        // With spans exported, the event's own span is the messages' parent
+        // (its consumer's span becomes that span's child), not a made-up one.
+        let own = crate::telemetry::current_traceparent();
         Self {
             messages: Vec::new(),
             bytes: 0,
@@ -58,6 +65,7 @@ impl OutboxState {
             max_bytes,
             topics,
             parent,
+            own,
         }
     }
 
@@ -142,10 +150,14 @@ impl outbox_api::Host for OutboxView<'_> {
         let has_trace = headers
             .iter()
             .any(|(name, _)| name.eq_ignore_ascii_case("traceparent"));
-        if let (false, Some(parent)) = (has_trace, &state.parent)
-            && let Some(child) = child_traceparent(parent)
-        {
-            headers.push(("traceparent".into(), child.into_bytes()));
+        if !has_trace {
+            let trace = state
+                .own
+                .clone()
+                .or_else(|| state.parent.as_deref().and_then(child_traceparent));
+            if let Some(trace) = trace {
+                headers.push(("traceparent".into(), trace.into_bytes()));
+            }
         }
         let id = uuid::Uuid::now_v7().to_string();
         // Under every other name a consumer may read it from, too (the relay

@@ -44,6 +44,11 @@ pub struct SqlState {
 }
 
 impl SqlState {
+    /// How many statements the guest ran for this event.
+    pub fn statements_run(&self) -> u32 {
+        self.max_statements - self.statements_left
+    }
+
     pub fn new(tx: Tx, guard: Arc<Guard>, limits: &Limits) -> Self {
         let backend = tx.backend();
         Self {

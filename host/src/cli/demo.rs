@@ -150,6 +150,7 @@ fn build_config(args: &DemoArgs, brokers: String) -> Result<(Config, String), Cl
     }
     let config = Config {
         admin: None,
+        telemetry: Default::default(),
         database: DatabaseConfig {
             url: database,
             ..DatabaseConfig::default()

@@ -58,6 +58,35 @@ pub struct Config {
     /// Handlers defined here. More can be uploaded through the admin API.
     #[serde(default)]
     pub handlers: Vec<HandlerConfig>,
+    /// Traces over OTLP; off unless `otlp_endpoint` is set.
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// An OTLP/HTTP collector's traces URL (JSON encoding), e.g.
+    /// `http://127.0.0.1:4318/v1/traces`: `inboxd run` exports a span per
+    /// batch and per event there. Unset: no spans are made.
+    #[serde(default)]
+    pub otlp_endpoint: Option<String>,
+    /// The `service.name` the spans carry.
+    #[serde(default = "default_service_name")]
+    pub service_name: String,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        Self {
+            otlp_endpoint: None,
+            service_name: default_service_name(),
+        }
+    }
+}
+
+fn default_service_name() -> String {
+    "inboxd".to_owned()
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -307,6 +336,14 @@ impl Config {
                 format!("must start with sqlite: or postgres://, got {url:?}"),
             ));
         };
+        if let Some(endpoint) = &self.telemetry.otlp_endpoint
+            && !(endpoint.starts_with("http://") || endpoint.starts_with("https://"))
+        {
+            return Err(invalid(
+                "telemetry.otlp_endpoint",
+                format!("must be an http:// or https:// URL (OTLP over HTTP), got {endpoint:?}"),
+            ));
+        }
         if self.database.max_connections == 0 {
             return Err(invalid("database.max_connections", "must be at least 1"));
         }

@@ -386,3 +386,26 @@ fn table_reservations_are_one_tokens_and_may_not_overlap() {
         );
     }
 }
+
+#[test]
+fn traces_are_off_by_default_and_their_endpoint_must_be_http() {
+    let config = load(&with_component("")).unwrap();
+    assert_eq!(config.telemetry.otlp_endpoint, None);
+    assert_eq!(config.telemetry.service_name, "inboxd");
+    let traced =
+        "[telemetry]\notlp_endpoint = \"http://127.0.0.1:4318/v1/traces\"\nservice_name = \"billing-eu\"";
+    let config = load(&format!("{traced}\n{}", with_component(""))).unwrap();
+    assert_eq!(
+        config.telemetry.otlp_endpoint.as_deref(),
+        Some("http://127.0.0.1:4318/v1/traces")
+    );
+    assert_eq!(config.telemetry.service_name, "billing-eu");
+    let grpc = "[telemetry]\notlp_endpoint = \"127.0.0.1:4317\"";
+    let err = load(&format!("{grpc}\n{}", with_component(""))).unwrap_err();
+    assert!(
+        err.contains("telemetry.otlp_endpoint") && err.contains("http://"),
+        "{err}"
+    );
+    let err = load(&format!("[telemetry]\nsampling = 1\n{}", with_component(""))).unwrap_err();
+    assert!(err.contains("unknown field `sampling`"), "{err}");
+}

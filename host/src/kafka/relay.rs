@@ -321,9 +321,10 @@ pub(crate) async fn send_in_order(producer: &FutureProducer, bucket: &[Pending])
     for row in bucket {
         let message = &row.message;
         if let Some(reason) = invalid_topic(&message.topic) {
-            sends.push((row.seq, Sent::Parked(reason)));
+            sends.push((row.seq, Sent::Parked(reason), tracing::Span::none()));
             continue;
         }
+        let span = publish_span(row);
         let mut headers = OwnedHeaders::new();
         for (name, value) in &message.headers {
             headers = headers.insert(Header {
@@ -342,23 +343,27 @@ pub(crate) async fn send_in_order(producer: &FutureProducer, bucket: &[Pending])
             record = record.key(key);
         }
         match producer.send_result(record) {
-            Ok(delivery) => sends.push((row.seq, Sent::Queued(delivery))),
-            Err((error, _)) if permanent(&error) => sends.push((row.seq, Sent::Parked(error.to_string()))),
+            Ok(delivery) => sends.push((row.seq, Sent::Queued(delivery), span)),
+            Err((error, _)) if permanent(&error) => {
+                sends.push((row.seq, Sent::Parked(error.to_string()), span))
+            }
             Err((error, _)) => {
-                sends.push((row.seq, Sent::Failed(error.to_string())));
+                sends.push((row.seq, Sent::Failed(error.to_string()), span));
                 break;
             }
         }
     }
     let mut outcome = Outcome::default();
-    for (seq, sent) in sends {
+    for (seq, sent, span) in sends {
         let error = match sent {
             Sent::Queued(delivery) => match delivery.await {
                 Ok(Ok(_)) => {
+                    span.record("outcome", "published");
                     outcome.published.push(seq);
                     continue;
                 }
                 Ok(Err((error, _))) if permanent(&error) => {
+                    span.record("outcome", "parked");
                     outcome.parked.push((seq, error.to_string()));
                     continue;
                 }
@@ -366,15 +371,36 @@ pub(crate) async fn send_in_order(producer: &FutureProducer, bucket: &[Pending])
                 Err(_) => "the producer dropped the message".to_owned(),
             },
             Sent::Parked(reason) => {
+                span.record("outcome", "parked");
                 outcome.parked.push((seq, reason));
                 continue;
             }
             Sent::Failed(error) => error,
         };
+        span.record("outcome", "failed");
         outcome.failed = Some((seq, error));
         break;
     }
     outcome
+}
+
+/// The span of one outbox message's send, linked to the span of the event
+/// that published it (its `traceparent`), while spans are exported.
+fn publish_span(row: &Pending) -> tracing::Span {
+    if !crate::telemetry::tracing_on() {
+        return tracing::Span::none();
+    }
+    let message = &row.message;
+    let span = tracing::info_span!(
+        target: crate::telemetry::TRACE_TARGET,
+        "inboxd.publish",
+        topic = message.topic,
+        event_id = message.id,
+        seq = row.seq,
+        outcome = tracing::field::Empty,
+    );
+    crate::telemetry::link_to(&span, &message.headers);
+    span
 }
 
 #[cfg(test)]

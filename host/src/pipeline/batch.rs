@@ -27,8 +27,10 @@ use crate::db::now_ms;
 use crate::event_id;
 use crate::handler::GuestFailure;
 use crate::record::Record;
+use crate::telemetry;
 use std::collections::HashSet;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 /// How far a batch has committed. The caller keeps it across retries after
 /// host errors, so records already committed are never run again.
@@ -111,10 +113,13 @@ impl Pipeline {
         let mut optimistic = self.slot.optimistic();
         while cursor.done < records.len() {
             let rest = &records[cursor.done..];
-            let end = match self
+            let span = self.batch_span(rest);
+            let end = self
                 .batch_tx(rest, cursor.expected, optimistic && rest.len() > 1)
-                .await
-            {
+                .instrument(span.clone())
+                .await;
+            span.record("outcome", tx_outcome(&end));
+            let end = match end {
                 // A held-back INSERT of one of the calls failed when sent.
                 Err(PipelineError::Database(DbError::DeferredFailed(reason))) => {
                     tracing::debug!(handler = self.handler.name(), reason, "held-back INSERTs failed");
@@ -312,6 +317,23 @@ impl Pipeline {
         Ok(TxEnd::Committed { count, retry })
     }
 
+    /// The span of one batch transaction, exported over OTLP (see `telemetry`).
+    fn batch_span(&self, records: &[Record]) -> tracing::Span {
+        if !telemetry::tracing_on() {
+            return tracing::Span::none();
+        }
+        tracing::info_span!(
+            target: telemetry::TRACE_TARGET,
+            "inboxd.batch",
+            handler = self.handler.name(),
+            topic = records[0].topic,
+            partition = records[0].partition,
+            first_offset = records[0].offset,
+            size = records.len(),
+            outcome = tracing::field::Empty,
+        )
+    }
+
     /// Counts and logs a committed batch's outcomes.
     fn report(&self, done: Vec<Done>) {
         let mut duplicates = 0;
@@ -325,5 +347,18 @@ impl Pipeline {
         }
         self.stats.applied(applied);
         self.stats.duplicates(duplicates);
+    }
+}
+
+/// A batch transaction's end, in a word (its span's `outcome`).
+fn tx_outcome(end: &Result<TxEnd, PipelineError>) -> &'static str {
+    match end {
+        Ok(TxEnd::Committed { retry: None, .. }) => "committed",
+        Ok(TxEnd::Committed { retry: Some(_), .. }) => "committed-then-retry",
+        Ok(TxEnd::Fenced) => "fenced",
+        Ok(TxEnd::Redo) => "redo",
+        Ok(TxEnd::Violation { .. }) => "sandbox-violation",
+        Ok(TxEnd::Lost { .. }) => "lost",
+        Ok(TxEnd::HostError(_)) | Err(_) => "error",
     }
 }

@@ -37,6 +37,21 @@ pub enum Call {
     Redo,
 }
 
+impl Call {
+    /// What the call came to, in a word (a span's `outcome`).
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            Call::Applied(_) => "applied",
+            Call::Failed(GuestFailure::Retry(_)) => "retry",
+            Call::Failed(GuestFailure::Reject(_)) => "reject",
+            Call::Failed(GuestFailure::Trap(_)) => "trap",
+            Call::Failed(GuestFailure::Limit(_)) => "limit",
+            Call::TooLarge(_) => "too-large",
+            Call::Redo => "redo",
+        }
+    }
+}
+
 /// The transaction, handed back, and what happened in it.
 pub struct Called {
     pub tx: Tx,

@@ -31,6 +31,7 @@ use crate::handler::GuestFailure;
 use crate::handler::Handler;
 use crate::record::Record;
 use crate::stats::Stats;
+use crate::telemetry;
 use guest::{Call, Called};
 use rand::Rng;
 use std::sync::Arc;
@@ -38,6 +39,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 use tail::{End, Sealed};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -295,7 +297,12 @@ impl Pipeline {
         record: &Record,
         attempt: u32,
     ) -> Result<Called, PipelineError> {
-        let called = guest::call(&*self.handler, tx, record, claim.event_id, attempt).await?;
+        let span = self.event_span(record, claim.event_id, attempt);
+        let called = guest::call(&*self.handler, tx, record, claim.event_id, attempt)
+            .instrument(span.clone())
+            .await?;
+        span.record("outcome", called.call.outcome());
+        span.record("guest_us", called.took.as_micros() as u64);
         match &called.call {
             Call::Applied(_) => self.stats.guest_took(called.took),
             Call::Failed(failure) => {
@@ -306,6 +313,29 @@ impl Pipeline {
             Call::TooLarge(_) | Call::Redo => {}
         }
         Ok(called)
+    }
+
+    /// The span of one guest call, exported over OTLP (see `telemetry`):
+    /// a child of the event's `traceparent`, else of the batch's span.
+    fn event_span(&self, record: &Record, event_id: &str, attempt: u32) -> tracing::Span {
+        if !telemetry::tracing_on() {
+            return tracing::Span::none();
+        }
+        let span = tracing::info_span!(
+            target: telemetry::TRACE_TARGET,
+            "inboxd.event",
+            handler = self.handler.name(),
+            version = self.handler.version_label(),
+            event_id,
+            attempt,
+            topic = record.topic,
+            partition = record.partition,
+            offset = record.offset,
+            outcome = tracing::field::Empty,
+            guest_us = tracing::field::Empty,
+            sql_statements = tracing::field::Empty,
+        );
+        telemetry::with_parent_of(span, &record.headers)
     }
 
     /// `Some`: the failure is final and the event is parked with this kind.
