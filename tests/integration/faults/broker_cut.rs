@@ -135,6 +135,8 @@ async fn broker_cut_while_the_relay_sends_applies_each_message_once_downstream()
     );
     assert_eq!(count(&db, &twice).await, 0, "no invoice message emailed twice");
     assert_eq!(emails_sent().await, unique_events as i64, "one email per order");
+    let messages = count(&db, "SELECT COUNT(*) FROM outbox WHERE handler = 'billing'").await;
+    assert_eq!(messages, unique_events as i64, "one outbox message per invoice");
     let dead = count(&db, "SELECT COUNT(*) FROM dead_letters").await;
     assert_eq!(dead, 0, "no healthy event dead-lettered:\n{}", host.log());
 }

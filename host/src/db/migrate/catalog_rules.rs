@@ -200,10 +200,16 @@ async fn stored_expressions_over(tx: &mut Tx, handler: &str) -> Result<Option<i6
     }
     let params = [handler_schema(handler).into(), MAX_STORED_EXPRESSION_BYTES.into()];
     let rows = tx.query(POSTGRES_STORED_EXPRESSION_BYTES, &params).await?;
-    let largest = rows
-        .iter()
-        .filter_map(|r| r.get(2).and_then(SqlValue::as_i64))
-        .max();
+    let mut largest = None;
+    for row in &rows {
+        // A row this check cannot read must not pass as "within the bound".
+        let bytes = row.get(2).and_then(SqlValue::as_i64).ok_or_else(|| {
+            DbError::HandlerMigration(format!(
+                "cannot read the size of a table's stored expressions from the catalog: {row:?}"
+            ))
+        })?;
+        largest = largest.max(Some(bytes));
+    }
     Ok(largest)
 }
 
