@@ -20,7 +20,7 @@ use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
-use tracing_subscriber::filter::Targets;
+use tracing_subscriber::filter::{Targets, filter_fn};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
@@ -54,37 +54,46 @@ pub fn init(
 ) -> Result<Option<Traces>, TracesError> {
     let filter = EnvFilter::try_from_env("INBOXD_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| EnvFilter::new(default_filter))
-        // The exported spans are for the trace, not for log lines.
-        .add_directive(format!("{TRACE_TARGET}=off").parse().expect("a valid directive"));
+        .unwrap_or_else(|_| EnvFilter::new(default_filter));
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let Some(target) = otlp else {
+        // No span is made for the trace then (see `tracing_on`).
+        let logs = match format {
+            LogFormat::Text => fmt.boxed(),
+            LogFormat::Json => fmt.json().boxed(),
+        };
+        let _ = tracing_subscriber::registry().with(filter).with(logs).try_init();
+        return Ok(None);
+    };
+    let provider = provider(&target)?;
+    // The spans made for the trace pass whatever the log level, go to the
+    // exporter alone (with no log lines in them), and never to the log.
+    let filter = filter.add_directive(
+        format!("{TRACE_TARGET}=trace")
+            .parse()
+            .expect("a valid directive"),
+    );
+    let not_traced = filter_fn(|meta| meta.target() != TRACE_TARGET);
     let logs = match format {
-        LogFormat::Text => fmt.with_filter(filter).boxed(),
-        LogFormat::Json => fmt.json().with_filter(filter).boxed(),
+        LogFormat::Text => fmt.with_filter(not_traced).boxed(),
+        LogFormat::Json => fmt.json().with_filter(not_traced).boxed(),
     };
-    let (spans, traces) = match otlp {
-        Some(target) => {
-            let provider = provider(&target)?;
-            let layer = tracing_opentelemetry::layer()
-                .with_tracer(provider.tracer("inboxd"))
-                .with_location(false)
-                .with_threads(false)
-                .with_target(false)
-                .with_level(false)
-                .with_tracked_inactivity(false)
-                // Only the spans made for the trace, and no log lines in them.
-                .with_filter(Targets::new().with_target(TRACE_TARGET, tracing::Level::TRACE));
-            (Some(layer), Some(Traces { provider }))
-        }
-        None => (None, None),
-    };
+    let spans = tracing_opentelemetry::layer()
+        .with_tracer(provider.tracer("inboxd"))
+        .with_location(false)
+        .with_threads(false)
+        .with_target(false)
+        .with_level(false)
+        .with_tracked_inactivity(false)
+        .with_filter(Targets::new().with_target(TRACE_TARGET, tracing::Level::TRACE));
     let installed = tracing_subscriber::registry()
-        .with(spans)
+        .with(filter)
         .with(logs)
+        .with(spans)
         .try_init()
         .is_ok();
-    TRACING.store(installed && traces.is_some(), Ordering::Relaxed);
-    Ok(traces)
+    TRACING.store(installed, Ordering::Relaxed);
+    Ok(Some(Traces { provider }))
 }
 
 /// Why spans cannot be exported.

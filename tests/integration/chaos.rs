@@ -115,7 +115,8 @@ async fn chaos_three_hosts_kills_restarts_zombie_and_replay_stay_exactly_once() 
         progress(&db, &handler, &topic).await.values().sum::<i64>()
     };
 
-    // The plan, one step every few seconds while the hosts work.
+    // The plan, one step every few seconds while the hosts work; after it,
+    // kills only.
     let (mut kills, mut pg_restarts, mut pauses, mut cuts) = (0, 0, 0, 0);
     let mut replayed: Option<(i32, i64)> = None;
     let mut paused: Option<(usize, Instant)> = None;
@@ -141,7 +142,13 @@ async fn chaos_three_hosts_kills_restarts_zombie_and_replay_stay_exactly_once() 
             && replayed.is_some()
             && paused.is_none()
             && cut.is_none();
-        if plan_finished || Instant::now() > chaos_deadline {
+        // Hosts go on being killed, a step every few seconds, until every
+        // record is in and applied (or the deadline passes).
+        let drained = plan_finished
+            && chunks.len() == 0
+            && progress_now(db.clone(), env.handler.clone(), topic.clone()).await
+                >= ends.values().sum::<i64>();
+        if drained || Instant::now() > chaos_deadline {
             break;
         }
         send_chunk(&topic, chunks.next(), &mut ends).await;
