@@ -192,9 +192,17 @@ fn traceparent_header(headers: &[(String, Vec<u8>)]) -> Option<&str> {
 
 /// `00-<trace id>-<parent id>-<flags>`, as W3C Trace Context writes it.
 fn parse_traceparent(value: &str) -> Option<SpanContext> {
-    let mut parts = value.trim().split('-');
-    let (version, trace, span, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-    if version.len() != 2 || trace.len() != 32 || span.len() != 16 || flags.len() != 2 {
+    let parts: Vec<&str> = value.trim().split('-').collect();
+    let hex = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
+    // Version 00 has exactly these four fields; a later one ("ff" is never
+    // valid) may add fields after them.
+    let [version, trace, span, flags, rest @ ..] = parts.as_slice() else {
+        return None;
+    };
+    if !(hex(version, 2) && hex(trace, 32) && hex(span, 16) && hex(flags, 2))
+        || *version == "ff"
+        || (*version == "00" && !rest.is_empty())
+    {
         return None;
     }
     let context = SpanContext::new(
@@ -240,6 +248,9 @@ mod tests {
             "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
             "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
             "00-4bf92f3577b34da6a3ce929d0e0e473x-00f067aa0ba902b7-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-+1",
         ] {
             assert!(parse_traceparent(bad).is_none(), "{bad:?}");
         }

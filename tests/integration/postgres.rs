@@ -61,8 +61,6 @@ async fn postgres_restart_mid_stream_pauses_and_resumes_exactly_once() {
     assert!(log.contains("database is back"), "the recovery is logged:\n{log}");
 }
 
-/// Two hosts in one group: partitions split, a rebalance happens while both
-/// process, and every offset range is committed by exactly one transaction.
 /// Regression (found by the chaos test's network cut): a host started while
 /// PostgreSQL could not be reached exited at once; it waits for it now (up
 /// to a minute), then applies everything once.
@@ -93,6 +91,8 @@ async fn a_host_started_while_postgres_is_down_waits_for_it() {
     env.assert_exactly_once("invoices", 50, &ends).await;
 }
 
+/// Two hosts in one group: partitions split, a rebalance happens while both
+/// process, and every offset range is committed by exactly one transaction.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hosts_in_one_group_split_partitions_and_stay_exactly_once() {
     let topic = unique("orders");

@@ -111,48 +111,45 @@ async fn an_order_is_one_trace_through_billing_the_relay_and_notifier() {
     let spans = spans.lock().unwrap().clone();
     assert!(!spans.is_empty(), "the receiver got no span:\n{}", host.log());
     let named = |name: &'static str| spans.iter().filter(move |s| s["name"] == name);
-    let batch = named("inboxd.batch")
-        .find(|s| attribute(s, "handler").as_deref() == Some("billing"))
-        .unwrap_or_else(|| panic!("no batch span: {spans:#?}"));
-    assert!(
-        attribute(batch, "partition").is_some() && attribute(batch, "size").is_some(),
-        "{batch:#}"
-    );
-    assert_eq!(
-        attribute(batch, "outcome").as_deref(),
-        Some("committed"),
-        "{batch:#}"
-    );
+    let committed = named("inboxd.batch").any(|s| {
+        attribute(s, "handler").as_deref() == Some("billing")
+            && attribute(s, "partition").is_some()
+            && attribute(s, "size").is_some()
+            && attribute(s, "outcome").as_deref() == Some("committed")
+    });
+    assert!(committed, "no committed batch span of billing's: {spans:#?}");
     for (trace, producer_span) in &parents {
-        let in_trace = |name: &'static str, handler: &str| {
-            named(name)
-                .find(|s| {
-                    s["traceId"] == trace.as_str() && attribute(s, "handler").as_deref() == Some(handler)
+        // A call may have run more than once (a batch run again): the one
+        // that applied is the one whose message went on.
+        let applied = |handler: &str| {
+            named("inboxd.event")
+                .filter(|s| {
+                    s["traceId"] == trace.as_str()
+                        && attribute(s, "handler").as_deref() == Some(handler)
+                        && attribute(s, "outcome").as_deref() == Some("applied")
                 })
                 .cloned()
+                .collect::<Vec<_>>()
         };
-        let billing = in_trace("inboxd.event", "billing")
-            .unwrap_or_else(|| panic!("no billing span on trace {trace}: {spans:#?}"));
+        let notifier = applied("notifier");
+        let notifier = notifier
+            .first()
+            .unwrap_or_else(|| panic!("no applied notifier span on trace {trace}: {spans:#?}"));
+        let billing = applied("billing")
+            .into_iter()
+            .find(|s| s["spanId"] == notifier["parentSpanId"])
+            .unwrap_or_else(|| {
+                panic!("notifier's span is no applied billing span's child on trace {trace}: {spans:#?}")
+            });
         assert_eq!(
             billing["parentSpanId"],
             producer_span.as_str(),
             "billing's span is the producer's child"
         );
         assert_eq!(
-            attribute(&billing, "outcome").as_deref(),
-            Some("applied"),
-            "{billing:#}"
-        );
-        assert_eq!(
             attribute(&billing, "sql_statements").as_deref(),
             Some("1"),
             "{billing:#}"
-        );
-        let notifier = in_trace("inboxd.event", "notifier")
-            .unwrap_or_else(|| panic!("no notifier span on trace {trace}: {spans:#?}"));
-        assert_eq!(
-            notifier["parentSpanId"], billing["spanId"],
-            "notifier's span is billing's child"
         );
         let publish = named("inboxd.publish")
             .find(|s| {

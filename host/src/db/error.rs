@@ -80,21 +80,29 @@ impl DbError {
     pub fn is_connection_failure(&self) -> bool {
         match self {
             DbError::TransactionLost | DbError::NoAnswer { .. } => true,
-            DbError::Sqlx(e) => match e {
-                sqlx::Error::Io(_)
-                | sqlx::Error::PoolTimedOut
-                | sqlx::Error::PoolClosed
-                | sqlx::Error::WorkerCrashed
-                | sqlx::Error::Tls(_) => true,
-                sqlx::Error::Database(db) => {
-                    let code = db.code().unwrap_or_default();
-                    // PostgreSQL class 08 (connection) and 57P (shutdown, crash).
-                    code.starts_with("08") || code.starts_with("57P")
-                }
-                _ => false,
-            },
+            // A host migration's statement that failed on the connection.
+            DbError::HostMigration(sqlx::migrate::MigrateError::Execute(e)) | DbError::Sqlx(e) => {
+                connection_failure(e)
+            }
             _ => false,
         }
+    }
+}
+
+/// See [`DbError::is_connection_failure`].
+fn connection_failure(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Tls(_) => true,
+        sqlx::Error::Database(db) => {
+            let code = db.code().unwrap_or_default();
+            // PostgreSQL class 08 (connection) and 57P (shutdown, crash).
+            code.starts_with("08") || code.starts_with("57P")
+        }
+        _ => false,
     }
 }
 

@@ -158,11 +158,14 @@ impl GuestPools {
         if let Some(pool) = self.lock().get(handler) {
             return Ok(pool.clone());
         }
-        let password: Option<String> =
-            sqlx::query_scalar("SELECT password FROM inboxd.handler_logins WHERE handler = $1")
-                .bind(handler)
-                .fetch_optional(host)
-                .await?;
+        let read = sqlx::query_scalar("SELECT password FROM inboxd.handler_logins WHERE handler = $1")
+            .bind(handler)
+            .fetch_optional(host);
+        // On the host's pool, bounded as a handler session's round trips are.
+        let limit = super::ACQUIRE_TIMEOUT + super::tx::HANDLER_ROUND_TRIP;
+        let password: Option<String> = tokio::time::timeout(limit, read)
+            .await
+            .map_err(|_| DbError::NoAnswer { waited: limit })??;
         let Some(password) = password else {
             return Err(DbError::HandlerMigration(format!(
                 "handler {handler} has no database login yet: it is made when the handler is \

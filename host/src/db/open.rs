@@ -54,7 +54,19 @@ pub async fn open_waiting(config: &Config, wait: std::time::Duration) -> Result<
     let started = std::time::Instant::now();
     let mut pause = std::time::Duration::from_millis(250);
     loop {
-        match open(config).await {
+        // Each attempt inside what is left of `wait`: a network that stops
+        // answering mid-migration would otherwise hold it for TCP's minutes.
+        let left = wait
+            .saturating_sub(started.elapsed())
+            .max(std::time::Duration::from_secs(1));
+        let attempt = match tokio::time::timeout(left, open(config)).await {
+            Ok(done) => done,
+            Err(_) => Err(OpenError::Connect {
+                url: redact_url(&config.database.url),
+                source: DbError::NoAnswer { waited: left },
+            }),
+        };
+        match attempt {
             Err(e) if e.is_connection_failure() && started.elapsed() + pause < wait => {
                 tracing::warn!("{e}; retrying for up to {}s", wait.as_secs());
                 tokio::time::sleep(pause).await;

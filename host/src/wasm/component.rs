@@ -288,7 +288,9 @@ impl HandlerComponent {
         };
         let state = store.data_mut();
         // On the event's span, when spans are exported (see `telemetry`).
-        tracing::Span::current().record("sql_statements", state.sql.statements_run());
+        if crate::telemetry::tracing_on() {
+            tracing::Span::current().record("sql_statements", state.sql.statements_run());
+        }
         let mut tx = state.sql.take_tx();
         let mut host_error = state.sql.take_host_error();
         let sql_timed_out = state.sql.timed_out();

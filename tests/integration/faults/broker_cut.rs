@@ -103,6 +103,15 @@ async fn broker_cut_while_the_relay_sends_applies_each_message_once_downstream()
     let relaying = poll_until(Duration::from_secs(120), || async { emails_sent().await > 0 }).await;
     assert!(relaying, "no email before the cut:\n{}", host.log());
     let trickle = Trickle::start_on(&brokers, &orders_topic);
+    // Cut while messages wait for the relay, so its sends are in the way.
+    let backlog = poll_until(Duration::from_secs(60), || async {
+        inboxd::db::outbox::backlog(&db, "billing")
+            .await
+            .map_or(0, |(n, _)| n)
+            > 0
+    })
+    .await;
+    assert!(backlog, "the relay never had messages waiting:\n{}", host.log());
 
     broker.proxy.set(Mode::Cut);
     tokio::time::sleep(Duration::from_secs(10)).await;
