@@ -182,7 +182,8 @@ pub fn current_traceparent() -> Option<String> {
     })
 }
 
-fn traceparent_header(headers: &[(String, Vec<u8>)]) -> Option<&str> {
+/// The last `traceparent` header, if it is text.
+pub(crate) fn traceparent_header(headers: &[(String, Vec<u8>)]) -> Option<&str> {
     headers
         .iter()
         .rev()
@@ -191,7 +192,7 @@ fn traceparent_header(headers: &[(String, Vec<u8>)]) -> Option<&str> {
 }
 
 /// `00-<trace id>-<parent id>-<flags>`, as W3C Trace Context writes it.
-fn parse_traceparent(value: &str) -> Option<SpanContext> {
+pub(crate) fn parse_traceparent(value: &str) -> Option<SpanContext> {
     let parts: Vec<&str> = value.trim().split('-').collect();
     let hex = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
     // Version 00 has exactly these four fields; a later one ("ff" is never

@@ -17,19 +17,8 @@ async fn each_order_yields_one_invoice_and_one_email_through_crashes(backend: Ba
     let (orders_topic, invoices_topic) = (unique("orders"), unique("invoices"));
     create_topic(&orders_topic, 3).await;
     create_topic(&invoices_topic, 3).await;
-    let handlers = format!(
-        "{}\n{}",
-        handler_block_with_outbox(
-            "billing",
-            &orders_topic,
-            &[("invoices.created", invoices_topic.as_str())]
-        ),
-        handler_block("notifier", &invoices_topic)
-    );
-    let dir = tempfile::tempdir().expect("tempdir");
-    let db_url = database_url(backend, dir.path()).await;
-    let cache = dir.path().join("compile-cache");
-    let env = TestEnv::with_config(dir, db_url, &cache, "billing", &orders_topic, &handlers);
+    let handlers = chain_handlers(&orders_topic, &invoices_topic);
+    let env = TestEnv::with_handlers(backend, "billing", &orders_topic, &handlers).await;
 
     let orders = 300;
     let traces: Vec<String> = (0..orders)

@@ -67,15 +67,7 @@ async fn chaos_three_hosts_kills_restarts_zombie_and_replay_stay_exactly_once() 
         .to_owned();
     let proxy = FaultProxy::start(server.parse().unwrap(), Protocol::Postgres).await;
     let proxied = db_url.replacen(&server, &proxy.addr().to_string(), 1);
-    let handlers = format!(
-        "{}\n{}",
-        handler_block_with_outbox(
-            "billing",
-            &topic,
-            &[("invoices.created", invoices_topic.as_str())]
-        ),
-        handler_block("notifier", &invoices_topic)
-    );
+    let handlers = chain_handlers(&topic, &invoices_topic);
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("compile-cache");
     let mut env = TestEnv::with_config(dir, proxied, &cache, "billing", &topic, &handlers);

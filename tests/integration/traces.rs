@@ -60,18 +60,10 @@ async fn an_order_is_one_trace_through_billing_the_relay_and_notifier() {
     create_topic(&orders_topic, 2).await;
     create_topic(&invoices_topic, 2).await;
     let rest = format!(
-        "{}\n{}\n[telemetry]\notlp_endpoint = \"{endpoint}\"\nservice_name = \"inboxd-test\"\n",
-        handler_block_with_outbox(
-            "billing",
-            &orders_topic,
-            &[("invoices.created", invoices_topic.as_str())]
-        ),
-        handler_block("notifier", &invoices_topic)
+        "{}\n[telemetry]\notlp_endpoint = \"{endpoint}\"\nservice_name = \"inboxd-test\"\n",
+        chain_handlers(&orders_topic, &invoices_topic)
     );
-    let dir = tempfile::tempdir().expect("tempdir");
-    let db_url = database_url(Backend::Sqlite, dir.path()).await;
-    let cache = dir.path().join("compile-cache");
-    let env = TestEnv::with_config(dir, db_url, &cache, "billing", &orders_topic, &rest);
+    let env = TestEnv::with_handlers(Backend::Sqlite, "billing", &orders_topic, &rest).await;
 
     // Each order on a trace of its own, as its producer's span left it.
     let orders = 5;

@@ -48,11 +48,7 @@ impl OutboxState {
         topics: Arc<BTreeMap<String, String>>,
         headers: &[(String, Vec<u8>)],
     ) -> Self {
-        let parent = headers
-            .iter()
-            .rev()
-            .find(|(name, _)| name.eq_ignore_ascii_case("traceparent"))
-            .and_then(|(_, value)| std::str::from_utf8(value).ok())
+        let parent = crate::telemetry::traceparent_header(headers)
             .filter(|value| child_traceparent(value).is_some())
             .map(str::to_owned);
         // With spans exported, the event's own span is the messages' parent
@@ -76,23 +72,15 @@ impl OutboxState {
 }
 
 /// A new span of the same trace: `00-<trace id>-<new parent id>-<flags>`, or
-/// `None` if `parent` is not a valid version-00 traceparent.
+/// `None` if `parent` is not a valid traceparent (read as `telemetry` reads it).
 pub fn child_traceparent(parent: &str) -> Option<String> {
-    let parts: Vec<&str> = parent.trim().split('-').collect();
-    let hex = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
-    match parts.as_slice() {
-        [version, trace, span, flags]
-            if hex(version, 2)
-                && hex(trace, 32)
-                && hex(span, 16)
-                && hex(flags, 2)
-                && trace.bytes().any(|b| b != b'0') =>
-        {
-            let span: u64 = rand::random::<u64>() | 1;
-            Some(format!("00-{}-{span:016x}-{flags}", trace.to_ascii_lowercase()))
-        }
-        _ => None,
-    }
+    let parent = crate::telemetry::parse_traceparent(parent)?;
+    let span: u64 = rand::random::<u64>() | 1;
+    Some(format!(
+        "00-{}-{span:016x}-{:02x}",
+        parent.trace_id(),
+        parent.trace_flags().to_u8()
+    ))
 }
 
 pub struct OutboxCap;

@@ -65,18 +65,10 @@ async fn broker_cut_while_the_relay_sends_applies_each_message_once_downstream()
     create_topic_on(&brokers, &orders_topic, 3).await;
     create_topic_on(&brokers, &invoices_topic, 3).await;
     let handlers = format!(
-        "{}\n{}\n[outbox]\nretention = \"1d\"\n",
-        handler_block_with_outbox(
-            "billing",
-            &orders_topic,
-            &[("invoices.created", invoices_topic.as_str())]
-        ),
-        handler_block("notifier", &invoices_topic)
+        "{}\n[outbox]\nretention = \"1d\"\n",
+        chain_handlers(&orders_topic, &invoices_topic)
     );
-    let dir = tempfile::tempdir().expect("tempdir");
-    let db_url = database_url(Backend::Postgres, dir.path()).await;
-    let cache = dir.path().join("compile-cache");
-    let env = TestEnv::with_config(dir, db_url, &cache, "billing", &orders_topic, &handlers);
+    let env = TestEnv::with_handlers(Backend::Postgres, "billing", &orders_topic, &handlers).await;
     // The config names the shared broker; this test's host goes through the proxy.
     let config = std::fs::read_to_string(&env.config_path).expect("read the config");
     let config = config.replace(

@@ -233,6 +233,16 @@ pub fn handler_block_with_outbox(guest: &str, topic: &str, outbox: &[(&str, &str
     block
 }
 
+/// The chain billing -> outbox -> notifier: billing on `orders_topic`,
+/// its `invoices.created` mapped to `invoices_topic`, which notifier consumes.
+pub fn chain_handlers(orders_topic: &str, invoices_topic: &str) -> String {
+    format!(
+        "{}\n{}",
+        handler_block_with_outbox("billing", orders_topic, &[("invoices.created", invoices_topic)]),
+        handler_block("notifier", invoices_topic)
+    )
+}
+
 /// A test's own folder, database and config file for one handler.
 pub struct TestEnv {
     pub dir: tempfile::TempDir,
@@ -248,6 +258,15 @@ impl TestEnv {
         let dir = tempfile::tempdir().expect("tempdir");
         let db_url = database_url(backend, dir.path()).await;
         Self::with_database(dir, db_url, guest, topic, handler_toml)
+    }
+
+    /// A fresh folder and database on `backend`, with `rest` (handlers, other
+    /// sections) in its config; `handler` and `topic` are what its checks read.
+    pub async fn with_handlers(backend: Backend, handler: &str, topic: &str, rest: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db_url = database_url(backend, dir.path()).await;
+        let cache = dir.path().join("compile-cache");
+        Self::with_config(dir, db_url, &cache, handler, topic, rest)
     }
 
     pub fn with_database(
