@@ -134,7 +134,10 @@ fn provider(target: &OtlpTarget) -> Result<SdkTracerProvider, TracesError> {
         .with_service_name(target.service.to_owned())
         .build();
     // Batched on the SDK's own thread: an export never waits on the pipeline.
+    // Every span is kept, whatever an incoming `traceparent`'s sampled flag
+    // says: those headers are producers' and handlers', not the operator's.
     Ok(SdkTracerProvider::builder()
+        .with_sampler(opentelemetry_sdk::trace::Sampler::AlwaysOn)
         .with_batch_exporter(exporter)
         .with_resource(resource)
         .build())
@@ -193,6 +196,11 @@ pub(crate) fn traceparent_header(headers: &[(String, Vec<u8>)]) -> Option<&str> 
 
 /// `00-<trace id>-<parent id>-<flags>`, as W3C Trace Context writes it.
 pub(crate) fn parse_traceparent(value: &str) -> Option<SpanContext> {
+    // Version 00 is 55 characters; a later version may add a little. The
+    // header is a producer's (or a handler's): nothing longer is split.
+    if value.len() > 256 {
+        return None;
+    }
     let parts: Vec<&str> = value.trim().split('-').collect();
     let hex = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
     // Version 00 has exactly these four fields; a later one ("ff" is never

@@ -23,13 +23,25 @@ pub enum OpenError {
 
 /// Connects and applies the host's migrations and every configured handler's.
 pub async fn open(config: &Config) -> Result<Database, OpenError> {
+    prepare(connect(config).await?, config).await
+}
+
+fn connect(config: &Config) -> impl Future<Output = Result<Database, OpenError>> + '_ {
     let url = &config.database.url;
-    let db = Database::connect(url, config.database.max_connections)
-        .await
-        .map_err(|source| OpenError::Connect {
-            url: redact_url(url),
-            source,
-        })?;
+    async move {
+        Database::connect(url, config.database.max_connections)
+            .await
+            .map_err(|source| OpenError::Connect {
+                url: redact_url(url),
+                source,
+            })
+    }
+}
+
+/// The host's migrations, the audit and every configured handler's
+/// migrations, on a connected database. Not bounded in time here: a
+/// handler's migration files have their own deadline each.
+async fn prepare(db: Database, config: &Config) -> Result<Database, OpenError> {
     db.migrate_host().await?;
     let planted = audit::planted_code(&db).await?;
     if !planted.is_empty() {
@@ -54,13 +66,15 @@ pub async fn open_waiting(config: &Config, wait: std::time::Duration) -> Result<
     let started = std::time::Instant::now();
     let mut pause = std::time::Duration::from_millis(250);
     loop {
-        // Each attempt inside what is left of `wait`: a network that stops
-        // answering mid-migration would otherwise hold it for TCP's minutes.
+        // Only connecting is bounded by what is left of `wait` (a network
+        // that stops answering would otherwise hold it for TCP's minutes);
+        // the migrations after it take as long as their own deadlines allow.
         let left = wait
             .saturating_sub(started.elapsed())
             .max(std::time::Duration::from_secs(1));
-        let attempt = match tokio::time::timeout(left, open(config)).await {
-            Ok(done) => done,
+        let attempt = match tokio::time::timeout(left, connect(config)).await {
+            Ok(Ok(db)) => prepare(db, config).await,
+            Ok(Err(e)) => Err(e),
             Err(_) => Err(OpenError::Connect {
                 url: redact_url(&config.database.url),
                 source: DbError::NoAnswer { waited: left },
