@@ -16,7 +16,7 @@ const LAYERS: &[&[&str]] = &[
         "failpoints",
         "shutdown",
     ],
-    &["event_id", "sandbox"],
+    &["event_id", "business_key", "sandbox"],
     // Transactions and the host's tables; the walls go up here.
     &["db"],
     // The seam between the pipeline and what runs in it.

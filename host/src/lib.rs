@@ -7,6 +7,7 @@
 
 pub mod admin;
 pub mod bindings;
+pub mod business_key;
 pub mod capabilities;
 pub mod cli;
 pub mod config;

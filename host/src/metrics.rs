@@ -46,6 +46,7 @@ pub struct Metrics {
     consumed: Family<HandlerLabel, Counter>,
     applied: Family<HandlerLabel, Counter>,
     duplicates: Family<HandlerLabel, Counter>,
+    duplicates_by_key: Family<HandlerLabel, Counter>,
     failures: Family<FailureLabels, Counter>,
     dead_lettered: Family<HandlerLabel, Counter>,
     host_errors: Family<FailureLabels, Counter>,
@@ -64,6 +65,7 @@ impl Default for Metrics {
         let consumed = Family::default();
         let applied = Family::default();
         let duplicates = Family::default();
+        let duplicates_by_key = Family::default();
         let failures = Family::default();
         let dead_lettered = Family::default();
         let host_errors = Family::default();
@@ -85,6 +87,11 @@ impl Default for Metrics {
             "duplicates_skipped",
             "Copies skipped because the inbox already had their event id",
             duplicates.clone(),
+        );
+        registry.register(
+            "duplicates_by_key",
+            "Events skipped because another event with their business key ([handlers.dedup]) was applied inside its window (also counted in duplicates_skipped)",
+            duplicates_by_key.clone(),
         );
         registry.register(
             "handler_failures",
@@ -136,6 +143,7 @@ impl Default for Metrics {
             consumed,
             applied,
             duplicates,
+            duplicates_by_key,
             failures,
             dead_lettered,
             host_errors,
@@ -170,6 +178,7 @@ impl Metrics {
             consumed: self.consumed.get_or_create(&label).clone(),
             applied: self.applied.get_or_create(&label).clone(),
             duplicates: self.duplicates.get_or_create(&label).clone(),
+            duplicates_by_key: self.duplicates_by_key.get_or_create(&label).clone(),
             dead_lettered: self.dead_lettered.get_or_create(&label).clone(),
             failures: [
                 failure("retry"),
@@ -193,6 +202,7 @@ impl Metrics {
             &self.consumed,
             &self.applied,
             &self.duplicates,
+            &self.duplicates_by_key,
             &self.dead_lettered,
         ] {
             family.remove(&label);
@@ -230,6 +240,7 @@ pub struct HandlerMetrics {
     pub(crate) consumed: Counter,
     pub(crate) applied: Counter,
     pub(crate) duplicates: Counter,
+    pub(crate) duplicates_by_key: Counter,
     pub(crate) dead_lettered: Counter,
     /// By [`FailureKind`] order.
     pub(crate) failures: [Counter; 4],

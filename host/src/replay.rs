@@ -8,9 +8,11 @@
 //! event was already applied. The partition's offset is not touched: the record was
 //! passed long ago.
 
-use crate::db::Database;
+use crate::business_key;
+use crate::config::DedupConfig;
 use crate::db::dead_letters::{self, Row};
 use crate::db::inbox::{self, Claim};
+use crate::db::{Database, business_keys};
 use crate::handler::Handler;
 use crate::pipeline::PipelineError;
 use crate::pipeline::guest::{self, Call, Called};
@@ -30,6 +32,10 @@ pub enum ReplayOutcome {
     NoEventId,
     /// The handler failed again; the dead letter stays, with the new reason.
     Failed(String),
+    /// Not run: another event with its business key (`[handlers.dedup]`)
+    /// was applied inside the window meanwhile. The dead letter is marked
+    /// `replayed` (its effect is there) and its event id claimed.
+    DuplicateByKey,
 }
 
 /// Runs a dead letter again. `Err` is the host's failure (the database, a
@@ -37,6 +43,7 @@ pub enum ReplayOutcome {
 pub async fn replay(
     db: &Database,
     handler: &dyn Handler,
+    dedup: Option<&DedupConfig>,
     letter: &Row,
 ) -> Result<ReplayOutcome, PipelineError> {
     if let Some(resolution) = &letter.resolution {
@@ -75,15 +82,31 @@ pub async fn replay(
         tx.rollback().await?;
         return Ok(ReplayOutcome::AlreadyApplied);
     }
+    let end = End::Resolve {
+        letter: letter.id,
+        claim: &claim,
+    };
+    // As in the pipeline: the business key first, and the handler only if
+    // no other applied event holds it.
+    let key = dedup.and_then(|d| Some((business_key::extract(d, &record.headers, &record.payload)?, d)));
+    if let Some((key, dedup)) = &key
+        && !business_keys::claim(&mut tx, claim.handler, key, event_id, dedup.window).await?
+    {
+        return match tail::seal(tx, claim.handler, &[], &[], end).await? {
+            Sealed::Committed => Ok(ReplayOutcome::DuplicateByKey),
+            Sealed::Raced => Ok(ReplayOutcome::AlreadyApplied),
+            Sealed::Violation(violation) => {
+                let reason = format!("sandbox violation: {violation}");
+                dead_letters::record_failure(db, letter.id, &reason).await?;
+                Ok(ReplayOutcome::Failed(reason))
+            }
+        };
+    }
     let attempt = u32::try_from(letter.attempts + 1).unwrap_or(u32::MAX);
     let Called { tx, call, .. } = guest::call(handler, tx, &record, event_id, attempt).await?;
     let reason = match call {
         Call::Applied(messages) => {
             let applied = [event_id.to_owned()];
-            let end = End::Resolve {
-                letter: letter.id,
-                claim: &claim,
-            };
             match tail::seal(tx, claim.handler, &applied, &messages, end).await? {
                 Sealed::Committed => return Ok(ReplayOutcome::Replayed),
                 Sealed::Raced => return Ok(ReplayOutcome::AlreadyApplied),
@@ -98,7 +121,9 @@ pub async fn replay(
             tx.rollback().await?;
             reason
         }
-        Call::Redo => unreachable!("a replay's transaction shares no savepoint"),
+        Call::Redo | Call::DuplicateByKey => {
+            unreachable!("a replay's transaction shares no savepoint, and its key was claimed above")
+        }
     };
     dead_letters::record_failure(db, letter.id, &reason).await?;
     Ok(ReplayOutcome::Failed(reason))

@@ -7,7 +7,7 @@
 //! so a purge never holds a lock the pipeline would wait on for long.
 
 use crate::config::{InboxConfig, InboxPartitioning};
-use crate::db::{Database, DbError, inbox, now_ms, outbox, partitions};
+use crate::db::{Database, DbError, business_keys, inbox, now_ms, outbox, partitions};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -29,6 +29,9 @@ pub struct PurgeReport {
     pub rows: u64,
     /// Daily partitions dropped (or that would be).
     pub partitions: Vec<String>,
+    /// Business keys (`[handlers.dedup]`) deleted because their window had
+    /// ended (a dry run counts none).
+    pub business_keys: u64,
     pub elapsed: Duration,
 }
 
@@ -85,6 +88,15 @@ pub async fn purge(
                 break;
             }
         }
+        // Keys whose dedup window ended hold nothing back any more.
+        let now = now_ms();
+        loop {
+            let deleted = business_keys::purge_expired(db, now, i64::from(options.batch_size)).await?;
+            report.business_keys += deleted;
+            if deleted < u64::from(options.batch_size) {
+                break;
+            }
+        }
     }
     report.elapsed = started.elapsed();
     Ok(report)
@@ -126,8 +138,9 @@ pub async fn run_scheduled(
             purged = purge(&db, &options, |_| {}) => purged,
         };
         match purged {
-            Ok(report) if report.rows > 0 => tracing::info!(
+            Ok(report) if report.rows > 0 || report.business_keys > 0 => tracing::info!(
                 rows = report.rows,
+                business_keys = report.business_keys,
                 partitions = ?report.partitions,
                 ms = report.elapsed.as_millis() as u64,
                 "purged inbox rows past retention"

@@ -163,3 +163,120 @@ async fn dead_letters_are_listed_replayed_once_and_discarded(backend: Backend) {
         "{text}"
     );
 }
+
+on_both_backends!(a_group_of_a_thousand_dead_letters_is_replayed_once_each_and_another_discarded);
+
+/// `inboxd dlq groups`: 1,000 events that ran out of retries for one cause
+/// are one group (their reasons differ only in numbers), replayed together;
+/// each is applied once and reported by id. Rejections whose reasons differ
+/// only in a quoted value are a second group, discarded together.
+async fn a_group_of_a_thousand_dead_letters_is_replayed_once_each_and_another_discarded(backend: Backend) {
+    let topic = unique("groups");
+    create_topic(&topic, 3).await;
+    let retry = "[handlers.retry]\nmax_attempts = 2\nbackoff_initial_ms = 1\nbackoff_max_ms = 2";
+    let env = TestEnv::new(backend, "hostile", &topic, retry).await;
+    // Each needs a third attempt: after 2 it is parked ("attempt 2 of 3"),
+    // and its replay is that third attempt.
+    let mut records: Vec<Send> = (0..1000)
+        .map(|_| Send::json(&new_id(), json!({ "attack": "until", "attempt": 3 })))
+        .collect();
+    let unknown: Vec<String> = (0..5).map(|_| new_id()).collect();
+    for (i, id) in unknown.iter().enumerate() {
+        records.push(Send::json(id, json!({ "attack": format!("nonsense-{i}") })));
+    }
+    let ends = produce(&topic, &records).await;
+    let mut host = env.spawn_host();
+    env.wait_for_offsets(&ends, Duration::from_secs(180), &mut host)
+        .await;
+    assert_eq!(host.terminate(Duration::from_secs(30)).await, Some(0));
+
+    let groups = json_of(&dlq(&env, &["groups", "--json"]));
+    let groups = groups.as_array().unwrap();
+    assert_eq!(groups.len(), 2, "{groups:#?}");
+    let (retried, unknown_group) = (&groups[0], &groups[1]);
+    assert_eq!(retried["count"], 1000, "the largest group first");
+    assert_eq!(retried["kind"], "retries-exhausted");
+    assert!(
+        retried["pattern"].as_str().unwrap().contains("attempt # of #"),
+        "{retried:#}"
+    );
+    assert_eq!(unknown_group["count"], 5);
+    assert_eq!(unknown_group["kind"], "rejected");
+    assert_eq!(
+        unknown_group["pattern"],
+        r#"handler rejected the event: unknown attack "…""#
+    );
+    let text = String::from_utf8_lossy(&dlq(&env, &["groups"]).stdout).into_owned();
+    assert!(
+        text.contains(retried["id"].as_str().unwrap()) && text.contains("1000"),
+        "{text}"
+    );
+
+    let replayed = dlq(
+        &env,
+        &["replay", "--group", retried["id"].as_str().unwrap(), "--json"],
+    );
+    assert!(
+        replayed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&replayed.stderr)
+    );
+    let replayed = json_of(&replayed);
+    let replayed = replayed.as_array().unwrap();
+    assert_eq!(replayed.len(), 1000, "every member reported");
+    assert!(
+        replayed.iter().all(|o| o["outcome"] == "replayed"),
+        "{replayed:?}"
+    );
+    let mut reported: Vec<i64> = replayed.iter().map(|o| o["id"].as_i64().unwrap()).collect();
+    reported.sort_unstable();
+    reported.dedup();
+    assert_eq!(reported.len(), 1000, "each member once");
+
+    let db = env.db().await;
+    let effects = env.table("hostile_effects").await;
+    assert_eq!(count(&db, &format!("SELECT COUNT(*) FROM {effects}")).await, 1000);
+    assert_eq!(
+        count(&db, &format!("SELECT COUNT(DISTINCT event_id) FROM {effects}")).await,
+        1000,
+        "each replayed event applied exactly once"
+    );
+    // Replaying the group again finds nothing: its members are resolved.
+    let again = dlq(&env, &["replay", "--group", retried["id"].as_str().unwrap()]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("no group of parked dead letters"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+
+    let discarded = dlq(
+        &env,
+        &[
+            "discard",
+            "--group",
+            unknown_group["id"].as_str().unwrap(),
+            "--json",
+        ],
+    );
+    assert!(discarded.status.success());
+    let discarded = json_of(&discarded);
+    assert_eq!(discarded.as_array().unwrap().len(), 5);
+    assert!(
+        discarded
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|d| d["discarded"] == true)
+    );
+    assert_eq!(json_of(&dlq(&env, &["groups", "--json"])), json!([]));
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) FROM dead_letters WHERE resolution = 'discarded'"
+        )
+        .await,
+        5
+    );
+    assert_eq!(count(&db, &format!("SELECT COUNT(*) FROM {effects}")).await, 1000);
+}

@@ -11,6 +11,7 @@ mod chain;
 mod chaos;
 mod crash;
 mod dead_letters;
+mod dedup;
 mod delivery;
 mod faults;
 mod instances;

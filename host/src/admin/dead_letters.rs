@@ -1,8 +1,9 @@
-//! `/v1/dead-letters`: the `inboxd dlq` commands over HTTP. A team token
-//! sees and acts on its own handlers' dead letters only.
+//! `/v1/dead-letters`: the `inboxd dlq` commands over HTTP, groups
+//! included. A team token sees and acts on its own handlers' dead letters only.
 
 use super::auth::Caller;
 use super::{ApiError, AppState};
+use crate::db::dead_letter_groups::{self, Group};
 use crate::db::dead_letters::{self, Filter, ReasonKind, Row};
 use crate::replay::replay as replay_letter;
 use axum::Json;
@@ -23,6 +24,19 @@ pub struct ListQuery {
     all: bool,
 }
 
+/// The reason kind a query names, if any (400 for one no host writes).
+fn kind_of(query: &ListQuery) -> Result<Option<ReasonKind>, ApiError> {
+    match query.kind.as_deref().filter(|k| !k.is_empty()) {
+        None => Ok(None),
+        Some(text) => Ok(Some(ReasonKind::parse(text).ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "unknown reason kind {text:?}: it is one of {}",
+                ReasonKind::ALL.map(ReasonKind::as_str).join(", ")
+            ))
+        })?)),
+    }
+}
+
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
@@ -31,15 +45,7 @@ pub async fn list(
     if let Some(handler) = &query.handler {
         caller.check(handler)?;
     }
-    let kind = match query.kind.as_deref().filter(|k| !k.is_empty()) {
-        None => None,
-        Some(text) => Some(ReasonKind::parse(text).ok_or_else(|| {
-            ApiError::bad_request(format!(
-                "unknown reason kind {text:?}: it is one of {}",
-                ReasonKind::ALL.map(ReasonKind::as_str).join(", ")
-            ))
-        })?),
-    };
+    let kind = kind_of(&query)?;
     // The token's scope is part of the query: another team's rows are never read.
     let filter = Filter {
         handler: query.handler.as_deref(),
@@ -114,13 +120,14 @@ pub async fn replay_all(
 }
 
 async fn replay_row(state: &AppState, caller: &Caller, row: &Row) -> Result<Value, ApiError> {
-    let Some(handler) = state.registry.current(&row.handler).await else {
+    let Some(loaded) = state.registry.current_loaded(&row.handler).await else {
         return Err(ApiError::conflict(format!(
             "handler {} is not loaded on this host, so its dead letters cannot be replayed here",
             row.handler
         )));
     };
-    let outcome = replay_letter(state.registry.db(), handler.as_ref(), row).await?;
+    let handler = loaded.handler.as_ref();
+    let outcome = replay_letter(state.registry.db(), handler, loaded.dedup.as_ref(), row).await?;
     tracing::info!(
         id = row.id,
         handler = row.handler,
@@ -143,4 +150,95 @@ pub async fn discard(
     let discarded = dead_letters::resolve(&mut tx, id, "discarded").await?;
     tx.commit().await?;
     Ok(Json(json!({ "id": id, "discarded": discarded })))
+}
+
+/// `GET /v1/dead-letters/groups[?handler=H&kind=K]`: the parked dead letters
+/// the caller may see, grouped (the largest first), each with its members' ids.
+pub async fn groups(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(query): Query<ListQuery>,
+) -> Result<Json<Vec<Group>>, ApiError> {
+    if let Some(handler) = &query.handler {
+        caller.check(handler)?;
+    }
+    let filter = Filter {
+        handler: query.handler.as_deref(),
+        handlers: caller.handlers(),
+        kind: kind_of(&query)?,
+        ..Filter::default()
+    };
+    Ok(Json(
+        dead_letter_groups::groups(state.registry.db(), &filter).await?,
+    ))
+}
+
+/// The group with `id` among the caller's (404 otherwise, as for one dead letter).
+async fn fetch_group(state: &AppState, caller: &Caller, id: &str) -> Result<Group, ApiError> {
+    let filter = Filter {
+        handlers: caller.handlers(),
+        ..Filter::default()
+    };
+    dead_letter_groups::group(state.registry.db(), &filter, id)
+        .await?
+        .ok_or_else(|| {
+            ApiError::not_found(format!(
+                "no group of parked dead letters with id {id}: its members may all be resolved"
+            ))
+        })
+}
+
+/// Members are read with their records this many at a time: a group of
+/// 5,000 is never 5,000 payloads in memory at once.
+const REPLAY_CHUNK: usize = 100;
+
+/// `POST /v1/dead-letters/groups/{id}/replay`: every member, oldest first,
+/// each with its own outcome (a member resolved meanwhile says so).
+pub async fn replay_group(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<Value>>, ApiError> {
+    let group = fetch_group(&state, &caller, &id).await?;
+    let mut outcomes = Vec::with_capacity(group.members.len());
+    for ids in group.members.chunks(REPLAY_CHUNK) {
+        let filter = Filter {
+            ids: Some(ids),
+            include_resolved: true,
+            ..Filter::default()
+        };
+        for row in dead_letters::find(state.registry.db(), &filter).await? {
+            outcomes.push(replay_row(&state, &caller, &row).await?);
+        }
+    }
+    tracing::info!(
+        group = id,
+        members = outcomes.len(),
+        by = caller.name,
+        "dead-letter group replayed"
+    );
+    Ok(Json(outcomes))
+}
+
+/// `POST /v1/dead-letters/groups/{id}/discard`: every member, each reported.
+pub async fn discard_group(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<Value>>, ApiError> {
+    let group = fetch_group(&state, &caller, &id).await?;
+    let mut outcomes = Vec::with_capacity(group.members.len());
+    for member in group.members {
+        let mut tx = state.registry.db().begin_write().await?;
+        let discarded = dead_letters::resolve(&mut tx, member, "discarded").await?;
+        tx.commit().await?;
+        outcomes.push(json!({ "id": member, "discarded": discarded }));
+    }
+    tracing::info!(
+        group = id,
+        members = outcomes.len(),
+        by = caller.name,
+        "dead-letter group discarded"
+    );
+    Ok(Json(outcomes))
 }

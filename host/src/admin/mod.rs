@@ -128,6 +128,15 @@ fn router(state: AppState, max_component_bytes: usize) -> Router {
         )
         .route("/v1/dead-letters", get(dead_letters::list))
         .route("/v1/dead-letters/replay", post(dead_letters::replay_all))
+        .route("/v1/dead-letters/groups", get(dead_letters::groups))
+        .route(
+            "/v1/dead-letters/groups/{id}/replay",
+            post(dead_letters::replay_group),
+        )
+        .route(
+            "/v1/dead-letters/groups/{id}/discard",
+            post(dead_letters::discard_group),
+        )
         .route("/v1/dead-letters/{id}", get(dead_letters::show))
         .route("/v1/dead-letters/{id}/replay", post(dead_letters::replay))
         .route("/v1/dead-letters/{id}/discard", post(dead_letters::discard))

@@ -1,11 +1,14 @@
-//! `inboxd dlq`: inspect, replay and discard dead letters.
+//! `inboxd dlq`: inspect, replay and discard dead letters, one by one or a
+//! group at a time (`dlq groups`: dead letters of one handler, kind and
+//! reason pattern).
 //!
 //! Output is a readable table or block for people, and with `--json` one JSON
 //! document for scripts. Every error says what was wrong and what to do.
 
 use super::{CliError, failed, time};
-use crate::config::Config;
+use crate::config::{Config, DedupConfig};
 use crate::db::Database;
+use crate::db::dead_letter_groups;
 use crate::db::dead_letters::{self, Filter, Row, bytes_text};
 use crate::registry::load::load_handler;
 use crate::registry::load::load_uploaded;
@@ -41,6 +44,12 @@ pub enum DlqCommand {
         #[arg(long)]
         all: bool,
     },
+    /// Parked dead letters grouped by handler, reason kind and reason pattern
+    /// (numbers, ids and quoted values masked), the largest group first.
+    Groups {
+        #[arg(long)]
+        handler: Option<String>,
+    },
     /// One dead letter in full: record, headers, payload, reason, history.
     Show { id: i64 },
     /// Run dead letters through their handler again, with a fresh claim.
@@ -52,12 +61,32 @@ pub enum DlqCommand {
         handler: Option<String>,
         #[arg(long, requires = "handler")]
         all: bool,
+        /// Every member of this group (an id from `inboxd dlq groups`).
+        #[arg(long, conflicts_with_all = ["handler", "all"])]
+        group: Option<String>,
     },
     /// Mark dead letters as handled without running them (they stay for the record).
     Discard {
-        #[arg(required = true)]
         ids: Vec<i64>,
+        /// Every member of this group (an id from `inboxd dlq groups`).
+        #[arg(long)]
+        group: Option<String>,
     },
+}
+
+/// The members of a group of parked dead letters, failing with what to do
+/// when there is none with that id.
+async fn group_members(db: &Database, id: &str) -> Result<Vec<i64>, CliError> {
+    let group = dead_letter_groups::group(db, &Filter::default(), id)
+        .await
+        .map_err(failed)?;
+    match group {
+        Some(group) => Ok(group.members),
+        None => Err(CliError::Usage(format!(
+            "no group of parked dead letters with id {id}: run `inboxd dlq groups` to see them \
+             (a group whose members were all replayed or discarded is gone)"
+        ))),
+    }
 }
 
 fn print_json(value: &impl serde::Serialize) -> Result<(), CliError> {
@@ -67,11 +96,17 @@ fn print_json(value: &impl serde::Serialize) -> Result<(), CliError> {
 
 /// Fetches the named dead letters, failing with the ids that do not exist.
 async fn fetch(db: &Database, ids: &[i64]) -> Result<Vec<Row>, CliError> {
+    fetch_rows(db, ids, false).await
+}
+
+/// [`fetch`], with or without the records (key, payload, headers).
+async fn fetch_rows(db: &Database, ids: &[i64], without_record: bool) -> Result<Vec<Row>, CliError> {
     let rows = dead_letters::find(
         db,
         &Filter {
             ids: Some(ids),
             include_resolved: true,
+            without_record,
             ..Filter::default()
         },
     )
@@ -96,16 +131,40 @@ pub async fn dlq(args: DlqArgs) -> Result<(), CliError> {
     let db = crate::db::open(&config).await.map_err(failed)?;
     let result = match &args.command {
         DlqCommand::List { handler, all } => list(&db, handler.as_deref(), *all, args.json).await,
+        DlqCommand::Groups { handler } => groups(&db, handler.as_deref(), args.json).await,
         DlqCommand::Show { id } => show(&db, *id, args.json).await,
-        DlqCommand::Replay { ids, handler, all } => {
-            if ids.is_empty() != *all {
+        DlqCommand::Replay {
+            ids,
+            handler,
+            all,
+            group,
+        } => {
+            let ways = [!ids.is_empty(), *all, group.is_some()];
+            if ways.into_iter().filter(|way| *way).count() != 1 {
                 return Err(CliError::Usage(
-                    "name the dead letter ids to replay, or use --handler NAME --all (not both)".into(),
+                    "name the dead letter ids to replay, or use --handler NAME --all, or --group ID \
+                     (one of them)"
+                        .into(),
                 ));
             }
-            replay_many(&db, &config, ids, handler.as_deref(), args.json).await
+            match group {
+                Some(group) => match group_members(&db, group).await {
+                    Ok(members) => replay_many(&db, &config, &members, None, args.json).await,
+                    Err(e) => Err(e),
+                },
+                None => replay_many(&db, &config, ids, handler.as_deref(), args.json).await,
+            }
         }
-        DlqCommand::Discard { ids } => discard(&db, ids, args.json).await,
+        DlqCommand::Discard { ids, group } => match (ids.is_empty(), group) {
+            (false, None) => discard(&db, ids, args.json).await,
+            (true, Some(group)) => match group_members(&db, group).await {
+                Ok(members) => discard(&db, &members, args.json).await,
+                Err(e) => Err(e),
+            },
+            _ => Err(CliError::Usage(
+                "name the dead letter ids to discard, or --group ID (one of them)".into(),
+            )),
+        },
     };
     db.close().await;
     result
@@ -173,6 +232,41 @@ async fn list(db: &Database, handler: Option<&str>, all: bool, json: bool) -> Re
     Ok(())
 }
 
+async fn groups(db: &Database, handler: Option<&str>, json: bool) -> Result<(), CliError> {
+    let filter = Filter {
+        handler,
+        ..Filter::default()
+    };
+    let groups = dead_letter_groups::groups(db, &filter).await.map_err(failed)?;
+    if json {
+        return print_json(&groups);
+    }
+    if groups.is_empty() {
+        println!("no dead letters parked");
+        return Ok(());
+    }
+    println!(
+        "{:<16} {:<12} {:<18} {:>6} {:<20} {:<20} PATTERN",
+        "GROUP", "HANDLER", "KIND", "COUNT", "FIRST FAILURE", "LAST FAILURE"
+    );
+    for g in &groups {
+        let pattern: String = g.pattern.chars().take(100).collect();
+        println!(
+            "{:<16} {:<12} {:<18} {:>6} {:<20} {:<20} {pattern}",
+            g.id,
+            g.handler,
+            g.kind.as_str(),
+            g.count,
+            time(g.first_failed_at),
+            time(g.last_failed_at)
+        );
+    }
+    println!(
+        "replay or discard a group with `inboxd dlq replay --group ID` or `inboxd dlq discard --group ID`"
+    );
+    Ok(())
+}
+
 async fn show(db: &Database, id: i64, json: bool) -> Result<(), CliError> {
     let row = fetch(db, &[id]).await?.remove(0);
     if json {
@@ -220,6 +314,9 @@ async fn show(db: &Database, id: i64, json: bool) -> Result<(), CliError> {
     Ok(())
 }
 
+/// Dead letters read with their records at a time, when replaying many.
+const REPLAY_CHUNK: usize = 100;
+
 async fn replay_many(
     db: &Database,
     config: &Config,
@@ -227,29 +324,38 @@ async fn replay_many(
     handler: Option<&str>,
     json: bool,
 ) -> Result<(), CliError> {
-    let rows = match handler {
-        Some(handler) => dead_letters::find(
-            db,
-            &Filter {
+    let ids = match handler {
+        Some(handler) => {
+            let parked = Filter {
                 handler: Some(handler),
+                without_record: true,
                 ..Filter::default()
-            },
-        )
-        .await
-        .map_err(failed)?,
-        None => fetch(db, ids).await?,
+            };
+            let rows = dead_letters::find(db, &parked).await.map_err(failed)?;
+            rows.iter().map(|r| r.id).collect()
+        }
+        None => {
+            // Every id must exist before any is replayed.
+            fetch_rows(db, ids, true).await?;
+            ids.to_vec()
+        }
     };
     let engine = WasmEngine::new(config.wasm.cache_dir())
         .map_err(|e| failed(format!("cannot start the WebAssembly engine: {e:#}")))?;
-    let mut handlers: HashMap<String, HandlerComponent> = HashMap::new();
+    let mut handlers: HashMap<String, (HandlerComponent, Option<DedupConfig>)> = HashMap::new();
     let mut results = Vec::new();
-    for row in &rows {
-        if !handlers.contains_key(&row.handler) {
-            let component = handler_for(db, &engine, config, row).await?;
-            handlers.insert(row.handler.clone(), component);
+    // Records are read a chunk at a time: a handler's 5,000 dead letters are
+    // never 5,000 payloads in memory at once.
+    for chunk in ids.chunks(REPLAY_CHUNK) {
+        for row in &fetch(db, chunk).await? {
+            if !handlers.contains_key(&row.handler) {
+                let component = handler_for(db, &engine, config, row).await?;
+                handlers.insert(row.handler.clone(), component);
+            }
+            let (component, dedup) = &handlers[&row.handler];
+            let outcome = replay(db, component, dedup.as_ref(), row).await.map_err(failed)?;
+            results.push((row.id, outcome));
         }
-        let outcome = replay(db, &handlers[&row.handler], row).await.map_err(failed)?;
-        results.push((row.id, outcome));
     }
     if json {
         let list: Vec<serde_json::Value> = results
@@ -273,6 +379,9 @@ async fn replay_many(
                     println!("{id}: has no event id, so it can never be deduplicated: discard it")
                 }
                 ReplayOutcome::Failed(reason) => println!("{id}: failed again, still parked: {reason}"),
+                ReplayOutcome::DuplicateByKey => println!(
+                    "{id}: another event with its business key was applied meanwhile; marked replayed, not run"
+                ),
             }
         }
         if results.is_empty() {
@@ -292,17 +401,19 @@ async fn replay_many(
     Ok(())
 }
 
-/// The handler that replays a dead letter: the config's, else the uploaded active version.
+/// The handler that replays a dead letter, with its business-key dedup: the
+/// config's, else the uploaded active version.
 async fn handler_for(
     db: &Database,
     engine: &WasmEngine,
     config: &Config,
     row: &Row,
-) -> Result<HandlerComponent, CliError> {
+) -> Result<(HandlerComponent, Option<DedupConfig>), CliError> {
     if let Some(handler_config) = config.handlers.iter().find(|h| h.name == row.handler) {
-        return load_handler(db, engine, handler_config, None)
+        let component = load_handler(db, engine, handler_config, None)
             .await
-            .map_err(failed);
+            .map_err(failed)?;
+        return Ok((component, handler_config.dedup.clone()));
     }
     let Some(deployment) = store::deployment(db, &row.handler).await.map_err(failed)? else {
         return Err(CliError::Usage(format!(
@@ -311,14 +422,14 @@ async fn handler_for(
             row.id, row.handler
         )));
     };
-    let (_, component) = load_uploaded(db, engine, &row.handler, deployment.active_version)
+    let (settings, component) = load_uploaded(db, engine, &row.handler, deployment.active_version)
         .await
         .map_err(failed)?;
-    Ok(component)
+    Ok((component, settings.dedup))
 }
 
 async fn discard(db: &Database, ids: &[i64], json: bool) -> Result<(), CliError> {
-    fetch(db, ids).await?;
+    fetch_rows(db, ids, true).await?;
     let mut results = Vec::new();
     for id in ids {
         let mut tx = db.begin().await.map_err(failed)?;

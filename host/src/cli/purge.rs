@@ -65,5 +65,11 @@ pub async fn purge(args: PurgeArgs) -> Result<(), CliError> {
         report.elapsed.as_secs_f64(),
         report.rows_per_second()
     );
+    if report.business_keys > 0 {
+        println!(
+            "deleted {} business keys whose dedup window had ended",
+            report.business_keys
+        );
+    }
     Ok(())
 }

@@ -38,6 +38,79 @@ pub struct HandlerConfig {
     /// Topics the handler publishes to, by the name it uses -> the real topic.
     #[serde(default)]
     pub outbox_topics: BTreeMap<String, String>,
+    /// Deduplication by a business key besides the event id (off when absent).
+    #[serde(default)]
+    pub dedup: Option<DedupConfig>,
+}
+
+/// `[handlers.dedup]`: a second event with the same business key (an order
+/// id, say) inside `window` of the first is skipped as a duplicate by key,
+/// in the transaction that claims its event id. It catches a producer that
+/// sends one order again under a new event id.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DedupConfig {
+    /// A JSON path into the payload, `$.field` or `$.field.inner`.
+    #[serde(default)]
+    pub key: Option<String>,
+    /// Or the value of this header (the last one of that name).
+    #[serde(default)]
+    pub header: Option<String>,
+    /// How long after the first event a second with its key is skipped.
+    #[serde(deserialize_with = "super::duration")]
+    pub window: std::time::Duration,
+}
+
+/// The longest dedup window: a year.
+const MAX_DEDUP_WINDOW: std::time::Duration = std::time::Duration::from_secs(366 * 86_400);
+
+impl DedupConfig {
+    /// The fields of `key`'s JSON path (`$.a.b` -> `["a", "b"]`).
+    pub fn json_path(&self) -> Option<Vec<&str>> {
+        self.key
+            .as_deref()?
+            .strip_prefix("$.")
+            .map(|path| path.split('.').collect())
+    }
+
+    fn validate(&self, key: &str) -> Result<(), ConfigError> {
+        match (&self.key, &self.header) {
+            (Some(_), None) => {
+                let fields = self.json_path().unwrap_or_default();
+                if fields.is_empty() || fields.iter().any(|f| f.is_empty()) {
+                    return Err(invalid(
+                        format!("{key}.dedup.key"),
+                        format!(
+                            "{:?} is not a JSON path like \"$.order_id\" or \"$.order.id\"",
+                            self.key.as_deref().unwrap_or_default()
+                        ),
+                    ));
+                }
+            }
+            (None, Some(header)) => {
+                if header.is_empty() || !header.chars().all(|c| c.is_ascii_graphic()) {
+                    return Err(invalid(
+                        format!("{key}.dedup.header"),
+                        "must be a header name of printable ASCII characters, without spaces",
+                    ));
+                }
+            }
+            _ => {
+                return Err(invalid(
+                    format!("{key}.dedup"),
+                    "names where the business key is: `key = \"$.order_id\"` (a JSON path) or \
+                     `header = \"order-id\"`, one of them",
+                ));
+            }
+        }
+        if self.window.is_zero() || self.window > MAX_DEDUP_WINDOW {
+            return Err(invalid(
+                format!("{key}.dedup.window"),
+                "must be more than 0 and at most 366d",
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Keys of a `[[handlers]]` entry that an upload supplies itself.
@@ -382,6 +455,9 @@ impl HandlerConfig {
                     format!("must be 1 to {MAX_ID_NAME_BYTES} printable ASCII characters, without spaces"),
                 ));
             }
+        }
+        if let Some(dedup) = &self.dedup {
+            dedup.validate(key)?;
         }
         let limits = &self.limits;
         if !(1..=defaults::GLOBAL_MAX_TIMEOUT_MS).contains(&limits.timeout_ms) {

@@ -19,8 +19,8 @@ pub use admin::{AdminConfig, TokenConfig};
 pub use ceilings::{CeilingsConfig, Pattern, Refused, TokenPolicy};
 
 pub use handler::{
-    BatchConfig, EventIdConfig, EventIdFormat, EventIdSource, HandlerConfig, InstancesConfig, LimitsConfig,
-    RetryConfig, is_identifier,
+    BatchConfig, DedupConfig, EventIdConfig, EventIdFormat, EventIdSource, HandlerConfig, InstancesConfig,
+    LimitsConfig, RetryConfig, is_identifier,
 };
 
 #[derive(Debug, thiserror::Error)]

@@ -409,3 +409,43 @@ fn traces_are_off_by_default_and_their_endpoint_must_be_http() {
     let err = load(&format!("[telemetry]\nsampling = 1\n{}", with_component(""))).unwrap_err();
     assert!(err.contains("unknown field `sampling`"), "{err}");
 }
+
+#[test]
+fn a_dedup_section_names_where_its_key_is_and_its_window() {
+    let config = load(&with_component(
+        "[handlers.dedup]\nkey = \"$.order.id\"\nwindow = \"7d\"",
+    ))
+    .unwrap();
+    let dedup = config.handlers[0].dedup.as_ref().expect("dedup");
+    assert_eq!(dedup.json_path(), Some(vec!["order", "id"]));
+    assert_eq!(dedup.window, Duration::from_secs(7 * 86_400));
+    assert!(load(&with_component("")).unwrap().handlers[0].dedup.is_none());
+    let header = load(&with_component(
+        "[handlers.dedup]\nheader = \"order-id\"\nwindow = \"1h\"",
+    ))
+    .unwrap();
+    assert_eq!(
+        header.handlers[0].dedup.as_ref().unwrap().header.as_deref(),
+        Some("order-id")
+    );
+    for (dedup, key) in [
+        ("window = \"1h\"", "`handlers[0].dedup`"),
+        (
+            "key = \"$.a\"\nheader = \"h\"\nwindow = \"1h\"",
+            "`handlers[0].dedup`",
+        ),
+        ("key = \"order_id\"\nwindow = \"1h\"", "handlers[0].dedup.key"),
+        ("key = \"$.a..b\"\nwindow = \"1h\"", "handlers[0].dedup.key"),
+        (
+            "header = \"order id\"\nwindow = \"1h\"",
+            "handlers[0].dedup.header",
+        ),
+        ("key = \"$.a\"\nwindow = \"0s\"", "handlers[0].dedup.window"),
+        ("key = \"$.a\"\nwindow = \"400d\"", "handlers[0].dedup.window"),
+    ] {
+        let err = load(&with_component(&format!("[handlers.dedup]\n{dedup}"))).unwrap_err();
+        assert!(err.contains(key), "{dedup}: {err}");
+    }
+    let err = load(&with_component("[handlers.dedup]\nkey = \"$.a\"")).unwrap_err();
+    assert!(err.contains("missing field `window`"), "{err}");
+}

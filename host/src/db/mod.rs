@@ -7,7 +7,9 @@
 //! decides policy: errors go back to the caller, who retries or fails.
 
 pub mod audit;
+pub mod business_keys;
 pub mod columns;
+pub mod dead_letter_groups;
 pub mod dead_letters;
 mod error;
 pub mod inbox;

@@ -96,6 +96,8 @@ enum TxEnd {
 enum Done {
     Applied(Option<i64>),
     Duplicate,
+    /// Not run: another event with its business key was applied.
+    DuplicateByKey,
     Parked(Parked),
 }
 
@@ -265,6 +267,10 @@ impl Pipeline {
                 });
             }
             let failure = match call {
+                Call::DuplicateByKey => {
+                    done.push(Done::DuplicateByKey);
+                    continue;
+                }
                 Call::Applied(published) => {
                     done.push(Done::Applied(record.timestamp_ms));
                     applied.push(event_id.clone());
@@ -295,8 +301,10 @@ impl Pipeline {
                 done.push(Done::Parked(parked));
                 continue;
             }
-            // Its claim and those of the records after it go back: the event
-            // runs again after a backoff, and nothing after it may commit first.
+            // Its claim (and business key) and those of the records after it
+            // go back: the event runs again after a backoff, and nothing
+            // after it may commit first.
+            self.release_business_key(&mut tx, record, event_id).await?;
             for id in std::iter::once(event_id.clone()).chain(fresh.drain()) {
                 inbox::unclaim(&mut tx, claim.handler, &id).await?;
             }
@@ -336,17 +344,21 @@ impl Pipeline {
 
     /// Counts and logs a committed batch's outcomes.
     fn report(&self, done: Vec<Done>) {
-        let mut duplicates = 0;
+        let (mut duplicates, mut by_key) = (0, 0);
         let mut applied = Vec::with_capacity(done.len());
         for outcome in done {
             match outcome {
                 Done::Applied(timestamp) => applied.push(timestamp),
                 Done::Duplicate => duplicates += 1,
+                Done::DuplicateByKey => by_key += 1,
                 Done::Parked(parked) => parked.report(self.handler.name(), &self.stats),
             }
         }
         self.stats.applied(applied);
         self.stats.duplicates(duplicates);
+        if by_key > 0 {
+            self.stats.duplicates_by_key(by_key);
+        }
     }
 }
 

@@ -35,6 +35,9 @@ pub enum Call {
     /// and runs its events again one savepoint each, where this call's
     /// outcome is decided (and counted).
     Redo,
+    /// Not run: another event with its business key was applied inside the
+    /// handler's dedup window (`[handlers.dedup]`). Its claim stays.
+    DuplicateByKey,
 }
 
 impl Call {
@@ -48,6 +51,7 @@ impl Call {
             Call::Failed(GuestFailure::Limit(_)) => "limit",
             Call::TooLarge(_) => "too-large",
             Call::Redo => "redo",
+            Call::DuplicateByKey => "duplicate-by-key",
         }
     }
 }

@@ -21,17 +21,18 @@ pub mod tail;
 pub use batch::{BatchCursor, BatchEnd};
 pub use host_errors::HOST_ERROR_ATTEMPTS;
 
-use crate::config::{EventIdConfig, RetryConfig};
+use crate::config::{DedupConfig, EventIdConfig, RetryConfig};
+use crate::db::business_keys;
 use crate::db::dead_letters::{self, DeadLetter, ReasonKind};
 use crate::db::inbox::{self, Claim};
 use crate::db::outbox::NewMessage;
 use crate::db::{Database, DbError, Tx, now_ms, offsets};
-use crate::event_id;
 use crate::handler::GuestFailure;
 use crate::handler::Handler;
 use crate::record::Record;
 use crate::stats::Stats;
 use crate::telemetry;
+use crate::{business_key, event_id};
 use guest::{Call, Called};
 use rand::Rng;
 use std::sync::Arc;
@@ -97,6 +98,8 @@ pub struct Loaded {
     pub handler: Arc<dyn Handler>,
     pub event_id: EventIdConfig,
     pub retry: RetryConfig,
+    /// Business-key dedup (`[handlers.dedup]`), if configured.
+    pub dedup: Option<DedupConfig>,
 }
 
 /// The version a handler's next batch will run. Swapping it is how a new
@@ -154,6 +157,7 @@ pub struct Pipeline {
     handler: Arc<dyn Handler>,
     event_id: EventIdConfig,
     retry: RetryConfig,
+    dedup: Option<DedupConfig>,
     stats: Arc<Stats>,
     slot: Slot,
 }
@@ -164,12 +168,14 @@ impl Pipeline {
             handler,
             event_id,
             retry,
+            dedup,
         } = slot.current();
         Self {
             db,
             handler,
             event_id,
             retry,
+            dedup,
             stats,
             slot,
         }
@@ -221,6 +227,14 @@ impl Pipeline {
                     }
                     self.stats.duplicates(1);
                     tracing::debug!(handler = claim.handler, event_id, "duplicate skipped");
+                    return Ok(Outcome::Duplicate);
+                }
+                Step::Ran(Call::DuplicateByKey) => {
+                    // Its claim commits: a redelivered copy is a plain duplicate.
+                    if !self.finish(tx, record, expected, 1).await? {
+                        return Ok(Outcome::Fenced);
+                    }
+                    self.stats.duplicates_by_key(1);
                     return Ok(Outcome::Duplicate);
                 }
                 Step::Ran(Call::TooLarge(reason)) => {
@@ -290,13 +304,31 @@ impl Pipeline {
     }
 
     /// Runs the handler for an event claimed in `tx` ([`guest::call`]) and counts it.
+    /// With `[handlers.dedup]`, the event's business key is claimed first:
+    /// held by another applied event inside its window, the handler is not
+    /// run ([`Call::DuplicateByKey`]).
     async fn run_claimed(
         &self,
-        tx: Tx,
+        mut tx: Tx,
         claim: &Claim<'_>,
         record: &Record,
         attempt: u32,
     ) -> Result<Called, PipelineError> {
+        if let Some((key, dedup)) = self.business_key(record)
+            && !business_keys::claim(&mut tx, claim.handler, &key, claim.event_id, dedup.window).await?
+        {
+            tracing::debug!(
+                handler = claim.handler,
+                event_id = claim.event_id,
+                "duplicate by business key skipped"
+            );
+            return Ok(Called {
+                tx,
+                call: Call::DuplicateByKey,
+                lost: false,
+                took: Duration::ZERO,
+            });
+        }
         let span = self.event_span(record, claim.event_id, attempt);
         let called = guest::call(&*self.handler, tx, record, claim.event_id, attempt)
             .instrument(span.clone())
@@ -309,10 +341,34 @@ impl Pipeline {
                 self.stats.guest_took(called.took);
                 self.stats.guest_failure(failure.kind());
             }
-            // Counted when the batch runs it again.
-            Call::TooLarge(_) | Call::Redo => {}
+            // Counted when the batch runs it again, or by the caller.
+            Call::TooLarge(_) | Call::Redo | Call::DuplicateByKey => {}
         }
         Ok(called)
+    }
+
+    /// The record's business key and the dedup settings, if the handler
+    /// dedups by one and the record carries it.
+    fn business_key(&self, record: &Record) -> Option<(String, &DedupConfig)> {
+        let dedup = self.dedup.as_ref()?;
+        Some((
+            business_key::extract(dedup, &record.headers, &record.payload)?,
+            dedup,
+        ))
+    }
+
+    /// Frees the business key an event claimed before its handler ran: it was
+    /// parked, or goes back to be retried, so it holds nothing.
+    async fn release_business_key(
+        &self,
+        tx: &mut Tx,
+        record: &Record,
+        event_id: &str,
+    ) -> Result<(), DbError> {
+        match self.business_key(record) {
+            Some((key, _)) => business_keys::release(tx, self.handler.name(), &key, event_id).await,
+            None => Ok(()),
+        }
     }
 
     /// The span of one guest call, exported over OTLP (see `telemetry`):
@@ -390,6 +446,9 @@ impl Pipeline {
         park: Park,
     ) -> Result<Parked, PipelineError> {
         inbox::mark_dead(tx, claim).await?;
+        // A parked event holds no business key: a later event with its key
+        // is applied, and a replay of this one claims the key afresh.
+        self.release_business_key(tx, record, claim.event_id).await?;
         let letter = DeadLetter {
             event_id: Some(claim.event_id),
             kind: park.kind,

@@ -127,6 +127,7 @@ pub fn loaded(handler: &HandlerConfig, code: Arc<dyn crate::handler::Handler>) -
         handler: code,
         event_id: handler.event_id.clone(),
         retry: handler.retry.clone(),
+        dedup: handler.dedup.clone(),
     }
 }
 

@@ -267,8 +267,13 @@ impl Registry {
 
     /// The handler version a dead-letter replay runs: the one running here.
     pub async fn current(&self, name: &str) -> Option<Arc<dyn Handler>> {
+        Some(self.current_loaded(name).await?.handler)
+    }
+
+    /// The version running now with its settings (a replay dedups by key as it does).
+    pub async fn current_loaded(&self, name: &str) -> Option<crate::pipeline::Loaded> {
         let entries = self.0.entries.lock().await;
-        entries.get(name).map(|e| e.slot.current().handler)
+        entries.get(name).map(|e| e.slot.current())
     }
 
     /// Starts every pump, then follows the deployments table until

@@ -140,6 +140,13 @@ impl Stats {
         }
         self.metrics.applied.inc_by(count);
     }
+    /// Events skipped because another with their business key was applied
+    /// (`[handlers.dedup]`): duplicates, and counted apart as well.
+    pub(crate) fn duplicates_by_key(&self, count: u64) {
+        self.metrics.duplicates_by_key.inc_by(count);
+        self.duplicates(count);
+    }
+
     pub(crate) fn duplicates(&self, count: u64) {
         self.metrics.duplicates.inc_by(count);
     }

@@ -3,7 +3,8 @@
 //! A team signs in with its token, sees its handler's applied count and
 //! parked dead letters arrive live, filters the dead letters by kind, replays
 //! one from the page, and the database shows it applied exactly once. A
-//! replay that fails again shows its reason. A token scoped to another
+//! replay that fails again shows its reason; the two that failed for one
+//! cause are one group, discarded together. A token scoped to another
 //! handler sees neither the handler nor its dead letters, and the API's
 //! 401/403 messages appear on the page. The run also takes the overview
 //! screenshot docs/operating.md shows (`INBOXD_SCREENSHOT=<path>` keeps it).
@@ -361,11 +362,41 @@ async fn a_team_watches_its_handler_and_replays_a_dead_letter_from_the_console()
         .await,
         0
     );
-    let letter = rows(
+
+    // The two refunds are one group (their reasons differ in numbers only),
+    // shown above the list; discarding the group resolves both, each reported.
+    browser.route("#/dead-letters?handler=billing").await;
+    browser.wait_count("tr[data-group]", 1).await;
+    assert_eq!(
+        browser.text("tr[data-group] [data-field=count]").await.as_deref(),
+        Some("2")
+    );
+    browser.click("tr[data-group] [data-action=discard-group]").await;
+    confirm(&browser).await;
+    let said = browser
+        .wait_text("#notice", "the group's outcome", |t| t.contains("2 discarded"))
+        .await;
+    browser.wait_for("[data-field=no-dead-letters]").await;
+    assert_eq!(browser.count("tr[data-group]").await, 0, "no group is left");
+    let discarded = rows(
         &db,
-        "SELECT id FROM dead_letters WHERE resolution IS NULL LIMIT 1",
+        "SELECT id FROM dead_letters WHERE handler = 'billing' AND resolution = 'discarded' ORDER BY id",
     )
-    .await[0][0]
+    .await;
+    assert_eq!(discarded.len(), 2);
+    for id in &discarded {
+        let id = id[0].as_i64().expect("id").to_string();
+        assert!(said.contains(&id), "member {id} is not reported: {said}");
+    }
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) FROM invoices WHERE order_id LIKE 'refund-%'"
+        )
+        .await,
+        0
+    );
+    let letter = rows(&db, "SELECT id FROM dead_letters ORDER BY id LIMIT 1").await[0][0]
         .as_i64()
         .expect("id");
 
@@ -377,6 +408,7 @@ async fn a_team_watches_its_handler_and_replays_a_dead_letter_from_the_console()
     browser.route("#/dead-letters").await;
     browser.wait_for("[data-field=no-dead-letters]").await;
     assert_eq!(browser.count("tr[data-dead-letter]").await, 0);
+    assert_eq!(browser.count("tr[data-group]").await, 0);
     browser.route("#/handlers/billing").await;
     browser
         .wait_text("#error", "the 403", |t| {

@@ -1,7 +1,9 @@
-// Dead letters: a list filtered by handler and reason kind, a detail view
-// (payload as text, JSON or hex; headers; reason; history), and replay or
-// discard of one or of the selected ones, each confirmed. Every id gets its
-// own outcome: what worked in the notice, what did not in the error banner.
+// Dead letters: groups first (one row per handler, kind and reason pattern,
+// with counts, first and last seen, replay or discard of the whole group),
+// then a list filtered by handler and reason kind, a detail view (payload as
+// text, JSON or hex; headers; reason; history), and replay or discard of one
+// or of the selected ones, each confirmed. Every id gets its own outcome:
+// what worked in the notice, what did not in the error banner.
 
 import { ApiError, api } from './api.js';
 import { fmt, h } from './dom.js';
@@ -13,7 +15,7 @@ const KINDS = ['event-id', 'rejected', 'retries-exhausted', 'limit', 'sandbox-vi
 /** The API's answer for one id, in words, and whether it did what was asked. */
 const ACTIONS = {
   replay: (r) => [`Dead letter ${r.id}: ${r.outcome.replaceAll('-', ' ')}${r.detail ? `: ${r.detail}` : ''}`,
-    r.outcome === 'replayed' || r.outcome === 'already-applied'],
+    ['replayed', 'already-applied', 'duplicate-by-key'].includes(r.outcome)],
   discard: (r) => [`Dead letter ${r.id}: ${r.discarded ? 'discarded' : 'already replayed or discarded'}`, r.discarded],
 };
 
@@ -38,6 +40,64 @@ async function actOn(action, ids, rerender) {
   if (failed.length) showError(failed.join('\n'));
 }
 
+/**
+ * Replays or discards every member of a group after a confirmation (one
+ * request: the host walks the members), then reports each member: the ids
+ * per outcome in the notice, each failure with its reason in the banner.
+ */
+async function actOnGroup(action, group, rerender) {
+  const verb = action === 'replay' ? 'Replay' : 'Discard';
+  const consequence = action === 'replay' ? 'Each runs through the handler version active on this host.' : 'They will not be applied.';
+  const question = `${verb} all ${group.count} dead letters of ${group.handler} like “${group.pattern}”? ${consequence}`;
+  if (!(await confirmAction(question, `${verb} ${group.count}`))) return;
+  clearMessages();
+  let results;
+  try {
+    results = await api('POST', `/v1/dead-letters/groups/${encodeURIComponent(group.id)}/${action}`);
+  } catch (error) {
+    await rerender();
+    showError(error);
+    return;
+  }
+  const byOutcome = new Map();
+  const failed = [];
+  for (const result of results) {
+    const [line, ok] = ACTIONS[action](result);
+    if (!ok) { failed.push(line); continue; }
+    const outcome = action === 'replay' ? result.outcome.replaceAll('-', ' ') : 'discarded';
+    byOutcome.set(outcome, [...(byOutcome.get(outcome) ?? []), result.id]);
+  }
+  await rerender();
+  const done = [...byOutcome].map(([outcome, ids]) => `${ids.length} ${outcome}: dead letter(s) ${ids.join(', ')}`);
+  notify(`Group ${group.id} (${results.length} dead letters)${done.length ? `\n${done.join('\n')}` : ''}`);
+  if (failed.length) showError(failed.join('\n'));
+}
+
+/** The groups table: what failed, how often, since when, and one action per group. */
+function groupTable(groups, rerender) {
+  if (!groups.length) return null;
+  return [
+    h('h2', {}, 'Groups'),
+    h('p', { class: 'muted' }, 'Parked dead letters of one handler and kind whose reasons differ only in numbers, ids and quoted values.'),
+    h('div', { class: 'scroll' }, h('table', { 'aria-label': 'Dead letter groups' },
+      h('thead', {}, h('tr', {}, ['Handler', 'Kind', 'Reason pattern', 'Count', 'First seen', 'Last seen', 'Example', 'Actions']
+        .map((t) => h('th', { class: t === 'Count' ? 'num' : null }, t)))),
+      h('tbody', {}, groups.map((group) => h('tr', { 'data-group': group.id },
+        h('td', {}, group.handler),
+        h('td', {}, group.kind),
+        h('td', { class: 'mono', 'data-field': 'pattern' }, group.pattern),
+        h('td', { class: 'num', 'data-field': 'count' }, String(group.count)),
+        h('td', {}, fmt.time(group.first_failed_at)),
+        h('td', {}, fmt.time(group.last_failed_at)),
+        h('td', {}, h('a', { href: `#/dead-letters/${group.example_id}`, title: group.example_reason }, String(group.example_id))),
+        h('td', { class: 'group-actions' },
+          h('button', { class: 'primary', 'data-action': 'replay-group', onclick: () => actOnGroup('replay', group, rerender) }, 'Replay group'),
+          ' ',
+          h('button', { class: 'danger', 'data-action': 'discard-group', onclick: () => actOnGroup('discard', group, rerender) }, 'Discard group'))))))),
+    h('h2', {}, 'Dead letters'),
+  ];
+}
+
 function query(params) {
   const search = new URLSearchParams();
   for (const [key, value] of Object.entries(params)) if (value) search.set(key, value);
@@ -45,8 +105,9 @@ function query(params) {
 }
 
 export async function deadLetterList(params, rerender) {
-  const [rows, handlers] = await Promise.all([
+  const [rows, groups, handlers] = await Promise.all([
     api('GET', `/v1/dead-letters?${query({ handler: params.get('handler'), kind: params.get('kind'), all: params.get('all') })}`),
+    api('GET', `/v1/dead-letters/groups?${query({ handler: params.get('handler'), kind: params.get('kind') })}`),
     api('GET', '/v1/handlers'),
   ]);
   const chosen = new Set();
@@ -98,6 +159,7 @@ export async function deadLetterList(params, rerender) {
   return [
     h('h1', {}, 'Dead letters'),
     filters,
+    groupTable(groups, rerender),
     h('div', { class: 'actions' },
       selectionAction('Replay selected', 'primary', 'replay'),
       selectionAction('Discard selected', 'danger', 'discard')),

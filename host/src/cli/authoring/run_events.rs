@@ -103,6 +103,7 @@ async fn run(
         handler: Arc::new(component),
         event_id: config.event_id.clone(),
         retry,
+        dedup: config.dedup.clone(),
     };
     let stats = Arc::new(Stats::new(Metrics::default().handler(name)));
     let pipeline = Pipeline::new(db.clone(), Slot::new(loaded), stats);

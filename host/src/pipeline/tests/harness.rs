@@ -3,7 +3,7 @@
 //! feed it, and the reads a test asserts on.
 
 use super::scripted::{EFFECTS, Scripted};
-use crate::config::{EventIdConfig, RetryConfig};
+use crate::config::{DedupConfig, EventIdConfig, RetryConfig};
 use crate::db::dead_letters::{self, ReasonKind};
 use crate::db::test_support::TestDb;
 use crate::db::{Backend, SqlValue, Walls, migrate, offsets};
@@ -102,6 +102,11 @@ pub struct Harness {
 
 impl Harness {
     pub async fn new(db: TestDb) -> Self {
+        Self::with_dedup(db, None).await
+    }
+
+    /// A harness whose handler dedups by a business key too.
+    pub async fn with_dedup(db: TestDb, dedup: Option<DedupConfig>) -> Self {
         migrate::prepare_handler(&db, HANDLER).await.unwrap();
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("0001_init.sql"), MIGRATION).unwrap();
@@ -116,6 +121,7 @@ impl Harness {
                 backoff_initial_ms: 1,
                 backoff_max_ms: 1,
             },
+            dedup,
         };
         let pipeline = Pipeline::new((*db).clone(), Slot::new(version), Arc::new(Stats::default()));
         Self {

@@ -108,13 +108,13 @@ async fn an_inbox_row_the_database_refuses_parks_its_event_and_its_neighbours_co
             ..Default::default()
         };
         let letter = &dead_letters::find(&h.db, &filter).await.unwrap()[0];
-        let outcome = replay(&h.db, &*h.handler, letter).await.unwrap();
+        let outcome = replay(&h.db, &*h.handler, None, letter).await.unwrap();
         assert_eq!(outcome, ReplayOutcome::Replayed, "{on:?}");
         assert_eq!(h.status(&id(2)).await.as_deref(), Some("done"), "{on:?}");
         let effects = vec![(id(1), 1), (id(2), attempts + 1), (id(3), 1)];
         assert_eq!(h.effects().await, effects, "{on:?}");
         // A second replay of the same letter (as another operator's, at once) applies nothing.
-        let again = replay(&h.db, &*h.handler, letter).await.unwrap();
+        let again = replay(&h.db, &*h.handler, None, letter).await.unwrap();
         assert_eq!(again, ReplayOutcome::AlreadyApplied, "{on:?}");
         assert_eq!(h.effects().await, effects, "{on:?}");
     }

@@ -9,6 +9,7 @@
 //! nothing here polls or sleeps (a retry's backoff is configured to 1 ms).
 
 mod batches;
+mod dedup;
 mod guards;
 mod harness;
 mod host_errors;
