@@ -6,38 +6,49 @@
 use crate::config::DedupConfig;
 use sha2::{Digest, Sha256};
 
-/// Keys longer than this are stored as their digest (`sha256:<hex>`): the
-/// key is compared, never shown, and a row per key must stay small.
+/// Keys longer than this are compared by their digest: the key is
+/// compared, never shown, and a row per key must stay small.
 pub const MAX_KEY_BYTES: usize = 256;
 
-/// The business key `config` names in the record, if it has one. A missing
-/// field or header, JSON `null`, an object or an array (and a payload that is
-/// not JSON, for a JSON path) is no key: the event is deduplicated by its
-/// event id alone. A string is the key as it is; a number or boolean, its
-/// JSON text.
+/// The business key `config` names in the record, if it has one, as stored:
+/// `k:` and the key, or `h:` and the hex SHA-256 of its bytes for a key
+/// over [`MAX_KEY_BYTES`], one that is not UTF-8 (a binary header) or one
+/// holding a NUL (PostgreSQL text cannot). The two prefixes keep a key that
+/// looks like a digest apart from a digest. A missing field or header, JSON
+/// `null`, `""`, an object or an array (and, for a JSON path, a payload that
+/// is not JSON) is no key: the event is deduplicated by its event id alone.
+/// A string is the key as it is; a number or boolean, its JSON text.
 pub fn extract(config: &DedupConfig, headers: &[(String, Vec<u8>)], payload: &[u8]) -> Option<String> {
-    let key = match (&config.header, config.json_path()) {
+    let raw: Vec<u8> = match (&config.header, config.json_path()) {
         (Some(name), _) => {
             // The last header with the name wins, as for the event id.
             let (_, value) = headers.iter().rev().find(|(n, _)| n == name)?;
-            String::from_utf8_lossy(value).into_owned()
+            value.clone()
         }
         (None, Some(path)) => {
             let json: serde_json::Value = serde_json::from_slice(payload).ok()?;
             let value = path.iter().try_fold(&json, |value, field| value.get(field))?;
             match value {
-                serde_json::Value::String(text) => text.clone(),
-                serde_json::Value::Number(n) => n.to_string(),
-                serde_json::Value::Bool(b) => b.to_string(),
+                serde_json::Value::String(text) => text.clone().into_bytes(),
+                serde_json::Value::Number(n) => n.to_string().into_bytes(),
+                serde_json::Value::Bool(b) => b.to_string().into_bytes(),
                 _ => return None,
             }
         }
         (None, None) => return None,
     };
-    if key.len() > MAX_KEY_BYTES {
-        return Some(format!("sha256:{}", hex::encode(Sha256::digest(key.as_bytes()))));
+    if raw.is_empty() {
+        return None;
     }
-    Some(key)
+    match String::from_utf8(raw) {
+        Ok(text) if text.len() <= MAX_KEY_BYTES && !text.contains('\0') => Some(format!("k:{text}")),
+        Ok(text) => Some(digest(text.as_bytes())),
+        Err(not_text) => Some(digest(not_text.as_bytes())),
+    }
+}
+
+fn digest(bytes: &[u8]) -> String {
+    format!("h:{}", hex::encode(Sha256::digest(bytes)))
 }
 
 #[cfg(test)]
@@ -53,41 +64,54 @@ mod tests {
         }
     }
 
+    fn by_header() -> DedupConfig {
+        DedupConfig {
+            key: None,
+            header: Some("order-id".into()),
+            window: Duration::from_secs(60),
+        }
+    }
+
     #[test]
     fn a_key_comes_from_a_json_path_or_a_header() {
-        let payload = br#"{"order_id":"o-1","n":42,"ok":true,"order":{"id":"inner"},"none":null,"list":[1]}"#;
+        let payload =
+            br#"{"order_id":"o-1","n":42,"ok":true,"order":{"id":"inner"},"none":null,"list":[1],"empty":""}"#;
         let key = |path: &str| extract(&by_path(path), &[], payload);
-        assert_eq!(key("$.order_id").as_deref(), Some("o-1"));
-        assert_eq!(key("$.n").as_deref(), Some("42"));
-        assert_eq!(key("$.ok").as_deref(), Some("true"));
-        assert_eq!(key("$.order.id").as_deref(), Some("inner"));
+        assert_eq!(key("$.order_id").as_deref(), Some("k:o-1"));
+        assert_eq!(key("$.n").as_deref(), Some("k:42"));
+        assert_eq!(key("$.ok").as_deref(), Some("k:true"));
+        assert_eq!(key("$.order.id").as_deref(), Some("k:inner"));
         assert_eq!(key("$.none"), None);
         assert_eq!(key("$.list"), None);
+        assert_eq!(key("$.empty"), None, "an empty string is no key");
         assert_eq!(key("$.order"), None, "an object is no key");
         assert_eq!(key("$.missing"), None);
         assert_eq!(extract(&by_path("$.order_id"), &[], b"not json"), None);
 
-        let header = DedupConfig {
-            key: None,
-            header: Some("order-id".into()),
-            window: Duration::from_secs(60),
-        };
         let headers = vec![
             ("order-id".to_owned(), b"first".to_vec()),
             ("order-id".to_owned(), b"last".to_vec()),
         ];
-        assert_eq!(extract(&header, &headers, payload).as_deref(), Some("last"));
-        assert_eq!(extract(&header, &[], payload), None);
+        assert_eq!(
+            extract(&by_header(), &headers, payload).as_deref(),
+            Some("k:last")
+        );
+        assert_eq!(extract(&by_header(), &[], payload), None);
     }
 
     #[test]
-    fn a_long_key_is_its_digest() {
-        let long = "x".repeat(MAX_KEY_BYTES + 1);
-        let payload = serde_json::json!({ "k": long }).to_string();
-        let key = extract(&by_path("$.k"), &[], payload.as_bytes()).unwrap();
-        assert!(key.starts_with("sha256:") && key.len() == 7 + 64, "{key}");
-        let exact = "y".repeat(MAX_KEY_BYTES);
-        let payload = serde_json::json!({ "k": exact }).to_string();
-        assert_eq!(extract(&by_path("$.k"), &[], payload.as_bytes()), Some(exact));
+    fn long_binary_and_nul_keys_are_their_digests_and_never_collide_with_a_literal() {
+        let key = |value: Vec<u8>| extract(&by_header(), &[("order-id".to_owned(), value)], b"");
+        let long = key(vec![b'x'; MAX_KEY_BYTES + 1]).unwrap();
+        assert!(long.starts_with("h:") && long.len() == 2 + 64, "{long}");
+        assert_eq!(key(vec![b'y'; MAX_KEY_BYTES]).unwrap().len(), 2 + MAX_KEY_BYTES);
+        // Two binary ids that differ only in bytes that are not UTF-8 stay two keys.
+        let (a, b) = (key(vec![0xff, 0x01]).unwrap(), key(vec![0xfe, 0x01]).unwrap());
+        assert!(a.starts_with("h:") && a != b, "{a} {b}");
+        assert!(key(b"a\0b".to_vec()).unwrap().starts_with("h:"));
+        // A literal that looks like a digest is still a literal.
+        let literal = key(long.as_bytes()[2..].to_vec()).unwrap();
+        assert_ne!(literal, long);
+        assert_eq!(key(Vec::new()), None);
     }
 }

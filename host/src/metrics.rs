@@ -85,7 +85,7 @@ impl Default for Metrics {
         );
         registry.register(
             "duplicates_skipped",
-            "Copies skipped because the inbox already had their event id",
+            "Events skipped as duplicates: the inbox already had their event id, or (with [handlers.dedup]) another event held their business key",
             duplicates.clone(),
         );
         registry.register(

@@ -90,7 +90,9 @@ pub async fn replay(
     // no other applied event holds it.
     let key = dedup.and_then(|d| Some((business_key::extract(d, &record.headers, &record.payload)?, d)));
     if let Some((key, dedup)) = &key
-        && !business_keys::claim(&mut tx, claim.handler, key, event_id, dedup.window).await?
+        && !business_keys::claim_many(&mut tx, claim.handler, &[(key.as_str(), event_id)], dedup.window)
+            .await?
+            .contains(event_id)
     {
         return match tail::seal(tx, claim.handler, &[], &[], end).await? {
             Sealed::Committed => Ok(ReplayOutcome::DuplicateByKey),

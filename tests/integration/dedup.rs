@@ -134,7 +134,7 @@ async fn events_with_one_business_key_apply_once_inside_the_window(backend: Back
     // (The window is what is being tested, so the test waits for it to end.)
     let expires_at = rows(
         &db,
-        "SELECT expires_at FROM inbox_business_keys WHERE business_key = 'o-1'",
+        "SELECT expires_at FROM inbox_business_keys WHERE business_key = 'k:o-1'",
     )
     .await[0][0]
         .as_i64()
@@ -157,7 +157,7 @@ async fn events_with_one_business_key_apply_once_inside_the_window(backend: Back
     assert_eq!(
         count(
             &db,
-            "SELECT COUNT(*) FROM inbox_business_keys WHERE business_key = 'o-1'"
+            "SELECT COUNT(*) FROM inbox_business_keys WHERE business_key = 'k:o-1'"
         )
         .await,
         1
@@ -189,4 +189,49 @@ async fn a_dedup_section_without_a_key_or_with_a_bad_path_is_refused_by_name() {
         assert_eq!(output.status.code(), Some(2), "{settings}: {stderr}");
         assert!(stderr.contains(problem), "{settings}: {stderr}");
     }
+}
+
+on_both_backends!(one_order_sent_under_many_event_ids_to_many_partitions_applies_once);
+
+/// Each of 150 orders is sent under three event ids, keyed so the copies
+/// land in different partitions, whose batches run at once: exactly one
+/// effect per order, whichever partition wins, and no batch waits on another
+/// for good (keys are claimed in key order).
+async fn one_order_sent_under_many_event_ids_to_many_partitions_applies_once(backend: Backend) {
+    let topic = unique("dedupmany");
+    create_topic(&topic, 3).await;
+    let settings = "[handlers.dedup]\nkey = \"$.order_id\"\nwindow = \"1h\"";
+    let env = TestEnv::new(backend, "hostile", &topic, settings).await;
+    let orders = 150;
+    let mut records = Vec::new();
+    for copy in 0..3 {
+        for n in 0..orders {
+            let mut record = order(&new_id(), Some(&format!("order-{n}")), json!({}));
+            // Copies of an order go to different partitions.
+            record.key = format!("{n}-{copy}");
+            records.push(record);
+        }
+    }
+    let ends = produce(&topic, &records).await;
+    let mut host = env.spawn_host();
+    env.wait_for_offsets(&ends, Duration::from_secs(120), &mut host)
+        .await;
+    assert_eq!(host.terminate(Duration::from_secs(30)).await, Some(0));
+    let db = env.db().await;
+    let effects = env.table("hostile_effects").await;
+    assert_eq!(
+        count(&db, &format!("SELECT COUNT(*) FROM {effects}")).await,
+        orders,
+        "one effect per order id"
+    );
+    assert_eq!(
+        count(&db, "SELECT COUNT(*) FROM inbox_business_keys").await,
+        orders
+    );
+    assert_eq!(
+        count(&db, "SELECT COUNT(*) FROM inbox WHERE status = 'done'").await,
+        3 * orders,
+        "every event id is claimed"
+    );
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM dead_letters").await, 0);
 }

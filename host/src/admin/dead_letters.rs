@@ -208,7 +208,13 @@ pub async fn replay_group(
             ..Filter::default()
         };
         for row in dead_letters::find(state.registry.db(), &filter).await? {
-            outcomes.push(replay_row(&state, &caller, &row).await?);
+            // One member's failure is its own outcome: the others still run,
+            // and every member is reported.
+            let outcome = match replay_row(&state, &caller, &row).await {
+                Ok(outcome) => outcome,
+                Err(error) => json!({ "id": row.id, "outcome": "error", "detail": error.message }),
+            };
+            outcomes.push(outcome);
         }
     }
     tracing::info!(
@@ -229,10 +235,16 @@ pub async fn discard_group(
     let group = fetch_group(&state, &caller, &id).await?;
     let mut outcomes = Vec::with_capacity(group.members.len());
     for member in group.members {
-        let mut tx = state.registry.db().begin_write().await?;
-        let discarded = dead_letters::resolve(&mut tx, member, "discarded").await?;
-        tx.commit().await?;
-        outcomes.push(json!({ "id": member, "discarded": discarded }));
+        let discarded = async {
+            let mut tx = state.registry.db().begin_write().await?;
+            let discarded = dead_letters::resolve(&mut tx, member, "discarded").await?;
+            tx.commit().await?;
+            Ok::<_, crate::db::DbError>(discarded)
+        };
+        outcomes.push(match discarded.await {
+            Ok(discarded) => json!({ "id": member, "discarded": discarded }),
+            Err(error) => json!({ "id": member, "discarded": false, "error": error.to_string() }),
+        });
     }
     tracing::info!(
         group = id,

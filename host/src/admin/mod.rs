@@ -168,7 +168,8 @@ impl std::ops::Deref for AppState {
 #[derive(Debug)]
 pub struct ApiError {
     status: StatusCode,
-    message: String,
+    /// What the caller is told (also a group member's `detail`).
+    pub(crate) message: String,
 }
 
 impl ApiError {

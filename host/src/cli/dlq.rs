@@ -353,7 +353,11 @@ async fn replay_many(
                 handlers.insert(row.handler.clone(), component);
             }
             let (component, dedup) = &handlers[&row.handler];
-            let outcome = replay(db, component, dedup.as_ref(), row).await.map_err(failed)?;
+            // A host failure on one (the database, say) is that one's
+            // outcome: the others still run, and every one is reported.
+            let outcome = replay(db, component, dedup.as_ref(), row)
+                .await
+                .map_err(|e| e.to_string());
             results.push((row.id, outcome));
         }
     }
@@ -361,7 +365,10 @@ async fn replay_many(
         let list: Vec<serde_json::Value> = results
             .iter()
             .map(|(id, outcome)| {
-                let mut value = serde_json::to_value(outcome).unwrap_or_default();
+                let mut value = match outcome {
+                    Ok(outcome) => serde_json::to_value(outcome).unwrap_or_default(),
+                    Err(error) => serde_json::json!({ "outcome": "error", "detail": error }),
+                };
                 value["id"] = (*id).into();
                 value
             })
@@ -369,6 +376,13 @@ async fn replay_many(
         print_json(&list)?;
     } else {
         for (id, outcome) in &results {
+            let outcome = match outcome {
+                Ok(outcome) => outcome,
+                Err(error) => {
+                    println!("{id}: not replayed, the host failed ({error}); run it again");
+                    continue;
+                }
+            };
             match outcome {
                 ReplayOutcome::Replayed => println!("{id}: replayed"),
                 ReplayOutcome::AlreadyApplied => {
@@ -390,7 +404,12 @@ async fn replay_many(
     }
     let failures = results
         .iter()
-        .filter(|(_, o)| matches!(o, ReplayOutcome::Failed(_) | ReplayOutcome::NoEventId))
+        .filter(|(_, o)| {
+            matches!(
+                o,
+                Err(_) | Ok(ReplayOutcome::Failed(_) | ReplayOutcome::NoEventId)
+            )
+        })
         .count();
     if failures > 0 {
         return Err(CliError::Failed(format!(

@@ -88,10 +88,16 @@ impl DedupConfig {
                 }
             }
             (None, Some(header)) => {
-                if header.is_empty() || !header.chars().all(|c| c.is_ascii_graphic()) {
+                if header.is_empty()
+                    || header.len() > MAX_ID_NAME_BYTES
+                    || !header.chars().all(|c| c.is_ascii_graphic())
+                {
                     return Err(invalid(
                         format!("{key}.dedup.header"),
-                        "must be a header name of printable ASCII characters, without spaces",
+                        format!(
+                            "must be a header name of 1 to {MAX_ID_NAME_BYTES} printable ASCII characters, \
+                             without spaces"
+                        ),
                     ));
                 }
             }

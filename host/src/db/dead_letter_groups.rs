@@ -37,19 +37,31 @@ fn is_word(c: char) -> bool {
 pub fn pattern(reason: &str) -> String {
     let chars: Vec<char> = reason.chars().collect();
     let mut out = String::new();
+    // Characters in `out`, and the quote characters known to have no closing
+    // one ahead: each is scanned for at most once, so a reason full of
+    // unclosed quotes costs its length, not its length squared.
+    let mut len = 0;
+    let mut unclosed: Vec<char> = Vec::new();
     let mut i = 0;
-    while i < chars.len() && out.chars().count() < PATTERN_CHARS {
+    while i < chars.len() && len < PATTERN_CHARS {
         let c = chars[i];
         if matches!(c, '\'' | '"' | '`')
             && !(i > 0 && chars[i - 1].is_alphanumeric())
-            && let Some(len) = quoted_len(&chars[i + 1..], c)
+            && !unclosed.contains(&c)
         {
-            out.extend([c, QUOTED_MASK, c]);
-            i += len + 2;
-            continue;
+            match quoted_len(&chars[i + 1..], c) {
+                Some(quoted) => {
+                    out.extend([c, QUOTED_MASK, c]);
+                    len += 3;
+                    i += quoted + 2;
+                    continue;
+                }
+                None => unclosed.push(c),
+            }
         }
         if !is_word(c) {
             out.push(c);
+            len += 1;
             i += 1;
             continue;
         }
@@ -62,10 +74,13 @@ pub fn pattern(reason: &str) -> String {
         let end = word.len() - word.iter().rev().take_while(|c| matches!(c, '.' | ':')).count();
         if word[..end].iter().any(char::is_ascii_digit) {
             out.push(NUMBER_MASK);
+            len += 1;
         } else {
             out.extend(&word[..end]);
+            len += end;
         }
         out.extend(&word[end..]);
+        len += word.len() - end;
     }
     out.chars().take(PATTERN_CHARS).collect()
 }
@@ -109,8 +124,17 @@ pub struct Group {
     /// The oldest member, to show a whole reason and open one record.
     pub example_id: i64,
     pub example_reason: String,
-    /// Every member's id, oldest first.
+    /// Every member's id, oldest first (the first [`MEMBERS_SHOWN`] when
+    /// serialized: a group of 100,000 is not 100,000 ids in every answer).
+    #[serde(serialize_with = "first_members")]
     pub members: Vec<i64>,
+}
+
+/// Member ids a serialized group lists, at most; `count` has them all.
+pub const MEMBERS_SHOWN: usize = 1000;
+
+fn first_members<S: serde::Serializer>(members: &[i64], serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(members.iter().take(MEMBERS_SHOWN))
 }
 
 /// The parked dead letters `filter` selects, grouped: the largest group
@@ -123,7 +147,12 @@ pub async fn groups(db: &Database, filter: &Filter<'_>) -> Result<Vec<Group>, Db
         without_record: true,
         ..*filter
     };
-    Ok(group_rows(dead_letters::find(db, &filter).await?))
+    let rows = dead_letters::find(db, &filter).await?;
+    // Masking many reasons is CPU work: off the async workers.
+    // (A panic there is the host's bug; it ends only the request that met it.)
+    Ok(tokio::task::spawn_blocking(move || group_rows(rows))
+        .await
+        .expect("grouping dead letters panicked"))
 }
 
 /// [`groups`] over rows already read (oldest first, as `find` returns them).
@@ -199,6 +228,9 @@ mod tests {
         }
         let long = format!("{} 1", "x".repeat(PATTERN_CHARS * 2));
         assert_eq!(pattern(&long).chars().count(), PATTERN_CHARS);
+        // Unclosed quotes everywhere: each kind is looked for once.
+        let quotes = "\"\\".repeat(50_000);
+        assert_eq!(pattern(&quotes).chars().count(), PATTERN_CHARS);
     }
 
     #[test]

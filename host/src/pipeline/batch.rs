@@ -19,11 +19,12 @@
 //! failing does not pay that extra run on every batch.
 
 use super::guest::{Call, Called};
+use super::keys::{BatchKeys, Turn};
 use super::tail::Sealed;
 use super::{Outcome, Park, Parked, Pipeline, PipelineError};
 use crate::db::DbError;
-use crate::db::inbox;
 use crate::db::now_ms;
+use crate::db::{business_keys, inbox};
 use crate::event_id;
 use crate::handler::GuestFailure;
 use crate::record::Record;
@@ -233,6 +234,17 @@ impl Pipeline {
             })
             .collect();
         let mut fresh = inbox::claim_many(&mut tx, &claims).await?;
+        // Their business keys, if the handler dedups by one: all at once.
+        let mut first = HashSet::new();
+        let new_events: Vec<(&Record, &str)> = records
+            .iter()
+            .zip(&ids)
+            .filter_map(|(record, id)| {
+                let id = id.as_deref().ok()?;
+                (fresh.contains(id) && first.insert(id)).then_some((record, id))
+            })
+            .collect();
+        let mut keys = BatchKeys::claim(self, &mut tx, &new_events).await?;
         let mut done = Vec::with_capacity(records.len());
         let mut applied = Vec::new();
         let mut messages = Vec::new();
@@ -252,6 +264,19 @@ impl Pipeline {
                 done.push(Done::Duplicate);
                 continue;
             }
+            let holding = match keys.turn(self, &mut tx, record, event_id).await? {
+                Turn::DuplicateByKey => {
+                    tracing::debug!(
+                        handler = self.handler.name(),
+                        event_id,
+                        "duplicate by key skipped"
+                    );
+                    done.push(Done::DuplicateByKey);
+                    continue;
+                }
+                Turn::Run => None,
+                Turn::RunHolding(key) => Some(key),
+            };
             let claim = self.claim(record, event_id);
             let Called {
                 tx: returned,
@@ -267,10 +292,7 @@ impl Pipeline {
                 });
             }
             let failure = match call {
-                Call::DuplicateByKey => {
-                    done.push(Done::DuplicateByKey);
-                    continue;
-                }
+                Call::DuplicateByKey => unreachable!("a batch claims keys before its calls"),
                 Call::Applied(published) => {
                     done.push(Done::Applied(record.timestamp_ms));
                     applied.push(event_id.clone());
@@ -281,6 +303,7 @@ impl Pipeline {
                     let parked = self
                         .park_claimed(&mut tx, &claim, record, Park::too_large(reason))
                         .await?;
+                    keys.freed_by(holding);
                     done.push(Done::Parked(parked));
                     continue;
                 }
@@ -298,14 +321,18 @@ impl Pipeline {
                     first_failed_at: now_ms(),
                 };
                 let parked = self.park_claimed(&mut tx, &claim, record, park).await?;
+                keys.freed_by(holding);
                 done.push(Done::Parked(parked));
                 continue;
             }
-            // Its claim (and business key) and those of the records after it
-            // go back: the event runs again after a backoff, and nothing
-            // after it may commit first.
-            self.release_business_key(&mut tx, record, event_id).await?;
-            for id in std::iter::once(event_id.clone()).chain(fresh.drain()) {
+            // Its claim and those of the records after it go back, with the
+            // business keys they hold: the event runs again after a backoff,
+            // and nothing after it may commit first.
+            let unrun: Vec<String> = std::iter::once(event_id.clone()).chain(fresh.drain()).collect();
+            for (key, id) in keys.held_by(&unrun) {
+                business_keys::release(&mut tx, self.handler.name(), key, id).await?;
+            }
+            for id in unrun {
                 inbox::unclaim(&mut tx, claim.handler, &id).await?;
             }
             retry = Some(failure);

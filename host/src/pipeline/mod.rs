@@ -16,6 +16,7 @@
 mod batch;
 pub mod guest;
 mod host_errors;
+mod keys;
 pub mod tail;
 
 pub use batch::{BatchCursor, BatchEnd};
@@ -296,6 +297,22 @@ impl Pipeline {
         if !inbox::claim(&mut tx, claim).await? {
             return Ok((tx, Step::Duplicate));
         }
+        // With `[handlers.dedup]`, its business key next: held by another
+        // applied event inside its window, the handler is not run.
+        if let Some((key, dedup)) = self.business_key(record) {
+            let keys = [(key.as_str(), claim.event_id)];
+            if !business_keys::claim_many(&mut tx, claim.handler, &keys, dedup.window)
+                .await?
+                .contains(claim.event_id)
+            {
+                tracing::debug!(
+                    handler = claim.handler,
+                    event_id = claim.event_id,
+                    "duplicate by key skipped"
+                );
+                return Ok((tx, Step::Ran(Call::DuplicateByKey)));
+            }
+        }
         // A lost transaction needs nothing more here: the call failed (an
         // applied call on one is an error), and this transaction holds only
         // this event, so parking or retrying it works on the new one.
@@ -304,31 +321,13 @@ impl Pipeline {
     }
 
     /// Runs the handler for an event claimed in `tx` ([`guest::call`]) and counts it.
-    /// With `[handlers.dedup]`, the event's business key is claimed first:
-    /// held by another applied event inside its window, the handler is not
-    /// run ([`Call::DuplicateByKey`]).
     async fn run_claimed(
         &self,
-        mut tx: Tx,
+        tx: Tx,
         claim: &Claim<'_>,
         record: &Record,
         attempt: u32,
     ) -> Result<Called, PipelineError> {
-        if let Some((key, dedup)) = self.business_key(record)
-            && !business_keys::claim(&mut tx, claim.handler, &key, claim.event_id, dedup.window).await?
-        {
-            tracing::debug!(
-                handler = claim.handler,
-                event_id = claim.event_id,
-                "duplicate by business key skipped"
-            );
-            return Ok(Called {
-                tx,
-                call: Call::DuplicateByKey,
-                lost: false,
-                took: Duration::ZERO,
-            });
-        }
         let span = self.event_span(record, claim.event_id, attempt);
         let called = guest::call(&*self.handler, tx, record, claim.event_id, attempt)
             .instrument(span.clone())

@@ -147,6 +147,12 @@ impl Stats {
         self.duplicates(count);
     }
 
+    /// Duplicates by business key so far (`inboxd_duplicates_by_key_total`).
+    #[cfg(test)]
+    pub(crate) fn duplicates_by_key_total(&self) -> u64 {
+        self.metrics.duplicates_by_key.get()
+    }
+
     pub(crate) fn duplicates(&self, count: u64) {
         self.metrics.duplicates.inc_by(count);
     }

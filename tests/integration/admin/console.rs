@@ -363,8 +363,27 @@ async fn a_team_watches_its_handler_and_replays_a_dead_letter_from_the_console()
         0
     );
 
-    // The two refunds are one group (their reasons differ in numbers only),
-    // shown above the list; discarding the group resolves both, each reported.
+    // The two refunds are one group (their reasons differ in numbers only).
+    // Through the API: the team sees it; another team's token neither sees
+    // it nor can act on it (404, as for one dead letter of another team).
+    let groups_url = format!("{}/v1/dead-letters/groups", admin.url);
+    let (status, groups) = admin.call(admin.http.get(&groups_url), Some(BILLING_TOKEN)).await;
+    assert_eq!(status, 200, "{groups}");
+    assert_eq!(groups.as_array().map(Vec::len), Some(1), "{groups}");
+    assert_eq!(groups[0]["count"], 2);
+    assert_eq!(groups[0]["members"].as_array().map(Vec::len), Some(2));
+    let group_id = groups[0]["id"].as_str().expect("group id").to_owned();
+    let (status, theirs) = admin.call(admin.http.get(&groups_url), Some(NOTIFY_TOKEN)).await;
+    assert_eq!((status, theirs), (200, json!([])));
+    for action in ["replay", "discard"] {
+        let url = format!("{groups_url}/{group_id}/{action}");
+        let (status, body) = admin.call(admin.http.post(&url), Some(NOTIFY_TOKEN)).await;
+        assert_eq!(status, 404, "{action}: {body}");
+        assert!(!body.to_string().contains("billing"), "{body}");
+    }
+
+    // On the page the group is shown above the list; discarding the group
+    // resolves both, each reported.
     browser.route("#/dead-letters?handler=billing").await;
     browser.wait_count("tr[data-group]", 1).await;
     assert_eq!(

@@ -46,11 +46,12 @@ async fn an_event_whose_business_key_was_applied_is_not_run_and_a_failed_one_hol
             order(4, 5, "C"),  // retried once, its key released meanwhile
             order(5, 6, "C"),  // C is 5's once it applied
             record(6, &id(7)), // no key: its event id alone
+            order(7, 8, "E"),  // claimed with the batch; 5's retry must free it
         ];
         let (end, _) = h.batch(&batch).await;
         assert_eq!(end, BatchEnd::Done, "{on:?}");
         let applied: Vec<String> = h.effects().await.into_iter().map(|(e, _)| e).collect();
-        assert_eq!(applied, [id(1), id(4), id(5), id(7)], "{on:?}");
+        assert_eq!(applied, [id(1), id(4), id(5), id(7), id(8)], "{on:?}");
         assert!(
             !h.handler
                 .call_order()
@@ -63,19 +64,20 @@ async fn an_event_whose_business_key_was_applied_is_not_run_and_a_failed_one_hol
         }
         let parked: Vec<_> = h.dead_letters().await.into_iter().map(|p| p.offset).collect();
         assert_eq!(parked, [2], "{on:?}");
-        assert_eq!(h.offset().await, Some(7), "{on:?}");
+        assert_eq!(h.offset().await, Some(8), "{on:?}");
         let stats = h.pipeline.stats().snapshot();
         assert_eq!(
             stats.duplicates, 2,
             "{on:?}: duplicates by key count as duplicates"
         );
+        assert_eq!(h.pipeline.stats().duplicates_by_key_total(), 2, "{on:?}");
 
         // A later batch and a lone event meet the held keys too.
-        let (end, _) = h.batch(&[order(7, 8, "A"), order(8, 9, "D")]).await;
+        let (end, _) = h.batch(&[order(8, 9, "A"), order(9, 10, "D")]).await;
         assert_eq!(end, BatchEnd::Done, "{on:?}");
-        assert_eq!(h.single(&order(9, 10, "D")).await, Outcome::Duplicate, "{on:?}");
+        assert_eq!(h.single(&order(10, 11, "D")).await, Outcome::Duplicate, "{on:?}");
         let applied: Vec<String> = h.effects().await.into_iter().map(|(e, _)| e).collect();
-        assert_eq!(applied, [id(1), id(4), id(5), id(7), id(9)], "{on:?}");
+        assert_eq!(applied, [id(1), id(4), id(5), id(7), id(8), id(10)], "{on:?}");
     }
 }
 
@@ -84,9 +86,13 @@ async fn a_key_whose_window_has_passed_is_taken_by_the_next_event() {
     for db in each_backend().await {
         let h = Harness::with_dedup(db, by_order_header(Duration::ZERO)).await;
         let on = h.backend();
+        // Within one batch the first event of a key holds it.
         let (end, _) = h.batch(&[order(0, 1, "A"), order(1, 2, "A")]).await;
         assert_eq!(end, BatchEnd::Done, "{on:?}");
+        // In the next, its window (of 0) has passed: the key is taken anew.
+        let (end, _) = h.batch(&[order(2, 3, "A")]).await;
+        assert_eq!(end, BatchEnd::Done, "{on:?}");
         let applied: Vec<String> = h.effects().await.into_iter().map(|(e, _)| e).collect();
-        assert_eq!(applied, [id(1), id(2)], "{on:?}: a window of 0 holds nothing");
+        assert_eq!(applied, [id(1), id(3)], "{on:?}");
     }
 }
