@@ -320,8 +320,11 @@ impl Run<'_> {
                 native: self.mode.native,
             }
         };
-        let mut child = Child::spawn(role, &log)?;
+        // The benchmark's own connections first: opening a SQLite file puts it
+        // in WAL mode, which needs its lock, and the host starting beside it
+        // held that lock often enough to fail the run ("database is locked").
         let db = Database::connect(&db_url, 2).await?;
+        let mut child = Child::spawn(role, &log)?;
         let deadline = Duration::from_secs(opts.timeout_secs);
         let progress = self.progress_sql();
 
