@@ -107,10 +107,10 @@ fn backend_name(backend: Backend) -> &'static str {
     }
 }
 
-fn settings(topic: &str, outbox_topic: &str) -> Value {
+fn settings(topic: &str, outbox_topic: &str, group: &str) -> Value {
     json!({
         "topics": [topic],
-        "group_id": "inboxd.billing.upgrade",
+        "group_id": group,
         "outbox_topics": { "invoices.created": outbox_topic },
     })
 }
@@ -142,6 +142,7 @@ async fn continues_from(backend: Backend, fixture: &Path) {
     let from = format!("release {} ({})", manifest.release, backend_name(backend));
     let dir = tempfile::tempdir().expect("tempdir");
     let db_url = restore(backend, fixture, written, dir.path()).await;
+    own_group(backend, &db_url).await;
 
     // The records the release was sent, again (the broker is new), then more.
     create_topic(&written.orders_topic, 3).await;
@@ -245,6 +246,35 @@ async fn restore(backend: Backend, fixture: &Path, written: &Written, dir: &Path
     }
 }
 
+/// Moves the restored handler to a consumer group of its own. The first
+/// fixture named one group for both backends, and the two tests run at once
+/// on one broker: two hosts in one group with different topics share every
+/// rebalance, and in one CI run the SQLite host was left without partitions
+/// for three minutes.
+async fn own_group(backend: Backend, db_url: &str) {
+    use sqlx::{Connection, Executor};
+    let set = |table: &str| {
+        format!(
+            "UPDATE {table} SET settings = REPLACE(settings, '\"inboxd.billing.upgrade\"', '\"{}\"')",
+            unique("inboxd.billing.upgrade")
+        )
+    };
+    match backend {
+        Backend::Sqlite => {
+            let mut db = sqlx::SqliteConnection::connect(db_url).await.unwrap();
+            db.execute(set("handlers").as_str())
+                .await
+                .expect("move the group");
+        }
+        Backend::Postgres => {
+            let mut db = sqlx::PgConnection::connect(db_url).await.unwrap();
+            db.execute(set("inboxd.handlers").as_str())
+                .await
+                .expect("move the group");
+        }
+    }
+}
+
 fn pg_tool(name: &str) -> PathBuf {
     let bin = std::env::var("INBOXD_TEST_PG_BIN")
         .expect("INBOXD_TEST_PG_BIN is not set: run the suite with scripts/test");
@@ -279,6 +309,7 @@ async fn write_fixture() {
 async fn write_one(backend: Backend, release: &str, out: &Path) -> Written {
     let name = backend_name(backend);
     let orders_topic = format!("upgrade-{release}-{name}-orders");
+    let group = format!("inboxd.billing.upgrade-{name}");
     let invoices_topic = format!("upgrade-{release}-{name}-invoices");
     create_topic(&orders_topic, 3).await;
     create_topic(&invoices_topic, 3).await;
@@ -291,7 +322,7 @@ async fn write_one(backend: Backend, release: &str, out: &Path) -> Written {
         .upload(
             "billing",
             billing.clone(),
-            settings(&orders_topic, "bad topic!"),
+            settings(&orders_topic, "bad topic!", &group),
             Some(&migrations),
             OPS_TOKEN,
         )
@@ -330,7 +361,7 @@ async fn write_one(backend: Backend, release: &str, out: &Path) -> Written {
         .upload(
             "billing",
             rebuilt(&billing, "v2"),
-            settings(&orders_topic, &invoices_topic),
+            settings(&orders_topic, &invoices_topic, &group),
             Some(&migrations),
             OPS_TOKEN,
         )
