@@ -10,7 +10,7 @@
 
 use crate::business_key;
 use crate::config::DedupConfig;
-use crate::db::dead_letters::{self, Row};
+use crate::db::dead_letters::{self, ReasonKind, Row};
 use crate::db::inbox::{self, Claim};
 use crate::db::{Database, business_keys};
 use crate::handler::Handler;
@@ -36,6 +36,78 @@ pub enum ReplayOutcome {
     /// was applied inside the window meanwhile. The dead letter is marked
     /// `replayed` (its effect is there) and its event id claimed.
     DuplicateByKey,
+    /// Held behind a dead letter of its key (`ordering = "key"`) and
+    /// discarded with it, as the operator chose; not run.
+    Discarded,
+    /// Not run: it is held behind this earlier dead letter of its key,
+    /// which is to be replayed or discarded first (its key keeps its order).
+    HeldBehind(i64),
+}
+
+impl ReplayOutcome {
+    /// Whether the letter is resolved now (its key's later letters may go).
+    pub fn resolved(&self) -> bool {
+        !matches!(
+            self,
+            ReplayOutcome::Failed(_) | ReplayOutcome::NoEventId | ReplayOutcome::HeldBehind(_)
+        )
+    }
+}
+
+/// What becomes of the letters held behind one that is resolved.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum HeldChoice {
+    /// Replayed after it, in offset order, up to the first that fails.
+    #[default]
+    Replay,
+    /// Discarded with it.
+    Discard,
+}
+
+/// Rounds of looking for held letters: one more comes only if the partition
+/// held a record while the last round ran.
+const RELEASE_ROUNDS: usize = 10;
+
+/// Releases the letters held behind `letter` (resolved just now), in offset
+/// order, each with its outcome: replayed (stopping at the first that is not
+/// resolved, so its key keeps its order) or discarded. Records of the key
+/// that the partition holds meanwhile are released too.
+pub async fn release_held(
+    db: &Database,
+    handler: &dyn Handler,
+    dedup: Option<&DedupConfig>,
+    letter: &Row,
+    choice: HeldChoice,
+) -> Result<Vec<(i64, ReplayOutcome)>, PipelineError> {
+    let mut released = Vec::new();
+    for _ in 0..RELEASE_ROUNDS {
+        let held = dead_letters::held_behind(db, letter).await?;
+        if held.is_empty() {
+            break;
+        }
+        for row in &held {
+            let outcome = match choice {
+                HeldChoice::Replay => replay(db, handler, dedup, row).await?,
+                HeldChoice::Discard => {
+                    let mut tx = db.begin_write().await?;
+                    let discarded = dead_letters::resolve(&mut tx, row.id, "discarded").await?;
+                    tx.commit().await?;
+                    if discarded {
+                        ReplayOutcome::Discarded
+                    } else {
+                        ReplayOutcome::AlreadyResolved("resolved".into())
+                    }
+                }
+            };
+            let stop = !outcome.resolved();
+            released.push((row.id, outcome));
+            if stop {
+                return Ok(released);
+            }
+        }
+    }
+    Ok(released)
 }
 
 /// Runs a dead letter again. `Err` is the host's failure (the database, a
@@ -52,6 +124,16 @@ pub async fn replay(
     let Some(event_id) = letter.event_id.as_deref() else {
         return Ok(ReplayOutcome::NoEventId);
     };
+    if letter.kind == ReasonKind::Held
+        && let Some(key) = &letter.key
+    {
+        let mut tx = db.begin().await?;
+        let first = dead_letters::first_blocking(&mut tx, &letter.handler, key).await?;
+        tx.rollback().await?;
+        if let Some(first) = first.filter(|first| *first < letter.id) {
+            return Ok(ReplayOutcome::HeldBehind(first));
+        }
+    }
     let record = Record {
         topic: letter.topic.clone(),
         partition: letter.partition,

@@ -17,6 +17,7 @@ mod faults;
 mod instances;
 mod languages;
 mod limits;
+mod ordering;
 mod outbox_walls;
 mod postgres;
 mod retention;

@@ -5,7 +5,7 @@ use super::auth::Caller;
 use super::{ApiError, AppState};
 use crate::db::dead_letter_groups::{self, Group};
 use crate::db::dead_letters::{self, Filter, ReasonKind, Row};
-use crate::replay::replay as replay_letter;
+use crate::replay::{HeldChoice, release_held, replay as replay_letter};
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use serde_json::{Value, json};
@@ -86,14 +86,23 @@ pub async fn show(
     Ok(Json(row.detail_json()))
 }
 
+/// `?held=replay|discard`: what becomes of the letters held behind one
+/// resolved (`ordering = "key"`); replayed after it by default.
+#[derive(serde::Deserialize, Default)]
+pub struct HeldQuery {
+    #[serde(default)]
+    held: HeldChoice,
+}
+
 /// Runs the dead letter through the version of its handler running here.
 pub async fn replay(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<i64>,
+    Query(query): Query<HeldQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let row = fetch(&state, &caller, id).await?;
-    Ok(Json(replay_row(&state, &caller, &row).await?))
+    Ok(Json(replay_row(&state, &caller, &row, query.held).await?))
 }
 
 #[derive(serde::Deserialize)]
@@ -114,18 +123,18 @@ pub async fn replay_all(
     };
     let mut outcomes = Vec::new();
     for row in dead_letters::find(state.registry.db(), &filter).await? {
-        outcomes.push(replay_row(&state, &caller, &row).await?);
+        outcomes.push(replay_row(&state, &caller, &row, HeldChoice::Replay).await?);
     }
     Ok(Json(outcomes))
 }
 
-async fn replay_row(state: &AppState, caller: &Caller, row: &Row) -> Result<Value, ApiError> {
-    let Some(loaded) = state.registry.current_loaded(&row.handler).await else {
-        return Err(ApiError::conflict(format!(
-            "handler {} is not loaded on this host, so its dead letters cannot be replayed here",
-            row.handler
-        )));
-    };
+async fn replay_row(
+    state: &AppState,
+    caller: &Caller,
+    row: &Row,
+    held: HeldChoice,
+) -> Result<Value, ApiError> {
+    let loaded = loaded(state, row).await?;
     let handler = loaded.handler.as_ref();
     let outcome = replay_letter(state.registry.db(), handler, loaded.dedup.as_ref(), row).await?;
     tracing::info!(
@@ -137,19 +146,61 @@ async fn replay_row(state: &AppState, caller: &Caller, row: &Row) -> Result<Valu
     );
     let mut value = serde_json::to_value(&outcome).unwrap_or_default();
     value["id"] = row.id.into();
+    if outcome.resolved() {
+        value["held"] = release(state, &loaded, row, held).await?;
+    }
     Ok(value)
+}
+
+async fn loaded(state: &AppState, row: &Row) -> Result<crate::pipeline::Loaded, ApiError> {
+    state.registry.current_loaded(&row.handler).await.ok_or_else(|| {
+        ApiError::conflict(format!(
+            "handler {} is not loaded on this host, so its dead letters cannot be replayed here",
+            row.handler
+        ))
+    })
+}
+
+/// The letters held behind `row` (resolved just now), released as chosen,
+/// each with its outcome.
+async fn release(
+    state: &AppState,
+    loaded: &crate::pipeline::Loaded,
+    row: &Row,
+    held: HeldChoice,
+) -> Result<Value, ApiError> {
+    let db = state.registry.db();
+    let released = release_held(db, loaded.handler.as_ref(), loaded.dedup.as_ref(), row, held).await?;
+    Ok(released
+        .into_iter()
+        .map(|(id, outcome)| {
+            let mut value = serde_json::to_value(&outcome).unwrap_or_default();
+            value["id"] = id.into();
+            value
+        })
+        .collect())
 }
 
 pub async fn discard(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<i64>,
+    Query(query): Query<HeldQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    fetch(&state, &caller, id).await?;
+    let row = fetch(&state, &caller, id).await?;
     let mut tx = state.registry.db().begin_write().await?;
     let discarded = dead_letters::resolve(&mut tx, id, "discarded").await?;
     tx.commit().await?;
-    Ok(Json(json!({ "id": id, "discarded": discarded })))
+    let mut answer = json!({ "id": id, "discarded": discarded });
+    if row.key.is_some()
+        && !dead_letters::held_behind(state.registry.db(), &row)
+            .await?
+            .is_empty()
+    {
+        let loaded = loaded(&state, &row).await?;
+        answer["held"] = release(&state, &loaded, &row, query.held).await?;
+    }
+    Ok(Json(answer))
 }
 
 /// `GET /v1/dead-letters/groups[?handler=H&kind=K]`: the parked dead letters
@@ -210,7 +261,7 @@ pub async fn replay_group(
         for row in dead_letters::find(state.registry.db(), &filter).await? {
             // One member's failure is its own outcome: the others still run,
             // and every member is reported.
-            let outcome = match replay_row(&state, &caller, &row).await {
+            let outcome = match replay_row(&state, &caller, &row, HeldChoice::Replay).await {
                 Ok(outcome) => outcome,
                 Err(error) => json!({ "id": row.id, "outcome": "error", "detail": error.message }),
             };

@@ -13,7 +13,7 @@ use crate::db::dead_letters::{self, Filter, Row, bytes_text};
 use crate::registry::load::load_handler;
 use crate::registry::load::load_uploaded;
 use crate::registry::store;
-use crate::replay::{ReplayOutcome, replay};
+use crate::replay::{HeldChoice, ReplayOutcome, release_held, replay};
 use crate::wasm::{HandlerComponent, WasmEngine};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -64,6 +64,10 @@ pub enum DlqCommand {
         /// Every member of this group (an id from `inboxd dlq groups`).
         #[arg(long, conflicts_with_all = ["handler", "all"])]
         group: Option<String>,
+        /// With `ordering = "key"`: the letters held behind each one
+        /// replayed are replayed after it (the default) or discarded.
+        #[arg(long, value_enum, default_value_t)]
+        held: HeldChoice,
     },
     /// Mark dead letters as handled without running them (they stay for the record).
     Discard {
@@ -71,6 +75,10 @@ pub enum DlqCommand {
         /// Every member of this group (an id from `inboxd dlq groups`).
         #[arg(long)]
         group: Option<String>,
+        /// With `ordering = "key"`: the letters held behind each one
+        /// discarded are replayed (the default) or discarded with it.
+        #[arg(long, value_enum, default_value_t)]
+        held: HeldChoice,
     },
 }
 
@@ -138,6 +146,7 @@ pub async fn dlq(args: DlqArgs) -> Result<(), CliError> {
             handler,
             all,
             group,
+            held,
         } => {
             let ways = [!ids.is_empty(), *all, group.is_some()];
             if ways.into_iter().filter(|way| *way).count() != 1 {
@@ -149,16 +158,16 @@ pub async fn dlq(args: DlqArgs) -> Result<(), CliError> {
             }
             match group {
                 Some(group) => match group_members(&db, group).await {
-                    Ok(members) => replay_many(&db, &config, &members, None, args.json).await,
+                    Ok(members) => replay_many(&db, &config, &members, None, *held, args.json).await,
                     Err(e) => Err(e),
                 },
-                None => replay_many(&db, &config, ids, handler.as_deref(), args.json).await,
+                None => replay_many(&db, &config, ids, handler.as_deref(), *held, args.json).await,
             }
         }
-        DlqCommand::Discard { ids, group } => match (ids.is_empty(), group) {
-            (false, None) => discard(&db, ids, args.json).await,
+        DlqCommand::Discard { ids, group, held } => match (ids.is_empty(), group) {
+            (false, None) => discard(&db, &config, ids, *held, args.json).await,
             (true, Some(group)) => match group_members(&db, group).await {
-                Ok(members) => discard(&db, &members, args.json).await,
+                Ok(members) => discard(&db, &config, &members, *held, args.json).await,
                 Err(e) => Err(e),
             },
             _ => Err(CliError::Usage(
@@ -322,6 +331,7 @@ async fn replay_many(
     config: &Config,
     ids: &[i64],
     handler: Option<&str>,
+    held: HeldChoice,
     json: bool,
 ) -> Result<(), CliError> {
     let ids = match handler {
@@ -358,7 +368,11 @@ async fn replay_many(
             let outcome = replay(db, component, dedup.as_ref(), row)
                 .await
                 .map_err(|e| e.to_string());
+            let release = matches!(&outcome, Ok(o) if o.resolved());
             results.push((row.id, outcome));
+            if release {
+                results.extend(released(db, component, dedup.as_ref(), row, held).await);
+            }
         }
     }
     if json {
@@ -396,6 +410,10 @@ async fn replay_many(
                 ReplayOutcome::DuplicateByKey => println!(
                     "{id}: another event with its business key was applied meanwhile; marked replayed, not run"
                 ),
+                ReplayOutcome::Discarded => println!("{id}: held behind it, discarded with it"),
+                ReplayOutcome::HeldBehind(first) => println!(
+                    "{id}: held behind dead letter {first} of its key: replay or discard {first} first"
+                ),
             }
         }
         if results.is_empty() {
@@ -407,7 +425,8 @@ async fn replay_many(
         .filter(|(_, o)| {
             matches!(
                 o,
-                Err(_) | Ok(ReplayOutcome::Failed(_) | ReplayOutcome::NoEventId)
+                Err(_)
+                    | Ok(ReplayOutcome::Failed(_) | ReplayOutcome::NoEventId | ReplayOutcome::HeldBehind(_))
             )
         })
         .count();
@@ -447,12 +466,35 @@ async fn handler_for(
     Ok((component, settings.dedup))
 }
 
-async fn discard(db: &Database, ids: &[i64], json: bool) -> Result<(), CliError> {
-    fetch_rows(db, ids, true).await?;
+/// The letters held behind `row`, released as the operator chose; a host
+/// failure is the outcome of the first not released.
+async fn released(
+    db: &Database,
+    component: &HandlerComponent,
+    dedup: Option<&DedupConfig>,
+    row: &Row,
+    held: HeldChoice,
+) -> Vec<(i64, Result<ReplayOutcome, String>)> {
+    match release_held(db, component, dedup, row, held).await {
+        Ok(list) => list.into_iter().map(|(id, o)| (id, Ok(o))).collect(),
+        Err(error) => vec![(row.id, Err(format!("releasing its held letters: {error}")))],
+    }
+}
+
+async fn discard(
+    db: &Database,
+    config: &Config,
+    ids: &[i64],
+    held: HeldChoice,
+    json: bool,
+) -> Result<(), CliError> {
+    // With their keys, to find what is held behind them.
+    let rows = fetch_rows(db, ids, false).await?;
     let mut results = Vec::new();
-    for id in ids {
+    for row in &rows {
+        let id = row.id;
         let mut tx = db.begin().await.map_err(failed)?;
-        let discarded = dead_letters::resolve(&mut tx, *id, "discarded")
+        let discarded = dead_letters::resolve(&mut tx, id, "discarded")
             .await
             .map_err(failed)?;
         tx.commit().await.map_err(failed)?;
@@ -464,6 +506,29 @@ async fn discard(db: &Database, ids: &[i64], json: bool) -> Result<(), CliError>
                 );
             } else {
                 println!("{id}: already replayed or discarded; nothing to do");
+            }
+        }
+        // With key order, the letters held behind it go now, as chosen.
+        if row.key.is_some()
+            && !dead_letters::held_behind(db, row)
+                .await
+                .map_err(failed)?
+                .is_empty()
+        {
+            let engine = WasmEngine::new(config.wasm.cache_dir())
+                .map_err(|e| failed(format!("cannot start the WebAssembly engine: {e:#}")))?;
+            let (component, dedup) = handler_for(db, &engine, config, row).await?;
+            for (held_id, outcome) in released(db, &component, dedup.as_ref(), row, held).await {
+                let value = match &outcome {
+                    Ok(outcome) => serde_json::to_value(outcome).unwrap_or_default(),
+                    Err(error) => serde_json::json!({ "outcome": "error", "detail": error }),
+                };
+                if !json {
+                    println!("{held_id}: held behind {id}: {value}");
+                }
+                let mut value = value;
+                value["id"] = held_id.into();
+                results.push(value);
             }
         }
     }

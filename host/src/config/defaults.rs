@@ -40,6 +40,9 @@ pub const OUTBOX_RETENTION: &str = "0s";
 /// PostgreSQL at 1 vs 100 per transaction); more than this adds latency
 /// and lock time for little gain.
 pub const MAX_BATCH: usize = 100;
+/// With `ordering = "key"`, a partition's keys in flight at once: enough to
+/// keep its lanes full under a skewed key distribution.
+pub const MAX_KEYS_IN_FLIGHT: usize = 1_000;
 /// How long a partition's first waiting record may wait for company. While
 /// a batch is in flight, the next one fills anyway, so under load batches
 /// grow without waiting and at low load this bounds the added latency.

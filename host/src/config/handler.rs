@@ -41,7 +41,38 @@ pub struct HandlerConfig {
     /// Deduplication by a business key besides the event id (off when absent).
     #[serde(default)]
     pub dedup: Option<DedupConfig>,
+    /// How one partition's records are ordered: `"partition"` (all of them,
+    /// in offset order) or `"key"` (each Kafka key's records in offset
+    /// order; keys in parallel, and a failing key waits alone).
+    #[serde(default)]
+    pub ordering: Ordering,
+    /// With `ordering = "key"`: a partition's keys with records in flight
+    /// (running, waiting to be retried, or being held), at most.
+    #[serde(default = "default_max_keys_in_flight")]
+    pub max_keys_in_flight: usize,
 }
+
+/// `ordering`: what a partition keeps in order.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Ordering {
+    /// Every record of a partition in offset order: a retry holds the
+    /// partition, and a parked record lets the next one go.
+    #[default]
+    Partition,
+    /// Records of one Kafka key in offset order, different keys in
+    /// parallel: a retry holds only its key, and the records of a parked
+    /// key are held behind its dead letter. Records without a key keep
+    /// partition order among themselves.
+    Key,
+}
+
+fn default_max_keys_in_flight() -> usize {
+    defaults::MAX_KEYS_IN_FLIGHT
+}
+
+/// The most keys in flight a partition may be given.
+const MAX_KEYS_IN_FLIGHT: usize = 10_000;
 
 /// `[handlers.dedup]`: a second event with the same business key (an order
 /// id, say) inside `window` of the first is skipped as a duplicate by key,
@@ -464,6 +495,12 @@ impl HandlerConfig {
         }
         if let Some(dedup) = &self.dedup {
             dedup.validate(key)?;
+        }
+        if !(1..=MAX_KEYS_IN_FLIGHT).contains(&self.max_keys_in_flight) {
+            return Err(invalid(
+                format!("{key}.max_keys_in_flight"),
+                format!("must be 1 to {MAX_KEYS_IN_FLIGHT}"),
+            ));
         }
         let limits = &self.limits;
         if !(1..=defaults::GLOBAL_MAX_TIMEOUT_MS).contains(&limits.timeout_ms) {

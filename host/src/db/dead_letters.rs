@@ -24,16 +24,21 @@ pub enum ReasonKind {
     /// The database kept refusing the host's own statements for the event
     /// (not an outage: see `DbError::is_transient`).
     HostError,
+    /// Never run: with `ordering = "key"`, an earlier record of its key is
+    /// parked, and this one waits behind it (released when that one is
+    /// replayed or discarded).
+    Held,
 }
 
 impl ReasonKind {
-    pub const ALL: [ReasonKind; 6] = [
+    pub const ALL: [ReasonKind; 7] = [
         ReasonKind::EventId,
         ReasonKind::Rejected,
         ReasonKind::RetriesExhausted,
         ReasonKind::Limit,
         ReasonKind::SandboxViolation,
         ReasonKind::HostError,
+        ReasonKind::Held,
     ];
 
     /// The kind stored as `text`; `None` for text no version of the host writes.
@@ -49,6 +54,7 @@ impl ReasonKind {
             ReasonKind::Limit => "limit",
             ReasonKind::SandboxViolation => "sandbox-violation",
             ReasonKind::HostError => "host-error",
+            ReasonKind::Held => "held",
         }
     }
 }
@@ -325,6 +331,62 @@ pub async fn record_failure(db: &Database, id: i64, reason: &str) -> Result<(), 
     )
     .await?;
     tx.commit().await
+}
+
+/// What makes a key blocked with `ordering = "key"`: a parked letter of the
+/// handler with that key and an event id (one without is never run again).
+const BLOCKING: &str = "handler = $1 AND key IS NOT NULL AND event_id IS NOT NULL AND resolution IS NULL";
+
+/// The keys of one partition that parked letters block (`ordering = "key"`).
+pub async fn blocked_keys(
+    db: &Database,
+    handler: &str,
+    topic: &str,
+    partition: i32,
+) -> Result<Vec<Vec<u8>>, DbError> {
+    let sql =
+        format!("SELECT DISTINCT key FROM dead_letters WHERE {BLOCKING} AND topic = $2 AND partition = $3");
+    let rows = db
+        .query(&sql, &[handler.into(), topic.into(), partition.into()])
+        .await?;
+    let mut keys = Vec::with_capacity(rows.len());
+    for row in rows {
+        let mut c = Columns::new("dead_letters key", row);
+        keys.push(c.blob("key")?);
+    }
+    Ok(keys)
+}
+
+/// The first parked letter that blocks `key`, if any: what its later
+/// records are held behind.
+pub async fn first_blocking(tx: &mut Tx, handler: &str, key: &[u8]) -> Result<Option<i64>, DbError> {
+    let sql = format!("SELECT MIN(id) FROM dead_letters WHERE {BLOCKING} AND key = $2");
+    let rows = tx.query(&sql, &[handler.into(), key.into()]).await?;
+    Ok(rows.first().and_then(|r| r.first()).and_then(SqlValue::as_i64))
+}
+
+/// The letters held behind `letter` (kind `held`, same handler and key,
+/// later offsets), in offset order, records included.
+pub async fn held_behind(db: &Database, letter: &Row) -> Result<Vec<Row>, DbError> {
+    let Some(key) = &letter.key else {
+        return Ok(Vec::new());
+    };
+    let sql = format!(
+        "SELECT {COLUMNS} FROM dead_letters WHERE handler = $1 AND key = $2 AND reason_kind = 'held' \
+         AND resolution IS NULL AND topic = $3 AND partition = $4 AND \"offset\" > $5 ORDER BY \"offset\", id"
+    );
+    let params = [
+        letter.handler.as_str().into(),
+        key.as_slice().into(),
+        letter.topic.as_str().into(),
+        letter.partition.into(),
+        letter.offset.into(),
+    ];
+    let mut letters = Vec::new();
+    for row in db.query(&sql, &params).await? {
+        letters.extend(decode(row)?);
+    }
+    Ok(letters)
 }
 
 /// Parked (unresolved) dead letters per handler.

@@ -67,8 +67,34 @@ pub async fn violation(
     position: &Position<'_>,
     applied: &[String],
 ) -> Result<Option<String>, DbError> {
+    check(tx, position, applied, true).await
+}
+
+/// As [`violation`], for a batch with key order, whose partition's offset
+/// is moved outside it (see `kafka::keyed`): only the claims are checked.
+pub async fn claims_violation(
+    tx: &mut Tx,
+    handler: &str,
+    applied: &[String],
+) -> Result<Option<String>, DbError> {
+    let position = Position {
+        handler,
+        topic: "",
+        partition: -1,
+        expected: None,
+    };
+    check(tx, &position, applied, false).await
+}
+
+async fn check(
+    tx: &mut Tx,
+    position: &Position<'_>,
+    applied: &[String],
+    offset: bool,
+) -> Result<Option<String>, DbError> {
     if tx.backend() == Backend::Postgres {
-        return violation_postgres(tx, position, applied).await;
+        let found = violation_postgres(tx, position, applied).await?;
+        return Ok(found.filter(|(claims, _)| *claims || offset).map(|(_, v)| v));
     }
     for chunk in applied.chunks(CHECK_CHUNK) {
         let padded = chunk.len().next_power_of_two();
@@ -86,6 +112,9 @@ pub async fn violation(
             )));
         }
     }
+    if !offset {
+        return Ok(None);
+    }
     let params = [
         position.handler.into(),
         position.topic.into(),
@@ -101,11 +130,12 @@ pub async fn violation(
 }
 
 /// [`violation`] on PostgreSQL: one round trip ([`CHECK_SQL_POSTGRES`]).
+/// The flag says whether the violation is of the claims (else of the offset).
 async fn violation_postgres(
     tx: &mut Tx,
     position: &Position<'_>,
     applied: &[String],
-) -> Result<Option<String>, DbError> {
+) -> Result<Option<(bool, String)>, DbError> {
     let ids: Vec<serde_json::Value> = applied
         .iter()
         .map(|id| serde_json::json!({ "id": id, "id_day": crate::event_id::id_day(id) }))
@@ -121,12 +151,15 @@ async fn violation_postgres(
     let mut row = row.unwrap_or_default().into_iter();
     let intact = row.next().and_then(|v| v.as_i64()).unwrap_or(0);
     if intact != applied.len() as i64 {
-        return Ok(Some(format!(
-            "an applied event's inbox claim was changed or removed ({intact} of {} intact)",
-            applied.len()
+        return Ok(Some((
+            true,
+            format!(
+                "an applied event's inbox claim was changed or removed ({intact} of {} intact)",
+                applied.len()
+            ),
         )));
     }
-    Ok(offset_moved(position, row.next().unwrap_or(SqlValue::Null)))
+    Ok(offset_moved(position, row.next().unwrap_or(SqlValue::Null)).map(|v| (false, v)))
 }
 
 fn offset_moved(position: &Position<'_>, offset: SqlValue) -> Option<String> {

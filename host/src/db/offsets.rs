@@ -65,6 +65,40 @@ pub async fn advance(tx: &mut Tx, advance: &Advance<'_>) -> Result<bool, DbError
     Ok(changed == 1)
 }
 
+const RAISE: &str =
+    "INSERT INTO offsets (handler, topic, partition, next_offset, records_committed, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (handler, topic, partition) DO UPDATE
+SET next_offset = excluded.next_offset,
+    records_committed = offsets.records_committed + excluded.records_committed,
+    updated_at = excluded.updated_at
+WHERE offsets.next_offset < excluded.next_offset";
+
+/// With key order (`ordering = "key"`): moves the partition's position up
+/// to `next_offset`, in a transaction of the host's own, never down. Every
+/// record below it is settled (committed or parked) whoever writes it, so
+/// the write needs no fence: a stale writer only fails to raise it.
+pub async fn raise(
+    db: &Database,
+    handler: &str,
+    topic: &str,
+    partition: i32,
+    next_offset: i64,
+    records: i64,
+) -> Result<(), DbError> {
+    let mut tx = db.begin_write().await?;
+    let params = [
+        handler.into(),
+        topic.into(),
+        partition.into(),
+        next_offset.into(),
+        records.into(),
+        now_ms().into(),
+    ];
+    tx.execute(RAISE, &params).await?;
+    tx.commit().await
+}
+
 /// The stored position of one partition, if the handler ever processed it.
 pub async fn load(db: &Database, handler: &str, topic: &str, partition: i32) -> Result<Option<i64>, DbError> {
     let rows = db

@@ -10,7 +10,7 @@
 
 use super::consumer::{InboxConsumer, PartitionKey, PartitionQueue};
 use super::outage::{Attempt, OutageLog};
-use crate::config::BatchConfig;
+use crate::config::{BatchConfig, Ordering as KeyOrdering};
 use crate::db::offsets;
 use crate::metrics::HostErrorKind;
 use crate::pipeline::{BatchCursor, BatchEnd, Pipeline, PipelineError};
@@ -42,6 +42,9 @@ pub(super) fn max_buffered(batching: &BatchConfig) -> usize {
 /// What one handler's partition tasks share.
 pub(super) struct Shared {
     pub handler: String,
+    pub ordering: KeyOrdering,
+    /// With key order: a partition's keys in flight, at most.
+    pub max_keys_in_flight: usize,
     pub pipeline: Arc<Pipeline>,
     pub consumer: Arc<InboxConsumer>,
     pub batching: BatchConfig,
@@ -52,7 +55,7 @@ pub(super) struct Shared {
 }
 
 impl Shared {
-    fn batches_in_flight(&self, change: isize) {
+    pub fn batches_in_flight(&self, change: isize) {
         let now = if change > 0 {
             self.in_flight.fetch_add(1, Ordering::Relaxed) + 1
         } else {
@@ -74,34 +77,45 @@ pub(super) struct Stops {
 }
 
 /// A finished batch: how it ended and the position after what it committed.
-struct BatchDone {
-    generation: u64,
-    end: BatchEnd,
-    cursor: BatchCursor,
+pub(super) struct BatchDone {
+    pub generation: u64,
+    pub end: BatchEnd,
+    pub cursor: BatchCursor,
+    /// Its records, given back (with key order, those not run are run later).
+    pub records: Vec<Record>,
 }
 
-pub(super) struct PartitionTask {
-    key: PartitionKey,
+/// Where a partition task stands in its partition: the stored next offset,
+/// read (and sought to) when its first record comes, and again after a
+/// failed seek or a fence. Shared by both orderings' tasks.
+pub(super) struct Position {
+    pub key: PartitionKey,
     /// Shared with the task before it, if the partition came back (see
     /// `InboxContext::split`): that one reads no more once revoked.
-    queue: Arc<PartitionQueue>,
-    shared: Arc<Shared>,
+    pub queue: Arc<PartitionQueue>,
+    pub shared: Arc<Shared>,
     /// The stored next offset as this task knows it (`None`: no row yet).
-    next: Option<i64>,
+    pub next: Option<i64>,
     /// Where to start if the database has no position (see `Pump::stray`).
     floor: Option<i64>,
     /// The position was just read: the next record is checked against it.
     fresh: bool,
-    buffer: Vec<Record>,
-    /// When the oldest buffered record arrived: the linger clock.
-    since: Option<Instant>,
-    batch: Option<JoinHandle<BatchDone>>,
-    /// Bumped when the position is re-read, so a batch launched before that
+    /// Bumped when the position is re-read, so work launched before that
     /// cannot overwrite the fresh position.
-    generation: u64,
+    pub generation: u64,
 }
 
-impl PartitionTask {
+/// What a task does with a record it read.
+pub(super) enum Admit {
+    /// The task stops (revoked or shut down before the position was read).
+    Stop,
+    /// Buffer it; `clear`: first forget what was buffered (the position was re-read).
+    Keep { clear: bool },
+    /// Drop it (below the position, or fetched before a seek); `clear` as above.
+    Skip { clear: bool },
+}
+
+impl Position {
     pub fn new(
         key: PartitionKey,
         queue: Arc<PartitionQueue>,
@@ -115,79 +129,22 @@ impl PartitionTask {
             next: None,
             floor,
             fresh: true,
-            buffer: Vec::new(),
-            since: None,
-            batch: None,
             generation: 0,
         }
     }
 
-    pub async fn run(mut self, stops: Stops) {
-        let linger = Duration::from_millis(self.shared.batching.linger_ms);
-        loop {
-            if stops.revoked.is_cancelled() {
-                break;
-            }
-            self.launch_if_due(linger, &stops.shutdown);
-            let wake = match (&self.batch, self.since) {
-                (None, Some(since)) => Some(since + linger),
-                _ => None,
-            };
-            let room = self.buffer.len() < self.shared.max_buffered;
-            tokio::select! {
-                biased;
-                _ = stops.revoked.cancelled() => break,
-                done = wait(&mut self.batch), if self.batch.is_some() => {
-                    self.batch = None;
-                    self.shared.batches_in_flight(-1);
-                    if !self.batch_done(done, &stops.revoked).await {
-                        break;
-                    }
-                }
-                _ = sleep_until(wake), if wake.is_some() => {}
-                message = self.queue.recv(), if room => match message {
-                    Ok(message) => {
-                        let record = to_record(&message);
-                        drop(message);
-                        if !self.accept(record, &stops.revoked).await {
-                            break;
-                        }
-                    }
-                    Err(error) => {
-                        tracing::warn!(
-                            handler = self.shared.handler,
-                            topic = self.key.0,
-                            partition = self.key.1,
-                            "kafka consumer error: {error}"
-                        );
-                        // librdkafka reconnects by itself; this only keeps a
-                        // persistent error from flooding the log.
-                        tokio::time::sleep(Duration::from_millis(200)).await;
-                    }
-                },
-            }
-        }
-        // The batch in flight ends its transaction first: committed or rolled back.
-        if self.batch.is_some() {
-            let done = wait(&mut self.batch).await;
-            self.batch = None;
-            self.shared.batches_in_flight(-1);
-            if !stops.revoked.is_cancelled() || stops.shutdown.is_cancelled() {
-                self.record_progress(&done);
-            }
-        }
-    }
-
-    /// Buffers a record, first reading the stored position (and seeking
-    /// there) if the partition was just assigned or a seek failed. `false`:
-    /// the task stops (`stop`: revoked or shutdown) before that was done.
-    async fn accept(&mut self, record: Record, stop: &CancellationToken) -> bool {
+    /// Checks a record against the position, first reading the stored
+    /// position (and seeking there) if the partition was just assigned or
+    /// a seek failed.
+    pub async fn admit(&mut self, record: &Record, stop: &CancellationToken) -> Admit {
         self.shared.pipeline.stats().consumed();
+        let mut clear = false;
         if self.fresh {
             // Revoked while it read: a task that lost its partition must not seek it.
-            if !self.load_position(stop).await || stop.is_cancelled() {
-                return false;
+            if !self.reload(stop).await || stop.is_cancelled() {
+                return Admit::Stop;
             }
+            clear = true;
             self.fresh = false;
             if let Some(next) = self.next.or(self.floor)
                 && record.offset != next
@@ -204,23 +161,18 @@ impl PartitionTask {
                     "seeking to the offset stored in the database"
                 );
                 if !self.seek(next) || record.offset > next {
-                    return true;
+                    return Admit::Skip { clear };
                 }
             }
         }
         if self.next.or(self.floor).is_some_and(|next| record.offset < next) {
-            return true;
+            return Admit::Skip { clear };
         }
-        if self.buffer.is_empty() {
-            self.since = Some(Instant::now());
-        }
-        self.buffer.push(record);
-        true
+        Admit::Keep { clear }
     }
 
-    /// Re-reads the stored position and forgets what was buffered. `false`:
-    /// the task stops first. A task that lost its partition must not seek it.
-    async fn load_position(&mut self, stop: &CancellationToken) -> bool {
+    /// Re-reads the stored position. `false`: the task stops first.
+    pub async fn reload(&mut self, stop: &CancellationToken) -> bool {
         let shared = self.shared.clone();
         let key = &self.key;
         let stored = shared
@@ -236,14 +188,13 @@ impl PartitionTask {
         };
         self.generation += 1;
         self.next = stored;
-        self.buffer.clear();
-        self.since = None;
         true
     }
 
     /// Seeks the partition; on failure the position is re-read (and the seek
     /// tried again) at its next record, so nothing is processed past a gap.
-    fn seek(&mut self, next: i64) -> bool {
+    /// A task that lost its partition must not seek it.
+    pub fn seek(&mut self, next: i64) -> bool {
         let (topic, partition) = (&self.key.0, self.key.1);
         match self
             .shared
@@ -258,17 +209,129 @@ impl PartitionTask {
                     partition,
                     "seek failed ({error}); retrying it on the next record"
                 );
-                self.buffer.clear();
-                self.since = None;
                 self.fresh = true;
                 false
             }
         }
     }
 
+    /// Logs an error the partition's queue gave instead of a record.
+    pub async fn consumer_error(&self, error: &rdkafka::error::KafkaError) {
+        tracing::warn!(
+            handler = self.shared.handler,
+            topic = self.key.0,
+            partition = self.key.1,
+            "kafka consumer error: {error}"
+        );
+        // librdkafka reconnects by itself; this only keeps a persistent
+        // error from flooding the log.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    /// Tells Kafka the partition's next offset, after the database has it.
+    pub fn store(&self, next: i64) {
+        if let Err(error) = store_next_offset(&self.shared.consumer, &self.key, next) {
+            tracing::debug!(
+                handler = self.shared.handler,
+                "storing the Kafka offset failed (partition revoked?): {error}"
+            );
+        }
+    }
+}
+
+pub(super) struct PartitionTask {
+    at: Position,
+    buffer: Vec<Record>,
+    /// When the oldest buffered record arrived: the linger clock.
+    since: Option<Instant>,
+    batch: Option<JoinHandle<BatchDone>>,
+}
+
+impl PartitionTask {
+    pub fn new(at: Position) -> Self {
+        Self {
+            at,
+            buffer: Vec::new(),
+            since: None,
+            batch: None,
+        }
+    }
+
+    pub async fn run(mut self, stops: Stops) {
+        let linger = Duration::from_millis(self.at.shared.batching.linger_ms);
+        loop {
+            if stops.revoked.is_cancelled() {
+                break;
+            }
+            self.launch_if_due(linger, &stops.shutdown);
+            let wake = match (&self.batch, self.since) {
+                (None, Some(since)) => Some(since + linger),
+                _ => None,
+            };
+            let room = self.buffer.len() < self.at.shared.max_buffered;
+            tokio::select! {
+                biased;
+                _ = stops.revoked.cancelled() => break,
+                done = wait(&mut self.batch), if self.batch.is_some() => {
+                    self.batch = None;
+                    self.at.shared.batches_in_flight(-1);
+                    if !self.batch_done(done, &stops.revoked).await {
+                        break;
+                    }
+                }
+                _ = sleep_until(wake), if wake.is_some() => {}
+                message = self.at.queue.recv(), if room => match message {
+                    Ok(message) => {
+                        let record = to_record(&message);
+                        drop(message);
+                        if !self.accept(record, &stops.revoked).await {
+                            break;
+                        }
+                    }
+                    Err(error) => self.at.consumer_error(&error).await,
+                },
+            }
+        }
+        // The batch in flight ends its transaction first: committed or rolled back.
+        if self.batch.is_some() {
+            let done = wait(&mut self.batch).await;
+            self.batch = None;
+            self.at.shared.batches_in_flight(-1);
+            if !stops.revoked.is_cancelled() || stops.shutdown.is_cancelled() {
+                self.record_progress(&done);
+            }
+        }
+    }
+
+    /// Buffers a record if the position says so. `false`: the task stops
+    /// (`stop`: revoked or shutdown) before the position was read.
+    async fn accept(&mut self, record: Record, stop: &CancellationToken) -> bool {
+        let (keep, clear) = match self.at.admit(&record, stop).await {
+            Admit::Stop => return false,
+            Admit::Keep { clear } => (true, clear),
+            Admit::Skip { clear } => (false, clear),
+        };
+        if clear {
+            self.forget();
+        }
+        if keep {
+            if self.buffer.is_empty() {
+                self.since = Some(Instant::now());
+            }
+            self.buffer.push(record);
+        }
+        true
+    }
+
+    /// Forgets what was buffered: the position was re-read.
+    fn forget(&mut self) {
+        self.buffer.clear();
+        self.since = None;
+    }
+
     /// Starts a batch if none is in flight and the buffered records are due.
     fn launch_if_due(&mut self, linger: Duration, shutdown: &CancellationToken) {
-        let max = self.shared.batching.max_events;
+        let max = self.at.shared.batching.max_events;
         let due = self.buffer.len() >= max || self.since.is_some_and(|s| s.elapsed() >= linger);
         if self.batch.is_some() || self.buffer.is_empty() || !due {
             return;
@@ -279,13 +342,13 @@ impl PartitionTask {
         // as this one is done, if it is due by then.
         self.since = if self.buffer.is_empty() { None } else { self.since };
         let task = BatchTask {
-            generation: self.generation,
-            cursor: BatchCursor::new(self.next),
+            generation: self.at.generation,
+            cursor: BatchCursor::new(self.at.next),
             // A batch runs on the version current when it starts, to its end.
-            pipeline: Arc::new(self.shared.pipeline.pinned()),
-            outage: self.shared.outage.clone(),
+            pipeline: Arc::new(self.at.shared.pipeline.pinned()),
+            outage: self.at.shared.outage.clone(),
         };
-        self.shared.batches_in_flight(1);
+        self.at.shared.batches_in_flight(1);
         self.batch = Some(tokio::spawn(task.run(records, shutdown.clone())));
     }
 
@@ -294,12 +357,13 @@ impl PartitionTask {
     /// task stops (`stop`: revoked or shutdown).
     async fn batch_done(&mut self, done: BatchDone, stop: &CancellationToken) -> bool {
         self.record_progress(&done);
-        if done.end == BatchEnd::Fenced && done.generation == self.generation {
-            if !self.load_position(stop).await || stop.is_cancelled() {
+        if done.end == BatchEnd::Fenced && done.generation == self.at.generation {
+            if !self.at.reload(stop).await || stop.is_cancelled() {
                 return false;
             }
-            if let Some(next) = self.next {
-                self.seek(next);
+            self.forget();
+            if let Some(next) = self.at.next {
+                self.at.seek(next);
             }
         }
         true
@@ -308,18 +372,13 @@ impl PartitionTask {
     /// Moves the position past a batch's committed records and tells Kafka,
     /// unless the position was re-read since the batch began.
     fn record_progress(&mut self, done: &BatchDone) {
-        if done.cursor.done == 0 || done.generation != self.generation {
+        if done.cursor.done == 0 || done.generation != self.at.generation {
             return;
         }
-        self.next = done.cursor.expected;
-        if let Some(next) = done.cursor.expected {
+        self.at.next = done.cursor.next_offset();
+        if let Some(next) = done.cursor.next_offset() {
             // Only now, after the database commit, may Kafka hear about it.
-            if let Err(error) = store_next_offset(&self.shared.consumer, &self.key, next) {
-                tracing::debug!(
-                    handler = self.shared.handler,
-                    "storing the Kafka offset failed (partition revoked?): {error}"
-                );
-            }
+            self.at.store(next);
         }
     }
 }
@@ -340,15 +399,15 @@ async fn wait(batch: &mut Option<JoinHandle<BatchDone>>) -> BatchDone {
 
 /// One batch's run on its own task, retrying the host's own failures; the
 /// cursor makes a retry resume after what already committed.
-struct BatchTask {
-    generation: u64,
-    cursor: BatchCursor,
-    pipeline: Arc<Pipeline>,
-    outage: Arc<OutageLog>,
+pub(super) struct BatchTask {
+    pub generation: u64,
+    pub cursor: BatchCursor,
+    pub pipeline: Arc<Pipeline>,
+    pub outage: Arc<OutageLog>,
 }
 
 impl BatchTask {
-    async fn run(mut self, records: Vec<Record>, shutdown: CancellationToken) -> BatchDone {
+    pub async fn run(mut self, records: Vec<Record>, shutdown: CancellationToken) -> BatchDone {
         let mut attempt = Attempt::new(&self.outage);
         let started = Instant::now();
         let end = loop {
@@ -381,11 +440,12 @@ impl BatchTask {
             generation: self.generation,
             end: end.unwrap_or(BatchEnd::Done),
             cursor: self.cursor,
+            records,
         }
     }
 }
 
-async fn sleep_until(wake: Option<Instant>) {
+pub(super) async fn sleep_until(wake: Option<Instant>) {
     if let Some(wake) = wake {
         tokio::time::sleep_until(wake.into()).await;
     }

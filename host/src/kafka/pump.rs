@@ -13,9 +13,10 @@
 //! dropped; all of them are redelivered. Nothing is ever half-applied.
 
 use super::consumer::{InboxConsumer, InboxContext, PartitionKey, PartitionQueue};
+use super::keyed::KeyedTask;
 use super::outage::OutageLog;
-use super::partition::{PartitionTask, Shared, Stops, max_buffered};
-use crate::config::BatchConfig;
+use super::partition::{PartitionTask, Position, Shared, Stops, max_buffered};
+use crate::config::{BatchConfig, Ordering};
 use crate::pipeline::Pipeline;
 use rdkafka::Message;
 use rdkafka::consumer::Consumer;
@@ -31,12 +32,15 @@ pub async fn run_pump(
     consumer: InboxConsumer,
     pipeline: Pipeline,
     batching: BatchConfig,
+    ordering: (Ordering, usize),
     shutdown: CancellationToken,
 ) {
     let consumer = Arc::new(consumer);
     InboxContext::attach(&consumer);
     let shared = Arc::new(Shared {
         handler: pipeline.handler_name().to_owned(),
+        ordering: ordering.0,
+        max_keys_in_flight: ordering.1,
         pipeline: Arc::new(pipeline),
         consumer: consumer.clone(),
         max_buffered: max_buffered(&batching),
@@ -144,8 +148,11 @@ impl Pump {
         if let Some(old) = self.partitions.insert(key.clone(), stops.revoked.clone()) {
             old.cancel();
         }
-        let task = PartitionTask::new(key, queue, floor, self.shared.clone());
-        self.tasks.spawn(task.run(stops));
+        let at = Position::new(key, queue, floor, self.shared.clone());
+        match self.shared.ordering {
+            Ordering::Partition => self.tasks.spawn(PartitionTask::new(at).run(stops)),
+            Ordering::Key => self.tasks.spawn(KeyedTask::new(at).run(stops)),
+        };
     }
 
     /// A record on the consumer's own queue (its partition could not be split

@@ -21,7 +21,7 @@
 use super::guest::{Call, Called};
 use super::keys::{BatchKeys, Turn};
 use super::tail::Sealed;
-use super::{Outcome, Park, Parked, Pipeline, PipelineError};
+use super::{Fence, Outcome, Park, Parked, Pipeline, PipelineError};
 use crate::db::DbError;
 use crate::db::now_ms;
 use crate::db::{business_keys, inbox};
@@ -35,24 +35,62 @@ use tracing::Instrument;
 
 /// How far a batch has committed. The caller keeps it across retries after
 /// host errors, so records already committed are never run again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchCursor {
     /// Records of the batch committed so far.
     pub done: usize,
-    /// The partition's stored next offset (`None`: no row yet).
-    pub expected: Option<i64>,
+    /// What its transactions do with the partition's offset; with partition
+    /// order, the stored next offset as they left it.
+    pub fence: Fence,
+    /// With key order: the keys of the records it parked (with an event id,
+    /// so a replay can run them). Their later records are held behind them.
+    pub parked_keys: Vec<Vec<u8>>,
 }
 
 impl BatchCursor {
+    /// A cursor for partition order, from the stored next offset (`None`: no row yet).
     pub fn new(expected: Option<i64>) -> Self {
-        Self { done: 0, expected }
+        Self {
+            done: 0,
+            fence: Fence::Partition(expected),
+            parked_keys: Vec::new(),
+        }
+    }
+
+    /// A cursor for key order (see [`Fence::Keyed`]).
+    pub fn keyed() -> Self {
+        Self {
+            done: 0,
+            fence: Fence::Keyed,
+            parked_keys: Vec::new(),
+        }
+    }
+
+    /// The partition's stored next offset after what committed (partition order).
+    pub fn next_offset(&self) -> Option<i64> {
+        match self.fence {
+            Fence::Partition(expected) => expected,
+            Fence::Keyed => None,
+        }
     }
 
     fn committed(&mut self, records: &[Record]) {
         if let Some(last) = records.last() {
             self.done += records.len();
-            self.expected = Some(last.offset + 1);
+            if let Fence::Partition(_) = self.fence {
+                self.fence = Fence::Partition(Some(last.offset + 1));
+            }
         }
+    }
+
+    /// With key order, whether a record must wait behind one of its key
+    /// that this batch parked.
+    fn behind_parked(&self, record: &Record) -> bool {
+        self.fence == Fence::Keyed
+            && record
+                .key
+                .as_ref()
+                .is_some_and(|key| self.parked_keys.contains(key))
     }
 }
 
@@ -63,6 +101,22 @@ pub enum BatchEnd {
     /// Another consumer moved the partition first; uncommitted work was rolled
     /// back and the caller must re-read the position.
     Fenced,
+    /// Key order only: the records from `cursor.done` on were not run and go
+    /// back to the partition task. `Some`: the first of them failed and is to
+    /// be tried again alone, when it says; its key waits, the others go on.
+    /// `None`: the first of them is of a key this batch parked.
+    Returned(Option<Deferred>),
+}
+
+/// A record whose handler asked to be retried, with key order: its partition
+/// does not wait for it, only its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deferred {
+    /// The handler's next attempt.
+    pub attempt: u32,
+    pub first_failed_at: i64,
+    /// When to run it again (the backoff after its first attempt).
+    pub due: std::time::Instant,
 }
 
 /// What one batch transaction came to.
@@ -72,6 +126,11 @@ enum TxEnd {
     Committed {
         count: usize,
         retry: Option<GuestFailure>,
+        /// Key order: the records after `count` were not run because one
+        /// of their key was parked in this transaction.
+        cut: bool,
+        /// Key order: the keys of the records parked (see [`BatchCursor::parked_keys`]).
+        parked_keys: Vec<Vec<u8>>,
     },
     /// The invariant check failed: all `count` records were rolled back.
     Violation {
@@ -102,9 +161,17 @@ enum Done {
     Parked(Parked),
 }
 
+/// The key a parked record blocks with key order: its Kafka key, if it has
+/// an event id (a letter without one is never run again, so holding its
+/// key's later records behind it would hold them for good).
+fn blocks_key(record: &Record, event_id: Option<&str>) -> Option<Vec<u8>> {
+    event_id.and(record.key.clone())
+}
+
 impl Pipeline {
-    /// Processes `records` (consecutive records of one partition, in order)
-    /// from `cursor` on, in as few transactions as their outcomes allow.
+    /// Processes `records` (consecutive records of one partition, in order;
+    /// with key order, the records of some of its keys) from `cursor` on, in
+    /// as few transactions as their outcomes allow.
     pub async fn process_batch(
         &self,
         records: &[Record],
@@ -118,7 +185,7 @@ impl Pipeline {
             let rest = &records[cursor.done..];
             let span = self.batch_span(rest);
             let end = self
-                .batch_tx(rest, cursor.expected, optimistic && rest.len() > 1)
+                .batch_tx(rest, cursor.fence, optimistic && rest.len() > 1)
                 .instrument(span.clone())
                 .await;
             span.record("outcome", tx_outcome(&end));
@@ -143,17 +210,36 @@ impl Pipeline {
                     optimistic = false;
                     self.slot.be_careful();
                 }
-                TxEnd::Committed { count, retry } => {
+                TxEnd::Committed {
+                    count,
+                    retry,
+                    cut,
+                    parked_keys,
+                } => {
                     cursor.committed(&rest[..count]);
+                    cursor.parked_keys.extend(parked_keys);
+                    if cut {
+                        return Ok(BatchEnd::Returned(None));
+                    }
                     if let Some(failure) = retry {
-                        // The partition waits while this one event retries on its own.
                         let record = &rest[count];
                         let first_failed_at = now_ms();
                         let event_id = event_id::extract(&self.event_id, &record.headers, &record.payload)
                             .unwrap_or_default();
+                        if cursor.fence == Fence::Keyed {
+                            // Only its key waits: the partition task runs it
+                            // again when its backoff is over.
+                            let delay = self.log_retry(&event_id, 1, &failure);
+                            return Ok(BatchEnd::Returned(Some(Deferred {
+                                attempt: 2,
+                                first_failed_at,
+                                due: std::time::Instant::now() + delay,
+                            })));
+                        }
+                        // The partition waits while this one event retries on its own.
                         self.wait_to_retry(&event_id, 1, &failure, shutdown).await?;
                         let outcome = self
-                            .process_alone(record, cursor.expected, shutdown, 2, Some(first_failed_at))
+                            .process_alone(record, cursor.fence, shutdown, 2, Some(first_failed_at))
                             .await?;
                         if outcome == Outcome::Fenced {
                             return Ok(BatchEnd::Fenced);
@@ -196,8 +282,20 @@ impl Pipeline {
                         _ => unreachable!("matched above"),
                     };
                     for record in &rest[..count] {
-                        if self.process(record, cursor.expected, shutdown).await? == Outcome::Fenced {
-                            return Ok(BatchEnd::Fenced);
+                        if cursor.behind_parked(record) {
+                            return Ok(BatchEnd::Returned(None));
+                        }
+                        let outcome = self
+                            .process_alone(record, cursor.fence, shutdown, 1, None)
+                            .await?;
+                        match outcome {
+                            Outcome::Fenced => return Ok(BatchEnd::Fenced),
+                            Outcome::DeadLettered if cursor.fence == Fence::Keyed => {
+                                let id =
+                                    event_id::extract(&self.event_id, &record.headers, &record.payload).ok();
+                                cursor.parked_keys.extend(blocks_key(record, id.as_deref()));
+                            }
+                            _ => {}
                         }
                         cursor.committed(std::slice::from_ref(record));
                     }
@@ -207,13 +305,19 @@ impl Pipeline {
         Ok(BatchEnd::Done)
     }
 
+    /// With key order, the key a parked `record` blocks, if any (see [`blocks_key`]).
+    pub fn parked_blocks(&self, record: &Record) -> Option<Vec<u8>> {
+        let id = event_id::extract(&self.event_id, &record.headers, &record.payload).ok();
+        blocks_key(record, id.as_deref())
+    }
+
     /// One transaction over `records`, stopping early only at a record whose
     /// handler failure is to be retried. `optimistic`: the calls share one
     /// savepoint, and any failed call ends it with [`TxEnd::Redo`].
     async fn batch_tx(
         &self,
         records: &[Record],
-        expected: Option<i64>,
+        fence: Fence,
         optimistic: bool,
     ) -> Result<TxEnd, PipelineError> {
         let mut tx = self.db.begin_guest(self.handler.name()).await?;
@@ -249,7 +353,8 @@ impl Pipeline {
         let mut applied = Vec::new();
         let mut messages = Vec::new();
         let mut retry = None;
-        for (record, id) in records.iter().zip(&ids) {
+        let mut cut = false;
+        for (index, (record, id)) in records.iter().zip(&ids).enumerate() {
             let event_id = match id {
                 Ok(id) => id,
                 Err(reason) => {
@@ -291,7 +396,7 @@ impl Pipeline {
                     count: done.len() + 1,
                 });
             }
-            let failure = match call {
+            let park = match call {
                 Call::DuplicateByKey => unreachable!("a batch claims keys before its calls"),
                 Call::Applied(published) => {
                     done.push(Done::Applied(record.timestamp_ms));
@@ -299,57 +404,95 @@ impl Pipeline {
                     messages.extend(published);
                     continue;
                 }
-                Call::TooLarge(reason) => {
-                    let parked = self
-                        .park_claimed(&mut tx, &claim, record, Park::too_large(reason))
-                        .await?;
-                    keys.freed_by(holding);
-                    done.push(Done::Parked(parked));
-                    continue;
-                }
-                Call::Failed(failure) => failure,
+                Call::TooLarge(reason) => Park::too_large(reason),
                 Call::Redo => {
                     tx.rollback().await?;
                     return Ok(TxEnd::Redo);
                 }
+                Call::Failed(failure) => match self.final_kind(&failure, 1) {
+                    Some(kind) => Park {
+                        kind,
+                        reason: failure.to_string(),
+                        attempts: 1,
+                        first_failed_at: now_ms(),
+                    },
+                    None => {
+                        // Its claim and those of the records after it go back,
+                        // with the business keys they hold: the event runs
+                        // again after a backoff, and nothing after it may
+                        // commit first.
+                        let unrun = std::iter::once(event_id.clone()).chain(fresh.drain()).collect();
+                        self.unclaim(&mut tx, &keys, unrun).await?;
+                        retry = Some(failure);
+                        break;
+                    }
+                },
             };
-            if let Some(kind) = self.final_kind(&failure, 1) {
-                let park = Park {
-                    kind,
-                    reason: failure.to_string(),
-                    attempts: 1,
-                    first_failed_at: now_ms(),
-                };
-                let parked = self.park_claimed(&mut tx, &claim, record, park).await?;
-                keys.freed_by(holding);
-                done.push(Done::Parked(parked));
-                continue;
+            let parked = self.park_claimed(&mut tx, &claim, record, park).await?;
+            keys.freed_by(holding);
+            done.push(Done::Parked(parked));
+            // With key order, a later record of a parked key waits behind it:
+            // the batch ends here and gives the rest back to its task.
+            if fence == Fence::Keyed
+                && record.key.is_some()
+                && records[index + 1..].iter().any(|later| later.key == record.key)
+            {
+                let unrun = fresh.drain().collect();
+                self.unclaim(&mut tx, &keys, unrun).await?;
+                cut = true;
+                break;
             }
-            // Its claim and those of the records after it go back, with the
-            // business keys they hold: the event runs again after a backoff,
-            // and nothing after it may commit first.
-            let unrun: Vec<String> = std::iter::once(event_id.clone()).chain(fresh.drain()).collect();
-            for (key, id) in keys.held_by(&unrun) {
-                business_keys::release(&mut tx, self.handler.name(), key, id).await?;
-            }
-            for id in unrun {
-                inbox::unclaim(&mut tx, claim.handler, &id).await?;
-            }
-            retry = Some(failure);
-            break;
         }
         let count = done.len();
         let Some(last) = count.checked_sub(1).map(|i| &records[i]) else {
             tx.rollback().await?;
-            return Ok(TxEnd::Committed { count, retry });
+            return Ok(TxEnd::Committed {
+                count,
+                retry,
+                cut,
+                parked_keys: Vec::new(),
+            });
         };
-        match self.seal(tx, last, expected, count, &applied, &messages).await? {
+        match self.seal(tx, last, fence, count, &applied, &messages).await? {
             Sealed::Committed => {}
             Sealed::Raced => return Ok(TxEnd::Fenced),
             Sealed::Violation(violation) => return Ok(TxEnd::Violation { count, violation }),
         }
+        let parked_keys = match fence {
+            Fence::Keyed => done
+                .iter()
+                .zip(records)
+                .filter_map(|(outcome, record)| match outcome {
+                    Done::Parked(parked) => blocks_key(record, parked.event_id.as_deref()),
+                    _ => None,
+                })
+                .collect(),
+            Fence::Partition(_) => Vec::new(),
+        };
         self.report(done);
-        Ok(TxEnd::Committed { count, retry })
+        Ok(TxEnd::Committed {
+            count,
+            retry,
+            cut,
+            parked_keys,
+        })
+    }
+
+    /// Gives back the claims of events that were not run, with the business
+    /// keys they hold, in the open transaction.
+    async fn unclaim(
+        &self,
+        tx: &mut crate::db::Tx,
+        keys: &BatchKeys,
+        unrun: Vec<String>,
+    ) -> Result<(), PipelineError> {
+        for (key, id) in keys.held_by(&unrun) {
+            business_keys::release(tx, self.handler.name(), key, id).await?;
+        }
+        for id in unrun {
+            inbox::unclaim(tx, self.handler.name(), &id).await?;
+        }
+        Ok(())
     }
 
     /// The span of one batch transaction, exported over OTLP (see `telemetry`).
@@ -392,8 +535,9 @@ impl Pipeline {
 /// A batch transaction's end, in a word (its span's `outcome`).
 fn tx_outcome(end: &Result<TxEnd, PipelineError>) -> &'static str {
     match end {
-        Ok(TxEnd::Committed { retry: None, .. }) => "committed",
         Ok(TxEnd::Committed { retry: Some(_), .. }) => "committed-then-retry",
+        Ok(TxEnd::Committed { cut: true, .. }) => "committed-then-held",
+        Ok(TxEnd::Committed { .. }) => "committed",
         Ok(TxEnd::Fenced) => "fenced",
         Ok(TxEnd::Redo) => "redo",
         Ok(TxEnd::Violation { .. }) => "sandbox-violation",

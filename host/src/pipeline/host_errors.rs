@@ -12,7 +12,7 @@
 //! backoff between, and then parked as
 //! `host-error` with the database's message, its partition moving on.
 
-use super::{Outcome, Park, Pipeline, PipelineError, backoff};
+use super::{Fence, Outcome, Park, Pipeline, PipelineError, backoff};
 use crate::db::dead_letters::{self, DeadLetter, ReasonKind};
 use crate::db::now_ms;
 use crate::event_id;
@@ -52,15 +52,16 @@ impl Pipeline {
         expected: Option<i64>,
         shutdown: &CancellationToken,
     ) -> Result<Outcome, PipelineError> {
-        self.process_alone(record, expected, shutdown, 1, None).await
+        self.process_alone(record, Fence::Partition(expected), shutdown, 1, None)
+            .await
     }
 
     /// As [`Pipeline::process`], the handler's attempts starting at
     /// `handler_attempt` (a batch already ran the earlier ones).
-    pub(super) async fn process_alone(
+    pub async fn process_alone(
         &self,
         record: &Record,
-        expected: Option<i64>,
+        fence: Fence,
         shutdown: &CancellationToken,
         handler_attempt: u32,
         handler_failed_at: Option<i64>,
@@ -68,7 +69,7 @@ impl Pipeline {
         let first_failed_at = now_ms();
         let mut attempt = 1;
         loop {
-            let run = self.process_from(record, expected, shutdown, handler_attempt, handler_failed_at);
+            let run = self.process_from(record, fence, shutdown, handler_attempt, handler_failed_at);
             let error = match run.await {
                 Err(error) if !error.is_transient() => error,
                 other => return other,
@@ -76,7 +77,7 @@ impl Pipeline {
             self.stats.host_error(HostErrorKind::Permanent);
             if attempt >= HOST_ERROR_ATTEMPTS {
                 return self
-                    .park_host_error(record, expected, &error, attempt, first_failed_at)
+                    .park_host_error(record, fence, &error, attempt, first_failed_at)
                     .await;
             }
             tracing::warn!(
@@ -103,7 +104,7 @@ impl Pipeline {
     async fn park_host_error(
         &self,
         record: &Record,
-        expected: Option<i64>,
+        fence: Fence,
         error: &PipelineError,
         attempts: u32,
         first_failed_at: i64,
@@ -118,7 +119,7 @@ impl Pipeline {
         };
         if let Some(event_id) = &event_id {
             let claim = self.claim(record, event_id);
-            match self.park_alone(&claim, record, expected, park()).await {
+            match self.park_alone(&claim, record, fence, park()).await {
                 Err(error) if !error.is_transient() => {
                     tracing::warn!(
                         handler = self.handler.name(),
@@ -142,6 +143,6 @@ impl Pipeline {
         };
         dead_letters::insert(&mut tx, &letter).await?;
         let parked = super::Parked::new(&letter);
-        self.commit_parked(tx, record, expected, parked).await
+        self.commit_parked(tx, record, fence, parked).await
     }
 }

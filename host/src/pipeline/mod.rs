@@ -15,11 +15,13 @@
 
 mod batch;
 pub mod guest;
+mod held;
 mod host_errors;
 mod keys;
 pub mod tail;
 
-pub use batch::{BatchCursor, BatchEnd};
+pub use batch::{BatchCursor, BatchEnd, Deferred};
+pub use held::Held;
 pub use host_errors::HOST_ERROR_ATTEMPTS;
 
 use crate::config::{DedupConfig, EventIdConfig, RetryConfig};
@@ -51,6 +53,20 @@ pub enum Outcome {
     /// Another consumer committed this partition past `expected` first: this
     /// record's work was rolled back, and the caller must re-read the position.
     Fenced,
+}
+
+/// What a transaction does with its partition's stored offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fence {
+    /// Partition order: it moves the offset past its records, from
+    /// `expected` (`None`: no row yet), and is rolled back if another
+    /// consumer moved it first.
+    Partition(Option<i64>),
+    /// Key order (`ordering = "key"`): batches of one partition commit out
+    /// of offset order, so none moves the offset. The partition task raises
+    /// it to the lowest offset not yet settled (`kafka::keyed`); a record
+    /// above it that committed is a duplicate when it comes again.
+    Keyed,
 }
 
 /// Why and how an event is parked.
@@ -204,7 +220,7 @@ impl Pipeline {
     async fn process_from(
         &self,
         record: &Record,
-        expected: Option<i64>,
+        fence: Fence,
         shutdown: &CancellationToken,
         mut attempt: u32,
         mut first_failed_at: Option<i64>,
@@ -214,7 +230,7 @@ impl Pipeline {
             Err(error) => {
                 let mut tx = self.db.begin_guest(self.handler.name()).await?;
                 let letter = self.park_without_id(&mut tx, record, &error.to_string()).await?;
-                return self.commit_parked(tx, record, expected, letter).await;
+                return self.commit_parked(tx, record, fence, letter).await;
             }
         };
         let claim = self.claim(record, &event_id);
@@ -223,7 +239,7 @@ impl Pipeline {
             let (mut tx, step) = self.step(tx, &claim, record, attempt).await?;
             let failure = match step {
                 Step::Duplicate => {
-                    if !self.finish(tx, record, expected, 1).await? {
+                    if !self.finish(tx, record, fence, 1).await? {
                         return Ok(Outcome::Fenced);
                     }
                     self.stats.duplicates(1);
@@ -232,7 +248,7 @@ impl Pipeline {
                 }
                 Step::Ran(Call::DuplicateByKey) => {
                     // Its claim commits: a redelivered copy is a plain duplicate.
-                    if !self.finish(tx, record, expected, 1).await? {
+                    if !self.finish(tx, record, fence, 1).await? {
                         return Ok(Outcome::Fenced);
                     }
                     self.stats.duplicates_by_key(1);
@@ -242,11 +258,11 @@ impl Pipeline {
                     let letter = self
                         .park_claimed(&mut tx, &claim, record, Park::too_large(reason))
                         .await?;
-                    return self.commit_parked(tx, record, expected, letter).await;
+                    return self.commit_parked(tx, record, fence, letter).await;
                 }
                 Step::Ran(Call::Applied(messages)) => {
                     let applied = [event_id.clone()];
-                    match self.seal(tx, record, expected, 1, &applied, &messages).await? {
+                    match self.seal(tx, record, fence, 1, &applied, &messages).await? {
                         Sealed::Committed => {
                             self.stats.applied([record.timestamp_ms]);
                             return Ok(Outcome::Applied);
@@ -262,7 +278,7 @@ impl Pipeline {
                                 attempts: attempt,
                                 first_failed_at: now_ms(),
                             };
-                            return self.park_alone(&claim, record, expected, park).await;
+                            return self.park_alone(&claim, record, fence, park).await;
                         }
                     }
                 }
@@ -278,7 +294,7 @@ impl Pipeline {
                     first_failed_at: first,
                 };
                 let letter = self.park_claimed(&mut tx, &claim, record, park).await?;
-                return self.commit_parked(tx, record, expected, letter).await;
+                return self.commit_parked(tx, record, fence, letter).await;
             }
             tx.rollback().await?;
             self.wait_to_retry(&event_id, attempt, &failure, shutdown).await?;
@@ -410,6 +426,15 @@ impl Pipeline {
         failure: &GuestFailure,
         shutdown: &CancellationToken,
     ) -> Result<(), PipelineError> {
+        let delay = self.log_retry(event_id, attempt, failure);
+        tokio::select! {
+            _ = shutdown.cancelled() => Err(PipelineError::Abandoned),
+            _ = tokio::time::sleep(delay) => Ok(()),
+        }
+    }
+
+    /// Logs a failure to be retried; returns its backoff.
+    fn log_retry(&self, event_id: &str, attempt: u32, failure: &GuestFailure) -> Duration {
         let delay = backoff(&self.retry, attempt);
         tracing::warn!(
             handler = self.handler.name(),
@@ -418,10 +443,7 @@ impl Pipeline {
             retry_in_ms = delay.as_millis() as u64,
             "{failure}; retrying"
         );
-        tokio::select! {
-            _ = shutdown.cancelled() => Err(PipelineError::Abandoned),
-            _ = tokio::time::sleep(delay) => Ok(()),
-        }
+        delay
     }
 
     fn claim<'a>(&'a self, record: &'a Record, event_id: &'a str) -> Claim<'a> {
@@ -471,12 +493,12 @@ impl Pipeline {
         &self,
         claim: &Claim<'_>,
         record: &Record,
-        expected: Option<i64>,
+        fence: Fence,
         park: Park,
     ) -> Result<Outcome, PipelineError> {
         let mut tx = self.db.begin_guest(self.handler.name()).await?;
         if !inbox::claim(&mut tx, claim).await? {
-            if !self.finish(tx, record, expected, 1).await? {
+            if !self.finish(tx, record, fence, 1).await? {
                 return Ok(Outcome::Fenced);
             }
             self.stats.duplicates(1);
@@ -488,7 +510,7 @@ impl Pipeline {
             return Ok(Outcome::Duplicate);
         }
         let letter = self.park_claimed(&mut tx, claim, record, park).await?;
-        self.commit_parked(tx, record, expected, letter).await
+        self.commit_parked(tx, record, fence, letter).await
     }
 
     /// A record without a usable event id can never be deduplicated, so it is
@@ -514,10 +536,10 @@ impl Pipeline {
         &self,
         tx: Tx,
         record: &Record,
-        expected: Option<i64>,
+        fence: Fence,
         parked: Parked,
     ) -> Result<Outcome, PipelineError> {
-        if !self.finish(tx, record, expected, 1).await? {
+        if !self.finish(tx, record, fence, 1).await? {
             return Ok(Outcome::Fenced);
         }
         parked.report(self.handler.name(), &self.stats);
@@ -543,27 +565,31 @@ impl Pipeline {
     }
 
     /// Every path ends here ([`tail::seal`]): the outbox messages of the
-    /// `applied` events, the host's check of its rows, and the partition's
-    /// next offset (past `last`) join the same transaction as the effects of
-    /// its `records` records, then everything commits together.
+    /// `applied` events, the host's check of its rows, and (with partition
+    /// order) the partition's next offset past `last` join the same
+    /// transaction as the effects of its `records` records, then everything
+    /// commits together.
     async fn seal(
         &self,
         tx: Tx,
         last: &Record,
-        expected: Option<i64>,
+        fence: Fence,
         records: usize,
         applied: &[String],
         messages: &[NewMessage],
     ) -> Result<Sealed, DbError> {
-        let advance = offsets::Advance {
-            handler: self.handler.name(),
-            topic: &last.topic,
-            partition: last.partition,
-            expected,
-            next_offset: last.offset + 1,
-            records: records as i64,
+        let end = match fence {
+            Fence::Partition(expected) => End::Advance(offsets::Advance {
+                handler: self.handler.name(),
+                topic: &last.topic,
+                partition: last.partition,
+                expected,
+                next_offset: last.offset + 1,
+                records: records as i64,
+            }),
+            Fence::Keyed => End::Claims,
         };
-        let sealed = tail::seal(tx, self.handler.name(), applied, messages, End::Advance(advance)).await?;
+        let sealed = tail::seal(tx, self.handler.name(), applied, messages, end).await?;
         if sealed == Sealed::Raced {
             tracing::info!(
                 handler = self.handler.name(),
@@ -571,7 +597,7 @@ impl Pipeline {
                 partition = last.partition,
                 offset = last.offset,
                 records,
-                ?expected,
+                ?fence,
                 "fenced: another consumer committed this partition first; this work was rolled back"
             );
         }
@@ -581,14 +607,8 @@ impl Pipeline {
     /// [`Pipeline::seal`] for a transaction that applied nothing (duplicates
     /// and parks only). `false`: fenced by another consumer, and everything
     /// was rolled back.
-    async fn finish(
-        &self,
-        tx: Tx,
-        last: &Record,
-        expected: Option<i64>,
-        records: usize,
-    ) -> Result<bool, DbError> {
-        match self.seal(tx, last, expected, records, &[], &[]).await? {
+    async fn finish(&self, tx: Tx, last: &Record, fence: Fence, records: usize) -> Result<bool, DbError> {
+        match self.seal(tx, last, fence, records, &[], &[]).await? {
             Sealed::Committed => Ok(true),
             Sealed::Raced => Ok(false),
             Sealed::Violation(_) => unreachable!("with nothing applied, nothing is checked"),

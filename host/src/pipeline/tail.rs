@@ -22,6 +22,10 @@ use crate::db::{DbError, Tx};
 pub enum End<'a> {
     /// A consumer's: the partition moves past the transaction's records.
     Advance(Advance<'a>),
+    /// A consumer's with key order: the partition's offset is not this
+    /// transaction's to move (its task raises it, see `kafka::keyed`), so
+    /// only the claims are checked.
+    Claims,
     /// A replay's: dead letter `letter` resolved as `replayed`. A replay
     /// does not move the partition's offset (a consumer may be running), so
     /// only its claim is checked.
@@ -61,6 +65,7 @@ pub async fn seal(
                 invariants::violation(&mut tx, &Position::from(advance), applied).await?
             }
             End::Resolve { claim, .. } => invariants::claim_violation(&mut tx, claim).await?,
+            End::Claims => invariants::claims_violation(&mut tx, handler, applied).await?,
         };
         if let Some(violation) = violation {
             tx.rollback().await?;
@@ -70,6 +75,7 @@ pub async fn seal(
     let won = match &end {
         End::Advance(advance) => offsets::advance(&mut tx, advance).await?,
         End::Resolve { letter, .. } => dead_letters::resolve(&mut tx, *letter, "replayed").await?,
+        End::Claims => true,
     };
     if !won {
         tx.rollback().await?;

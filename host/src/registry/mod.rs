@@ -533,6 +533,7 @@ impl Registry {
             consumer,
             pipeline,
             entry.config.batch.clone(),
+            (entry.config.ordering, entry.config.max_keys_in_flight),
             stop.clone(),
         ));
         entry.pump = Some(PumpTask { stop, task });

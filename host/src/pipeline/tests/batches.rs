@@ -5,7 +5,7 @@ use super::harness::{Harness, MAX_ATTEMPTS, first_calls, id, optimistic_then, re
 use super::scripted::Act;
 use crate::db::test_support::each_backend;
 use crate::handler::{GuestFailure, LimitExceeded};
-use crate::pipeline::{BatchCursor, BatchEnd, Outcome};
+use crate::pipeline::{BatchCursor, BatchEnd, Fence, Outcome};
 
 /// `(id(n), attempt)` rows of the handler's table, sorted.
 fn effects(rows: &[(u32, i64)]) -> Vec<(String, i64)> {
@@ -29,7 +29,8 @@ async fn a_clean_batch_applies_each_event_once_with_its_messages_and_offset() {
             cursor,
             BatchCursor {
                 done: 5,
-                expected: Some(15)
+                fence: Fence::Partition(Some(15)),
+                parked_keys: Vec::new()
             },
             "{on:?}"
         );
@@ -87,7 +88,8 @@ async fn a_rejected_event_is_parked_and_its_neighbours_apply_in_the_same_batch()
             cursor,
             BatchCursor {
                 done: 3,
-                expected: Some(3)
+                fence: Fence::Partition(Some(3)),
+                parked_keys: Vec::new()
             },
             "{on:?}"
         );
@@ -134,7 +136,8 @@ async fn a_retry_commits_the_events_before_it_and_runs_the_rest_after_it_in_orde
             cursor,
             BatchCursor {
                 done: 4,
-                expected: Some(4)
+                fence: Fence::Partition(Some(4)),
+                parked_keys: Vec::new()
             },
             "{on:?}"
         );

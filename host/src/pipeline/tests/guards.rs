@@ -53,7 +53,7 @@ async fn a_batch_fenced_by_another_consumer_commits_nothing() {
             h.handler.on(&id(n), vec![Act::Effect, Act::Publish("invoices")]);
         }
         let (end, cursor) = h.batch(&records(0, &[1, 2, 3])).await;
-        assert_eq!((end, cursor.expected), (BatchEnd::Done, Some(3)), "{on:?}");
+        assert_eq!((end, cursor.next_offset()), (BatchEnd::Done, Some(3)), "{on:?}");
         // Another consumer takes the partition over and commits up to 7.
         let mut tx = h.db.begin().await.unwrap();
         let moved = Advance {
@@ -67,7 +67,7 @@ async fn a_batch_fenced_by_another_consumer_commits_nothing() {
         assert!(offsets::advance(&mut tx, &moved).await.unwrap());
         tx.commit().await.unwrap();
         // This consumer still believes the partition is at 3.
-        let mut stale = crate::pipeline::BatchCursor::new(cursor.expected);
+        let mut stale = crate::pipeline::BatchCursor::new(cursor.next_offset());
         let end = h
             .pipeline
             .process_batch(&records(3, &[4, 5]), &mut stale, &h.shutdown)

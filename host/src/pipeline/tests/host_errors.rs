@@ -8,7 +8,7 @@ use super::scripted::Act;
 use crate::db::Backend;
 use crate::db::dead_letters;
 use crate::db::test_support::{each_backend, postgres_db};
-use crate::pipeline::{BatchCursor, BatchEnd, HOST_ERROR_ATTEMPTS};
+use crate::pipeline::{BatchCursor, BatchEnd, Fence, HOST_ERROR_ATTEMPTS};
 use crate::replay::{ReplayOutcome, replay};
 
 /// The trigger's message, which the dead letter must quote.
@@ -63,7 +63,7 @@ fn published_by(on: Backend, n: u32) -> String {
 async fn parks_event_2_of_a_batch(h: &Harness) {
     let on = h.backend();
     let (end, cursor) = h.batch(&records(0, &[1, 2, 3])).await;
-    assert_eq!((end, cursor.expected), (BatchEnd::Done, Some(3)), "{on:?}");
+    assert_eq!((end, cursor.next_offset()), (BatchEnd::Done, Some(3)), "{on:?}");
     let parked = h.only_dead_letter(on).await;
     let attempts = i64::from(HOST_ERROR_ATTEMPTS);
     assert_eq!(
@@ -167,7 +167,7 @@ async fn a_transient_error_parks_nothing_and_the_batch_applies_once_it_passes() 
         .process_batch(&batch, &mut cursor, &h.shutdown)
         .await
         .unwrap();
-    assert_eq!((end, cursor.expected), (BatchEnd::Done, Some(3)));
+    assert_eq!((end, cursor.next_offset()), (BatchEnd::Done, Some(3)));
     assert!(h.dead_letters().await.is_empty());
     assert_eq!(h.effects().await, vec![(id(1), 1), (id(2), 1), (id(3), 1)]);
     assert_eq!(h.handler.call_order(), first_calls(&[1, 2, 3, 1, 2, 3]));
@@ -197,7 +197,7 @@ async fn parking_after_another_copy_applied_skips_it_as_a_duplicate() {
         let claim = h.pipeline.claim(&copies[1], &event_id);
         let outcome = h
             .pipeline
-            .park_alone(&claim, &copies[1], h.offset().await, park)
+            .park_alone(&claim, &copies[1], Fence::Partition(h.offset().await), park)
             .await
             .unwrap();
         assert_eq!(outcome, crate::pipeline::Outcome::Duplicate, "{on:?}");

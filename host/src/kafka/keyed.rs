@@ -1,0 +1,535 @@
+//! One assigned partition's loop with `ordering = "key"`: each Kafka key's
+//! records in offset order, different keys in parallel, and a failing key
+//! waiting alone.
+//!
+//! Records are buffered as with partition order ([`super::partition`]), and
+//! up to [`LANES`] batches of one partition run at once, each over records
+//! of keys no other work of the partition holds (a key is *busy* from the
+//! launch of its records until their batch ends). A record whose handler
+//! asks for a retry does not hold its batch: the batch commits what came
+//! before it and gives the rest back ([`BatchEnd::Returned`]), and the
+//! record runs again alone after its backoff, while only its key waits.
+//! When a record is parked, its key is *blocked*: the key's later records
+//! are never run but parked as `held` behind it ([`Pipeline::hold`]) until
+//! an operator replays or discards that dead letter.
+//!
+//! Batches commit out of offset order, so none of them moves the stored
+//! offset (see [`Fence::Keyed`]). The task raises it, in a transaction of its
+//! own after each batch, to the lowest offset not yet settled: every record
+//! below is committed or parked. After a crash or a rebalance, records above
+//! it that committed come again and are skipped by the inbox.
+//! Records without a key are one key among the others, so they keep
+//! partition order among themselves.
+
+use super::outage::{Attempt, OutageLog};
+use super::partition::{Admit, BatchDone, BatchTask, Position, Stops, sleep_until, to_record};
+use crate::db::{dead_letters, offsets};
+use crate::metrics::HostErrorKind;
+use crate::pipeline::{BatchCursor, BatchEnd, Deferred, Fence, Held, Outcome, Pipeline, PipelineError};
+use crate::record::Record;
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+/// Batches of one partition in flight at once, at most: each holds a
+/// database connection for its transaction, so this times the assigned
+/// partitions is what a handler may ask of the pool.
+pub const LANES: usize = 8;
+
+/// A record's Kafka key; records without one share `None`.
+type Key = Option<Vec<u8>>;
+
+/// Work of the partition that ended.
+enum Job {
+    Lane(BatchDone),
+    /// A record run again alone after its backoff; `None`: abandoned
+    /// uncommitted (the task stops).
+    Retry {
+        record: Record,
+        outcome: Option<Outcome>,
+        blocks: Option<Vec<u8>>,
+        generation: u64,
+    },
+    /// Records of a blocked key; `None`: abandoned (the task stops).
+    Hold {
+        key: Vec<u8>,
+        records: Vec<Record>,
+        held: Option<Held>,
+        generation: u64,
+    },
+}
+
+pub(super) struct KeyedTask {
+    at: Position,
+    buffer: VecDeque<Record>,
+    /// When the oldest buffered record arrived: the linger clock.
+    since: Option<Instant>,
+    /// Offsets read and not yet settled (buffered, in a batch, waiting to be
+    /// retried or being held): the stored offset never passes the lowest.
+    unsettled: BTreeSet<i64>,
+    /// The offset after the last record kept (where reading goes on).
+    high: Option<i64>,
+    /// Records settled since the position was last written.
+    settled: i64,
+    /// Keys with work in flight: no other record of theirs starts.
+    busy: HashSet<Key>,
+    /// Keys with a parked letter: their records are held, not run.
+    blocked: HashSet<Vec<u8>>,
+    jobs: JoinSet<Job>,
+    /// Batches among `jobs`.
+    lanes: usize,
+    /// Nothing could start at the last look: wait for a job or a record.
+    stalled: bool,
+}
+
+impl KeyedTask {
+    pub fn new(at: Position) -> Self {
+        Self {
+            at,
+            buffer: VecDeque::new(),
+            since: None,
+            unsettled: BTreeSet::new(),
+            high: None,
+            settled: 0,
+            busy: HashSet::new(),
+            blocked: HashSet::new(),
+            jobs: JoinSet::new(),
+            lanes: 0,
+            stalled: false,
+        }
+    }
+
+    pub async fn run(mut self, stops: Stops) {
+        let shared = self.at.shared.clone();
+        let linger = Duration::from_millis(shared.batching.linger_ms);
+        // What the partition may hold unsettled: its buffer, and its lanes full.
+        let cap = shared.max_buffered + LANES * shared.batching.max_events;
+        loop {
+            if stops.revoked.is_cancelled() {
+                break;
+            }
+            if !self.stalled {
+                self.launch(linger, &stops);
+            }
+            let wake = match (self.stalled, self.since) {
+                (false, Some(since)) if !self.buffer.is_empty() => Some(since + linger),
+                _ => None,
+            };
+            let room = self.unsettled.len() < cap;
+            tokio::select! {
+                biased;
+                _ = stops.revoked.cancelled() => break,
+                Some(job) = self.jobs.join_next(), if !self.jobs.is_empty() => {
+                    self.finished(ended(job), &stops, false);
+                    self.raise(true).await;
+                }
+                _ = sleep_until(wake), if wake.is_some() => {}
+                message = self.at.queue.recv(), if room => match message {
+                    Ok(message) => {
+                        let record = to_record(&message);
+                        drop(message);
+                        if !self.accept(record, &stops.revoked).await {
+                            break;
+                        }
+                    }
+                    Err(error) => self.at.consumer_error(&error).await,
+                },
+            }
+        }
+        // Work in flight ends its transaction first: committed or rolled back.
+        while let Some(job) = self.jobs.join_next().await {
+            self.finished(ended(job), &stops, true);
+        }
+        // Raising the position is right whoever owns the partition now; only
+        // the owner tells Kafka.
+        self.raise(!stops.revoked.is_cancelled() || stops.shutdown.is_cancelled())
+            .await;
+    }
+
+    /// Buffers a record if the position says so. `false`: the task stops
+    /// before the position was read.
+    async fn accept(&mut self, record: Record, stop: &CancellationToken) -> bool {
+        let (keep, clear) = match self.at.admit(&record, stop).await {
+            Admit::Stop => return false,
+            Admit::Keep { clear } => (true, clear),
+            Admit::Skip { clear } => (false, clear),
+        };
+        if clear {
+            self.forget();
+            if !self.load_blocked(stop).await {
+                return false;
+            }
+        }
+        if keep {
+            if self.buffer.is_empty() {
+                self.since = Some(Instant::now());
+            }
+            self.unsettled.insert(record.offset);
+            self.high = Some(record.offset + 1);
+            self.buffer.push_back(record);
+            self.stalled = false;
+        }
+        true
+    }
+
+    /// Forgets what was buffered: the position was re-read, and the
+    /// partition is read again from there.
+    fn forget(&mut self) {
+        for record in self.buffer.drain(..) {
+            self.unsettled.remove(&record.offset);
+        }
+        self.since = None;
+        self.high = self.at.next;
+    }
+
+    /// Reads which of the partition's keys parked letters block.
+    async fn load_blocked(&mut self, stop: &CancellationToken) -> bool {
+        let shared = self.at.shared.clone();
+        let (topic, partition) = (&self.at.key.0, self.at.key.1);
+        let keys = shared
+            .outage
+            .retry("reading the keys held behind dead letters", stop, || async {
+                dead_letters::blocked_keys(shared.pipeline.db(), &shared.handler, topic, partition)
+                    .await
+                    .map_err(PipelineError::from)
+            })
+            .await;
+        match keys {
+            Some(keys) => {
+                self.blocked = keys.into_iter().collect();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Starts what the buffered records allow, if they are due: batches
+    /// over keys no work holds (up to the free lanes, the buffer shared out
+    /// among them), and a hold for each blocked key.
+    fn launch(&mut self, linger: Duration, stops: &Stops) {
+        let shared = self.at.shared.clone();
+        let max_events = shared.batching.max_events;
+        let due = self.buffer.len() >= max_events || self.since.is_some_and(|s| s.elapsed() >= linger);
+        if self.buffer.is_empty() || !due {
+            return;
+        }
+        let free = LANES.saturating_sub(self.lanes);
+        let per_lane = self.buffer.len().div_ceil(free.max(1)).clamp(1, max_events);
+        let room = shared.max_keys_in_flight.saturating_sub(self.busy.len());
+        // Keys passed over in this look: their later records wait too.
+        let mut passed: HashSet<&Key> = HashSet::new();
+        let mut lanes: Vec<Vec<usize>> = Vec::new();
+        let mut open: Vec<usize> = Vec::new();
+        let mut open_keys: HashSet<&Key> = HashSet::new();
+        let mut holds: Vec<(Vec<u8>, Vec<usize>)> = Vec::new();
+        let mut hold_of: HashMap<&[u8], usize> = HashMap::new();
+        let mut new_keys = 0;
+        for (i, record) in self.buffer.iter().enumerate() {
+            let key = &record.key;
+            if passed.contains(key) || self.busy.contains(key) {
+                passed.insert(key);
+                continue;
+            }
+            if let Some(blocked) = key.as_deref().filter(|k| self.blocked.contains(*k)) {
+                if let Some(&h) = hold_of.get(blocked) {
+                    holds[h].1.push(i);
+                } else if new_keys < room {
+                    new_keys += 1;
+                    hold_of.insert(blocked, holds.len());
+                    holds.push((blocked.to_vec(), vec![i]));
+                } else {
+                    passed.insert(key);
+                }
+                continue;
+            }
+            if !open_keys.contains(key) {
+                if lanes.len() >= free || new_keys >= room {
+                    passed.insert(key);
+                    continue;
+                }
+                new_keys += 1;
+                open_keys.insert(key);
+            }
+            open.push(i);
+            if open.len() >= per_lane {
+                lanes.push(std::mem::take(&mut open));
+                passed.extend(open_keys.drain());
+            }
+        }
+        if !open.is_empty() {
+            lanes.push(open);
+        }
+        if lanes.is_empty() && holds.is_empty() {
+            self.stalled = true;
+            return;
+        }
+        let mut taken = vec![false; self.buffer.len()];
+        let mut take = |indexes: &[usize], buffer: &VecDeque<Record>| -> Vec<Record> {
+            indexes
+                .iter()
+                .map(|&i| {
+                    taken[i] = true;
+                    buffer[i].clone()
+                })
+                .collect()
+        };
+        let lanes: Vec<Vec<Record>> = lanes.iter().map(|l| take(l, &self.buffer)).collect();
+        let holds: Vec<(Vec<u8>, Vec<Record>)> = holds
+            .into_iter()
+            .map(|(key, indexes)| (key, take(&indexes, &self.buffer)))
+            .collect();
+        let mut index = 0;
+        self.buffer.retain(|_| {
+            index += 1;
+            !taken[index - 1]
+        });
+        if self.buffer.is_empty() {
+            self.since = None;
+        }
+        for records in lanes {
+            self.busy.extend(records.iter().map(|r| r.key.clone()));
+            self.start_lane(records, &stops.shutdown);
+        }
+        for (key, records) in holds {
+            self.busy.insert(Some(key.clone()));
+            self.start_hold(key, records, &stops.revoked);
+        }
+    }
+
+    fn start_lane(&mut self, records: Vec<Record>, shutdown: &CancellationToken) {
+        let shared = &self.at.shared;
+        let task = BatchTask {
+            generation: self.at.generation,
+            cursor: BatchCursor::keyed(),
+            // A batch runs on the version current when it starts, to its end.
+            pipeline: Arc::new(shared.pipeline.pinned()),
+            outage: shared.outage.clone(),
+        };
+        self.lanes += 1;
+        shared.batches_in_flight(1);
+        let shutdown = shutdown.clone();
+        self.jobs
+            .spawn(async move { Job::Lane(task.run(records, shutdown).await) });
+    }
+
+    fn start_retry(&mut self, record: Record, deferred: Deferred, stop: &CancellationToken) {
+        self.busy.insert(record.key.clone());
+        let pipeline = Arc::new(self.at.shared.pipeline.pinned());
+        let outage = self.at.shared.outage.clone();
+        let (stop, generation) = (stop.clone(), self.at.generation);
+        self.jobs.spawn(async move {
+            let outcome = retry_alone(&pipeline, &outage, &record, deferred, &stop).await;
+            let blocks = match outcome {
+                Some(Outcome::DeadLettered) => pipeline.parked_blocks(&record),
+                _ => None,
+            };
+            Job::Retry {
+                record,
+                outcome,
+                blocks,
+                generation,
+            }
+        });
+    }
+
+    fn start_hold(&mut self, key: Vec<u8>, records: Vec<Record>, stop: &CancellationToken) {
+        let pipeline = Arc::new(self.at.shared.pipeline.pinned());
+        let outage = self.at.shared.outage.clone();
+        let (stop, generation) = (stop.clone(), self.at.generation);
+        self.jobs.spawn(async move {
+            let held = outage
+                .retry("holding records behind a dead letter", &stop, || {
+                    pipeline.hold(&key, &records)
+                })
+                .await;
+            Job::Hold {
+                key,
+                records,
+                held,
+                generation,
+            }
+        });
+    }
+
+    /// Takes in what a job settled and gives back what it did not run.
+    /// `stopping`: nothing new starts.
+    fn finished(&mut self, job: Job, stops: &Stops, stopping: bool) {
+        self.stalled = false;
+        match job {
+            Job::Lane(BatchDone {
+                generation,
+                end,
+                cursor,
+                mut records,
+            }) => {
+                self.lanes -= 1;
+                self.at.shared.batches_in_flight(-1);
+                for record in &records {
+                    self.busy.remove(&record.key);
+                }
+                for record in &records[..cursor.done] {
+                    self.settle(record.offset);
+                }
+                self.blocked.extend(cursor.parked_keys);
+                let rest = records.split_off(cursor.done);
+                match end {
+                    BatchEnd::Returned(deferred) if !stopping && generation == self.at.generation => {
+                        let mut rest = rest.into_iter();
+                        if let Some(deferred) = deferred
+                            && let Some(failed) = rest.next()
+                        {
+                            self.start_retry(failed, deferred, &stops.revoked);
+                        }
+                        self.requeue(rest.collect());
+                    }
+                    // Read again from the stored position (or never
+                    // settled, if the task stops): no longer this task's.
+                    _ => self.drop_unrun(&rest),
+                }
+            }
+            Job::Retry {
+                record,
+                outcome,
+                blocks,
+                generation,
+            } => {
+                self.busy.remove(&record.key);
+                match outcome {
+                    Some(_) => self.settle(record.offset),
+                    None => self.drop_unrun(std::slice::from_ref(&record)),
+                }
+                if generation == self.at.generation {
+                    self.blocked.extend(blocks);
+                }
+            }
+            Job::Hold {
+                key,
+                records,
+                held,
+                generation,
+            } => {
+                self.busy.remove(&Some(key.clone()));
+                match held {
+                    Some(Held::Parked { .. }) => records.iter().for_each(|r| self.settle(r.offset)),
+                    Some(Held::Released) if !stopping && generation == self.at.generation => {
+                        self.blocked.remove(&key);
+                        self.requeue(records);
+                    }
+                    _ => self.drop_unrun(&records),
+                }
+            }
+        }
+    }
+
+    fn settle(&mut self, offset: i64) {
+        self.unsettled.remove(&offset);
+        self.settled += 1;
+    }
+
+    /// Records that will not run here: they stay unsettled if the task goes
+    /// on (the position cannot pass them) unless the position was re-read,
+    /// which reads them again.
+    fn drop_unrun(&mut self, records: &[Record]) {
+        for record in records {
+            self.unsettled.remove(&record.offset);
+        }
+        if let (Some(first), Some(high)) = (records.first(), self.high) {
+            self.high = Some(high.min(first.offset));
+        }
+    }
+
+    /// Puts records given back into the buffer, in offset order, due at once.
+    fn requeue(&mut self, records: Vec<Record>) {
+        if records.is_empty() {
+            return;
+        }
+        let mut all: Vec<Record> = self.buffer.drain(..).chain(records).collect();
+        all.sort_by_key(|r| r.offset);
+        self.buffer = all.into();
+        let linger = Duration::from_millis(self.at.shared.batching.linger_ms);
+        self.since = Some(Instant::now().checked_sub(linger).unwrap_or_else(Instant::now));
+    }
+
+    /// Raises the stored position to the lowest unsettled offset, if that
+    /// moved; `tell`: then tells Kafka too.
+    async fn raise(&mut self, tell: bool) {
+        let lowest = self.unsettled.first().copied();
+        let Some(safe) = [lowest, self.high].into_iter().flatten().min() else {
+            return;
+        };
+        if self.at.next.is_some_and(|next| next >= safe) {
+            return;
+        }
+        let shared = &self.at.shared;
+        let (topic, partition) = (&self.at.key.0, self.at.key.1);
+        let db = shared.pipeline.db();
+        match offsets::raise(db, &shared.handler, topic, partition, safe, self.settled).await {
+            Ok(()) => {
+                self.at.next = Some(safe);
+                self.settled = 0;
+                if tell {
+                    self.at.store(safe);
+                }
+            }
+            // Written with the next batch; a record above it that committed
+            // is a duplicate if it comes again meanwhile.
+            Err(error) => tracing::warn!(
+                handler = shared.handler,
+                topic,
+                partition,
+                "storing the partition's position failed ({error}); it is written after the next batch"
+            ),
+        }
+    }
+}
+
+/// Runs a record again alone once its backoff is over, retrying the host's
+/// own failures; `None` if `stop` came first (nothing committed).
+async fn retry_alone(
+    pipeline: &Pipeline,
+    outage: &OutageLog,
+    record: &Record,
+    deferred: Deferred,
+    stop: &CancellationToken,
+) -> Option<Outcome> {
+    tokio::select! {
+        _ = stop.cancelled() => return None,
+        _ = tokio::time::sleep_until(deferred.due.into()) => {}
+    }
+    let mut attempt = Attempt::new(outage);
+    loop {
+        let run = pipeline.process_alone(
+            record,
+            Fence::Keyed,
+            stop,
+            deferred.attempt,
+            Some(deferred.first_failed_at),
+        );
+        match run.await {
+            Ok(outcome) => {
+                attempt.succeeded("processing records");
+                return Some(outcome);
+            }
+            Err(PipelineError::Abandoned) => return None,
+            Err(error) => {
+                if error.is_transient() {
+                    pipeline.stats().host_error(HostErrorKind::Transient);
+                }
+                if !attempt.failed("processing records", &error, stop).await {
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+/// A job's result; a panic in it is the host's bug and goes on up.
+fn ended(joined: Result<Job, tokio::task::JoinError>) -> Job {
+    match joined {
+        Ok(job) => job,
+        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+        Err(error) => panic!("a partition's job was cancelled: {error}"),
+    }
+}
