@@ -14,8 +14,12 @@ use tokio::sync::mpsc;
 
 /// What a child runs.
 pub enum Role<'a> {
-    /// `inboxd-bench serve --config FILE [--native]`.
-    Host { config: &'a Path, native: bool },
+    /// `inboxd-bench serve --config FILE [--native [--handler-ms MS]]`.
+    Host {
+        config: &'a Path,
+        native: bool,
+        handler_ms: u64,
+    },
     /// `inboxd-bench serve-plain ...`.
     Plain {
         database: &'a str,
@@ -37,10 +41,15 @@ impl Child {
     pub fn spawn(role: Role<'_>, log: &Path) -> anyhow::Result<Self> {
         let mut command = Command::new(std::env::current_exe()?);
         match role {
-            Role::Host { config, native } => {
+            Role::Host {
+                config,
+                native,
+                handler_ms,
+            } => {
                 command.arg("serve").arg("--config").arg(config);
                 if native {
                     command.arg("--native");
+                    command.arg("--handler-ms").arg(handler_ms.to_string());
                 }
             }
             Role::Plain {

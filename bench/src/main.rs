@@ -50,6 +50,9 @@ enum Command {
         config: PathBuf,
         #[arg(long)]
         native: bool,
+        /// With --native: milliseconds each event waits in its transaction.
+        #[arg(long, default_value_t = 0)]
+        handler_ms: u64,
     },
     /// Internal: the plain consumer of mode `plain` (a child process).
     #[command(hide = true)]
@@ -78,10 +81,14 @@ fn main() {
 async fn start() {
     let cli = Cli::parse();
     let result = match cli.command {
-        Some(Command::Serve { config, native }) => {
+        Some(Command::Serve {
+            config,
+            native,
+            handler_ms,
+        }) => {
             // No spans: the benchmark measures the pipeline without an exporter.
             let _ = inboxd::telemetry::init("warn", inboxd::telemetry::LogFormat::Text, None);
-            serve::serve(&config, native).await
+            serve::serve(&config, native, handler_ms).await
         }
         Some(Command::ServePlain {
             database,

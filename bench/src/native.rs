@@ -41,6 +41,9 @@ pub struct NativeBilling {
     pub max_payload_bytes: usize,
     /// The same walls a component gets: billing's own table, its time limit.
     pub walls: Walls,
+    /// How long each event waits inside its transaction before its insert,
+    /// as a handler whose query waits on a busy database would (0: none).
+    pub delay: std::time::Duration,
 }
 
 impl Handler for NativeBilling {
@@ -68,6 +71,9 @@ impl Handler for NativeBilling {
         _attempt: u32,
     ) -> BoxFuture<'a, Invocation> {
         Box::pin(async move {
+            if !self.delay.is_zero() {
+                tokio::time::sleep(self.delay).await;
+            }
             let order: OrderConfirmed = match serde_json::from_slice(&record.payload) {
                 Ok(order) => order,
                 Err(e) => {

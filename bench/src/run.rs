@@ -35,9 +35,24 @@ pub struct Options {
     /// Any of plain (a batched consumer without Inboxd), a (default config),
     /// b (one event per transaction), c (native handler), d (instances reused
     /// between events), py and js (the Python and JavaScript billing guests,
-    /// with instances reused).
+    /// with instances reused), kp and kk (orders of Zipf-drawn customers, a
+    /// native handler that waits --handler-ms per event, partition and key
+    /// ordering).
     #[arg(long, value_delimiter = ',', default_value = "plain,a,b,c,d")]
     modes: Vec<String>,
+    /// Records of the order modes' backlog (kp, kk).
+    #[arg(long, default_value_t = 20_000)]
+    keyed_events: usize,
+    /// Customers the order modes' records are keyed by.
+    #[arg(long, default_value_t = 10_000)]
+    zipf_keys: usize,
+    /// The Zipf exponent of the customers' orders: the hottest customer
+    /// bounds key ordering (its records run one after another).
+    #[arg(long, default_value_t = 0.8)]
+    zipf_s: f64,
+    /// Milliseconds each event of the order modes waits in its transaction.
+    #[arg(long, default_value_t = 2)]
+    handler_ms: u64,
     #[arg(long, env = "INBOXD_BENCH_BROKERS")]
     brokers: String,
     /// An admin URL of a PostgreSQL server; each mode gets a fresh database in it.
@@ -69,9 +84,13 @@ struct Mode {
     plain: bool,
     /// Another billing component, next to `--component` (`None`: that one).
     component: Option<&'static str>,
+    /// The order modes (`kp`, `kk`): the native handler waiting
+    /// `--handler-ms` per event, over orders keyed by Zipf-drawn customers;
+    /// the backlog only.
+    slow: bool,
 }
 
-const MODES: [Mode; 7] = [
+const MODES: [Mode; 9] = [
     Mode {
         label: "plain",
         what: "a plain batched consumer without Inboxd (claim, insert, offsets per poll)",
@@ -79,6 +98,7 @@ const MODES: [Mode; 7] = [
         native: false,
         plain: true,
         component: None,
+        slow: false,
     },
     Mode {
         label: "a",
@@ -87,6 +107,7 @@ const MODES: [Mode; 7] = [
         native: false,
         plain: false,
         component: None,
+        slow: false,
     },
     Mode {
         label: "b",
@@ -95,6 +116,7 @@ const MODES: [Mode; 7] = [
         native: false,
         plain: false,
         component: None,
+        slow: false,
     },
     Mode {
         label: "c",
@@ -103,6 +125,7 @@ const MODES: [Mode; 7] = [
         native: true,
         plain: false,
         component: None,
+        slow: false,
     },
     Mode {
         label: "d",
@@ -111,6 +134,7 @@ const MODES: [Mode; 7] = [
         native: false,
         plain: false,
         component: None,
+        slow: false,
     },
     Mode {
         label: "py",
@@ -119,6 +143,7 @@ const MODES: [Mode; 7] = [
         native: false,
         plain: false,
         component: Some("billing_py.wasm"),
+        slow: false,
     },
     Mode {
         label: "js",
@@ -127,8 +152,32 @@ const MODES: [Mode; 7] = [
         native: false,
         plain: false,
         component: Some("billing_js.wasm"),
+        slow: false,
+    },
+    Mode {
+        label: "kp",
+        what: "native billing waiting --handler-ms per event, Zipf customer keys, ordering = \"partition\"",
+        settings: "",
+        native: true,
+        plain: false,
+        component: None,
+        slow: true,
+    },
+    Mode {
+        label: "kk",
+        what: "native billing waiting --handler-ms per event, Zipf customer keys, ordering = \"key\"",
+        settings: "ordering = \"key\"\n",
+        native: true,
+        plain: false,
+        component: None,
+        slow: true,
     },
 ];
+
+/// The database connections of the order modes' hosts: enough for every
+/// batch in flight (six partitions, up to `kafka::keyed::LANES` each), the
+/// same for both so only the ordering differs.
+const SLOW_CONNECTIONS: u32 = 56;
 
 /// What one mode measured.
 struct Measured {
@@ -180,7 +229,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         .iter()
         .find(|l| !MODES.iter().any(|m| m.label == l.as_str()))
     {
-        bail!("unknown mode {unknown:?}: use plain, a, b, c, d, py or js");
+        bail!("unknown mode {unknown:?}: use plain, a, b, c, d, py, js, kp or kk");
     }
     let work = tempfile::Builder::new().prefix("inboxd-bench-").tempdir()?;
     let producer = Producer::new(&opts.brokers)?;
@@ -199,20 +248,45 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     eprintln!(
         "[broker only] {ceiling:.0} records/s: librdkafka reading the backlog, no database, no handler"
     );
+    // The order modes' backlog: orders keyed by Zipf-drawn customers.
+    let slow_wanted = MODES
+        .iter()
+        .any(|m| m.slow && opts.modes.iter().any(|l| l == m.label));
+    let zipf = crate::workload::Zipf::new(opts.zipf_keys, opts.zipf_s);
+    let keyed = format!("bench-customers-{run_id}");
+    let mut keyed_unique = 0;
+    if slow_wanted {
+        create_topic(&opts.brokers, &keyed, opts.partitions).await?;
+        keyed_unique = producer
+            .bulk_zipf(&keyed, opts.keyed_events, opts.duplicate_pct, &zipf)
+            .await?;
+        eprintln!(
+            "produced {} records ({keyed_unique} distinct events) to {keyed}: {} customers, Zipf s = {}, the \
+             hottest with {:.1}% of the orders",
+            opts.keyed_events,
+            opts.zipf_keys,
+            opts.zipf_s,
+            zipf.hottest_share() * 100.0
+        );
+    }
     let mut results = serde_json::Map::new();
     for backend in &opts.backends {
         let mut measured = serde_json::Map::new();
         let mut rates = std::collections::BTreeMap::new();
         for mode in MODES.iter().filter(|m| opts.modes.iter().any(|l| l == m.label)) {
             eprintln!("[{backend} {}] {}", mode.label, mode.what);
+            let (topic, unique) = match mode.slow {
+                true => (&keyed, keyed_unique),
+                false => (&bulk, bulk_unique),
+            };
             let run = Run {
                 opts: &opts,
                 producer: &producer,
                 work: work.path(),
                 backend,
                 mode,
-                bulk: &bulk,
-                bulk_unique,
+                bulk: topic,
+                bulk_unique: unique,
                 half_of: rates.get("a").copied(),
             };
             let m = match run.measure().await {
@@ -255,6 +329,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
             ("a_over_c", "a", "c"),
             ("py_over_d", "py", "d"),
             ("js_over_d", "js", "d"),
+            ("kk_over_kp", "kk", "kp"),
         ];
         for (name, this, over) in ratios {
             if let (Some(this), Some(other)) = (rates.get(this), rates.get(over)) {
@@ -270,6 +345,15 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         "live_rate": opts.rate,
         "broker_only_records_per_s": ceiling.round(),
     });
+    if slow_wanted {
+        summary["order_modes"] = json!({
+            "records": opts.keyed_events,
+            "customers": opts.zipf_keys,
+            "zipf_s": opts.zipf_s,
+            "hottest_customer_share": (zipf.hottest_share() * 1000.0).round() / 1000.0,
+            "handler_ms": opts.handler_ms,
+        });
+    }
     summary.as_object_mut().expect("an object").extend(results);
     println!("{summary}");
     Ok(())
@@ -318,6 +402,7 @@ impl Run<'_> {
             Role::Host {
                 config: &config,
                 native: self.mode.native,
+                handler_ms: if self.mode.slow { opts.handler_ms } else { 0 },
             }
         };
         // The benchmark's own connections first: opening a SQLite file puts it
@@ -329,7 +414,10 @@ impl Run<'_> {
         let progress = self.progress_sql();
 
         // Phase 1: the backlog, timed from the first commit to the last.
-        let bulk_total = opts.events as i64;
+        let bulk_total = match self.mode.slow {
+            true => opts.keyed_events,
+            false => opts.events,
+        } as i64;
         let spawned = Instant::now();
         let at_spawn = Sample::take(child.pid());
         let (first, at_first) = wait_for(&db, &progress, &mut child, deadline, |p| p > 0).await?;
@@ -350,6 +438,23 @@ impl Run<'_> {
         // After the relay has drained, so its whole cost is counted.
         let cpu = Sample::take(child.pid()).per_event(before, counted);
         child.end_phase().await?;
+
+        if self.mode.slow {
+            // The order modes compare throughput only.
+            let report = child.stop().await?;
+            let effects = db.query_i64(&self.count_invoices(), &[]).await?;
+            db.close().await;
+            return Ok(Measured {
+                events_per_s,
+                report,
+                live: json!({}),
+                half_rate: 0,
+                cpu,
+                relay,
+                effects,
+                expected_effects: self.bulk_unique,
+            });
+        }
 
         // Phase 2: live traffic at a fixed rate, for latency.
         let mut total = bulk_total;
@@ -410,6 +515,7 @@ impl Run<'_> {
         format!(
             r#"[database]
 url = "{db_url}"
+{connections}
 
 [kafka]
 brokers = "{brokers}"
@@ -441,6 +547,10 @@ group_id = "{group}"
             migrations = self.opts.migrations.display(),
             bulk = self.bulk,
             settings = self.mode.settings,
+            connections = match self.mode.slow {
+                true => format!("max_connections = {SLOW_CONNECTIONS}"),
+                false => String::new(),
+            },
         )
     }
 

@@ -35,7 +35,7 @@ pub struct ServeReport {
     pub batches_in_flight_peak: u64,
 }
 
-pub async fn serve(config_path: &Path, native: bool) -> anyhow::Result<()> {
+pub async fn serve(config_path: &Path, native: bool, handler_ms: u64) -> anyhow::Result<()> {
     let config = Config::load(config_path).context("loading the benchmark's config")?;
     let mut natives: BTreeMap<String, Arc<dyn Handler>> = BTreeMap::new();
     if native {
@@ -53,6 +53,7 @@ pub async fn serve(config_path: &Path, native: bool) -> anyhow::Result<()> {
                 &["invoices".to_owned()],
                 std::time::Duration::from_millis(handler.limits.timeout_ms),
             ),
+            delay: std::time::Duration::from_millis(handler_ms),
         };
         natives.insert(handler.name.clone(), Arc::new(native));
     }

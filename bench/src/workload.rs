@@ -20,12 +20,14 @@ struct Order {
 }
 
 impl Order {
-    fn new(n: usize) -> Self {
+    /// An order; its Kafka key is `key` (a customer, say), else its own id.
+    fn keyed(n: usize, key: Option<String>) -> Self {
         let event_id = uuid::Uuid::now_v7().to_string();
-        let key = format!("order-{n}-{}", &event_id[24..]);
+        let order_id = format!("order-{n}-{}", &event_id[24..]);
+        let key = key.unwrap_or_else(|| order_id.clone());
         let payload = serde_json::json!({
             "event_id": event_id,
-            "order_id": key,
+            "order_id": order_id,
             "customer_email": format!("customer{n}@example.com"),
             "amount_cents": 1000 + (n % 5000) as i64,
         })
@@ -42,6 +44,15 @@ impl Order {
 /// Builds `records` records, `duplicate_pct` percent of them re-sends of an
 /// earlier record; returns them and how many distinct events they hold.
 fn orders(records: usize, duplicate_pct: u32) -> (Vec<Order>, usize) {
+    orders_keyed(records, duplicate_pct, || None)
+}
+
+/// As [`orders`], each new order keyed by what `key` says.
+fn orders_keyed(
+    records: usize,
+    duplicate_pct: u32,
+    mut key: impl FnMut() -> Option<String>,
+) -> (Vec<Order>, usize) {
     let mut rng = rand::rng();
     let mut out: Vec<Order> = Vec::with_capacity(records);
     let mut unique = 0;
@@ -50,11 +61,42 @@ fn orders(records: usize, duplicate_pct: u32) -> (Vec<Order>, usize) {
             let earlier = out[rng.random_range(0..out.len())].clone();
             out.push(earlier);
         } else {
-            out.push(Order::new(n));
+            out.push(Order::keyed(n, key()));
             unique += 1;
         }
     }
     (out, unique)
+}
+
+/// Keys 0..n drawn with probability proportional to 1 / (rank ^ s): a few
+/// customers place many of the orders, most place few.
+pub struct Zipf {
+    /// Cumulative weights, rank 1 first.
+    cumulative: Vec<f64>,
+}
+
+impl Zipf {
+    pub fn new(keys: usize, s: f64) -> Self {
+        let mut total = 0.0;
+        let cumulative = (1..=keys.max(1))
+            .map(|rank| {
+                total += (rank as f64).powf(-s);
+                total
+            })
+            .collect();
+        Self { cumulative }
+    }
+
+    /// The share of draws the hottest key takes.
+    pub fn hottest_share(&self) -> f64 {
+        self.cumulative[0] / self.cumulative[self.cumulative.len() - 1]
+    }
+
+    fn draw(&self, rng: &mut impl Rng) -> usize {
+        let total = self.cumulative[self.cumulative.len() - 1];
+        let point = rng.random_range(0.0..total);
+        self.cumulative.partition_point(|c| *c <= point)
+    }
 }
 
 pub struct Producer {
@@ -90,6 +132,28 @@ impl Producer {
     /// Produces as fast as the broker takes them; returns the distinct events sent.
     pub async fn bulk(&self, topic: &str, records: usize, duplicate_pct: u32) -> anyhow::Result<usize> {
         let (orders, unique) = orders(records, duplicate_pct);
+        let mut pending = Vec::with_capacity(orders.len());
+        for order in &orders {
+            pending.push(self.send(topic, order)?);
+        }
+        for delivery in pending {
+            delivered(delivery).await?;
+        }
+        Ok(unique)
+    }
+
+    /// As [`Producer::bulk`], the orders keyed by customers drawn from `zipf`.
+    pub async fn bulk_zipf(
+        &self,
+        topic: &str,
+        records: usize,
+        duplicate_pct: u32,
+        zipf: &Zipf,
+    ) -> anyhow::Result<usize> {
+        let mut rng = rand::rng();
+        let (orders, unique) = orders_keyed(records, duplicate_pct, || {
+            Some(format!("customer-{}", zipf.draw(&mut rng)))
+        });
         let mut pending = Vec::with_capacity(orders.len());
         for order in &orders {
             pending.push(self.send(topic, order)?);

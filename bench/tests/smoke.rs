@@ -26,7 +26,9 @@ fn a_small_benchmark_run_reports_every_mode_with_exact_effects() {
             "--timeout-secs",
             "120",
             "--modes",
-            "plain,a,b,c,d,py,js",
+            "plain,a,b,c,d,py,js,kp,kk",
+            "--keyed-events",
+            "300",
         ])
         .env("INBOXD_BENCH_BROKERS", env("INBOXD_TEST_BROKERS"))
         .env("INBOXD_BENCH_POSTGRES", env("INBOXD_TEST_POSTGRES"))
@@ -83,5 +85,13 @@ fn a_small_benchmark_run_reports_every_mode_with_exact_effects() {
         assert!(report[backend]["a_over_c"].as_f64().is_some(), "{report}");
         assert!(report[backend]["py_over_d"].as_f64().is_some(), "{report}");
         assert!(report[backend]["js_over_d"].as_f64().is_some(), "{report}");
+        // The order modes: the backlog only, each effect once.
+        for mode in ["kp", "kk"] {
+            let m = &report[backend][mode];
+            assert_eq!(m["effects_exact"], true, "{backend} {mode}: {m}\n{stderr}");
+            assert!(m["events_per_s"].as_f64().unwrap() > 0.0, "{backend} {mode}: {m}");
+        }
+        assert!(report[backend]["kk_over_kp"].as_f64().is_some(), "{report}");
     }
+    assert_eq!(report["order_modes"]["records"], 300, "{report}");
 }

@@ -55,6 +55,7 @@ pub struct Metrics {
     pub(crate) outbox_backlog: Family<HandlerLabel, Gauge>,
     pub(crate) outbox_parked: Family<HandlerLabel, Gauge>,
     pub(crate) dead_letters_parked: Family<HandlerLabel, Gauge>,
+    pub(crate) held_records: Family<HandlerLabel, Gauge>,
     pub(crate) consumer_lag: Family<PartitionLabels, Gauge>,
     batches_in_flight: Family<HandlerLabel, Gauge>,
     registry: std::sync::Arc<Registry>,
@@ -74,6 +75,7 @@ impl Default for Metrics {
         let outbox_backlog = Family::default();
         let outbox_parked = Family::default();
         let dead_letters_parked = Family::default();
+        let held_records = Family::default();
         let consumer_lag = Family::default();
         let batches_in_flight = Family::default();
         let mut registry = Registry::with_prefix("inboxd");
@@ -130,6 +132,12 @@ impl Default for Metrics {
             dead_letters_parked.clone(),
         );
         registry.register(
+            "held_records",
+            "Records held behind a parked record of their key (ordering = \"key\"), waiting for an operator: \
+             lag the consumer cannot work off (read at scrape time)",
+            held_records.clone(),
+        );
+        registry.register(
             "consumer_lag",
             "Records behind the partition's high watermark, from librdkafka statistics",
             consumer_lag.clone(),
@@ -152,6 +160,7 @@ impl Default for Metrics {
             outbox_backlog,
             outbox_parked,
             dead_letters_parked,
+            held_records,
             consumer_lag,
             batches_in_flight,
             registry: std::sync::Arc::new(registry),
@@ -223,6 +232,7 @@ impl Metrics {
         self.outbox_backlog.remove(&label);
         self.outbox_parked.remove(&label);
         self.dead_letters_parked.remove(&label);
+        self.held_records.remove(&label);
     }
 
     /// The Prometheus text exposition format.

@@ -46,6 +46,29 @@ fn signal(host: &HostProcess, signal: i32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_three_hosts_kills_restarts_zombie_and_replay_stay_exactly_once() {
+    chaos(Ordering::Partition).await;
+}
+
+/// The same chaos with `ordering = "key"` on billing: orders keyed by
+/// customer, ten orders each. A designed failure holds its customer's later
+/// orders behind it; at the end the operator discards the failures, which
+/// replays the held orders. Nothing lost or doubled, and each customer's
+/// orders applied in offset order (by their claims' times).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_with_key_order_loses_doubles_and_reorders_nothing() {
+    chaos(Ordering::Key).await;
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Ordering {
+    Partition,
+    Key,
+}
+
+/// Orders per customer with key order.
+const ORDERS_PER_CUSTOMER: usize = 10;
+
+async fn chaos(ordering: Ordering) {
     let events: usize = std::env::var("INBOXD_CHAOS_EVENTS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -67,7 +90,12 @@ async fn chaos_three_hosts_kills_restarts_zombie_and_replay_stay_exactly_once() 
         .to_owned();
     let proxy = FaultProxy::start(server.parse().unwrap(), Protocol::Postgres).await;
     let proxied = db_url.replacen(&server, &proxy.addr().to_string(), 1);
-    let handlers = chain_handlers(&topic, &invoices_topic);
+    let mut handlers = chain_handlers(&topic, &invoices_topic);
+    if ordering == Ordering::Key {
+        // Billing's block comes first, and its outbox mapping is its first inline table.
+        handlers = handlers.replacen("outbox_topics = ", "ordering = \"key\"\noutbox_topics = ", 1);
+    }
+    let customer = |i: usize| format!("c{}", i / ORDERS_PER_CUSTOMER);
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("compile-cache");
     let mut env = TestEnv::with_config(dir, proxied, &cache, "billing", &topic, &handlers);
@@ -86,6 +114,11 @@ async fn chaos_three_hosts_kills_restarts_zombie_and_replay_stay_exactly_once() 
             })
             .to_string()
             .into_bytes();
+        }
+        if ordering == Ordering::Key {
+            // Ten consecutive orders per customer: a designed failure is the
+            // third of its customer's (in numbers; the stream is shuffled).
+            send.key = customer(i);
         }
         send
     };
@@ -219,6 +252,41 @@ async fn chaos_three_hosts_kills_restarts_zombie_and_replay_stay_exactly_once() 
         "the hosts never reached the end of every partition:\n{}",
         logs(&hosts)
     );
+    // With key order, a designed failure holds its customer's later orders:
+    // the operator discards the failures, which replays what they held.
+    let mut held_replayed = 0;
+    if ordering == Ordering::Key {
+        let parked = rows(
+            &db,
+            "SELECT id FROM dead_letters WHERE handler = 'billing' AND resolution IS NULL \
+             AND reason_kind <> 'held' ORDER BY id",
+        )
+        .await;
+        let parked: Vec<String> = parked
+            .iter()
+            .map(|r| r[0].as_i64().unwrap().to_string())
+            .collect();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_inboxd"))
+            .args(["dlq", "discard"])
+            .args(&parked)
+            .args(["--json", "--config"])
+            .arg(&env.config_path)
+            .output()
+            .expect("run inboxd dlq discard");
+        let said: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        assert!(
+            out.status.success(),
+            "{said}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        held_replayed = said
+            .as_array()
+            .expect("a list")
+            .iter()
+            .filter(|o| o["outcome"] == "replayed")
+            .count();
+    }
     // The chain drains: every invoice relayed, and emailed.
     let emails = db.handler_table("notifier", "emails");
     let good_orders = (0..events).filter(|i| !failing.contains(i)).count() as i64;
@@ -261,8 +329,16 @@ async fn chaos_three_hosts_kills_restarts_zombie_and_replay_stay_exactly_once() 
     let lost = good.iter().filter(|id| !seen.contains_key(**id)).count();
     let doubled = seen.values().filter(|n| **n > 1).count();
     let strays = seen.keys().filter(|id| !good.contains(id)).count();
-    let letters = inboxd::db::dead_letters::list(&db, "billing").await.unwrap();
-    let dead: HashSet<String> = letters.iter().filter_map(|l| l.event_id.clone()).collect();
+    // Every letter, resolved or not, but those held behind a designed failure.
+    let letters = rows(
+        &db,
+        "SELECT event_id, resolution FROM dead_letters WHERE handler = 'billing' AND reason_kind <> 'held'",
+    )
+    .await;
+    let dead: HashSet<String> = letters
+        .iter()
+        .filter_map(|l| l[0].as_str().map(str::to_owned))
+        .collect();
     let designed: HashSet<String> = failing.iter().map(|i| ids[*i].clone()).collect();
     let positions = inboxd::db::offsets::load_all(&db, "billing").await.unwrap();
     let stored: HashMap<i32, i64> = positions.iter().map(|p| (p.partition, p.next_offset)).collect();
@@ -295,6 +371,32 @@ async fn chaos_three_hosts_kills_restarts_zombie_and_replay_stay_exactly_once() 
         letters.len(),
         started.elapsed().as_secs_f64()
     );
+    if ordering == Ordering::Key {
+        let out_of_order = customers_out_of_order(&db, &ids, customer).await;
+        println!(
+            "chaos (ordering = key): held_then_replayed={held_replayed} customers_out_of_order={}",
+            out_of_order.len()
+        );
+        assert!(held_replayed > 0, "no order was held behind a designed failure");
+        assert_eq!(
+            out_of_order,
+            Vec::<String>::new(),
+            "customers whose orders were applied out of order"
+        );
+        let unresolved = count(
+            &db,
+            "SELECT COUNT(*) FROM dead_letters WHERE handler = 'billing' AND resolution IS NULL",
+        )
+        .await;
+        assert_eq!(unresolved, 0, "the operator's discard left letters parked");
+        let held = count(
+            &db,
+            "SELECT COUNT(*) FROM dead_letters WHERE handler = 'billing' AND reason_kind = 'held' \
+             AND resolution = 'replayed'",
+        )
+        .await;
+        assert_eq!(held, held_replayed as i64, "each held order replayed once");
+    }
     assert_eq!(
         (emails_lost, emails_doubled, emails_strays),
         (0, 0, 0),
@@ -317,7 +419,9 @@ async fn chaos_three_hosts_kills_restarts_zombie_and_replay_stay_exactly_once() 
         "each designed failure dead-lettered once"
     );
     assert_eq!(stored, ends, "every partition's stored offset reached the end");
-    for p in &positions {
+    // With key order, records settled again after a crash (skipped as
+    // duplicates) count again: each range is committed once per settling.
+    for p in positions.iter().filter(|_| ordering == Ordering::Partition) {
         let replay = replayed
             .filter(|(partition, _)| *partition == p.partition)
             .map_or(0, |r| r.1);
@@ -328,4 +432,42 @@ async fn chaos_three_hosts_kills_restarts_zombie_and_replay_stay_exactly_once() 
             p.partition
         );
     }
+}
+
+/// Customers whose applied orders, in offset order, were not claimed in
+/// that order (by the claims' times, in milliseconds: ties pass).
+async fn customers_out_of_order(
+    db: &inboxd::db::Database,
+    ids: &[String],
+    customer: impl Fn(usize) -> String,
+) -> Vec<String> {
+    let of: HashMap<&str, String> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| (id.as_str(), customer(i)))
+        .collect();
+    let claims = rows(
+        db,
+        "SELECT event_id, \"offset\", processed_at FROM inbox WHERE handler = 'billing' AND status = 'done'",
+    )
+    .await;
+    let mut by_customer: HashMap<String, Vec<(i64, i64)>> = HashMap::new();
+    for claim in &claims {
+        let id = claim[0].as_str().unwrap();
+        if let Some(customer) = of.get(id) {
+            by_customer
+                .entry(customer.clone())
+                .or_default()
+                .push((claim[1].as_i64().unwrap(), claim[2].as_i64().unwrap()));
+        }
+    }
+    let mut wrong: Vec<String> = by_customer
+        .into_iter()
+        .filter_map(|(customer, mut claims)| {
+            claims.sort();
+            claims.windows(2).any(|w| w[1].1 < w[0].1).then_some(customer)
+        })
+        .collect();
+    wrong.sort();
+    wrong
 }

@@ -178,7 +178,7 @@ async fn each_key_stays_in_order_through_a_sigkill_and_a_second_host(backend: Ba
     for n in 0..PER_KEY {
         for key in 0..KEYS {
             records.push(numbered(key, n));
-            if (n * KEYS + key) % 5 == 0 {
+            if (n * KEYS + key).is_multiple_of(5) {
                 let copy = records.last().expect("just pushed");
                 records.push(Send {
                     key: copy.key.clone(),

@@ -95,6 +95,7 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
             dead_letters::parked_counts(db).await,
             &metrics.dead_letters_parked,
         ),
+        (dead_letters::held_counts(db).await, &metrics.held_records),
     ] {
         // A scrape still answers while the database is away; these gauges keep their last value.
         let Ok(counts) = counts else {

@@ -41,6 +41,8 @@ pub struct HandlerOverview {
     live: Option<Live>,
     settings: Option<Settings>,
     dead_letters_parked: i64,
+    /// Of those, records held behind a parked record of their key.
+    held_records: i64,
     outbox_backlog: i64,
     outbox_parked: i64,
     /// Age of the oldest message waiting for the relay (`None`: none waits).
@@ -63,6 +65,7 @@ pub async fn overview(State(state): State<AppState>, caller: Caller) -> Result<J
     names.retain(|n| caller.may_manage(n));
 
     let parked = dead_letters::parked_counts(db).await?;
+    let held = dead_letters::held_counts(db).await?;
     let backlog = outbox::backlog_counts(db).await?;
     let outbox_parked = outbox::parked_counts(db).await?;
     let oldest = outbox::oldest_pending(db).await?;
@@ -85,6 +88,7 @@ pub async fn overview(State(state): State<AppState>, caller: Caller) -> Result<J
                 live: stats.remove(&name).map(|s| s.live(now)),
                 settings: here.map(|r| r.settings),
                 dead_letters_parked: count(&parked, &name),
+                held_records: count(&held, &name),
                 outbox_backlog: count(&backlog, &name),
                 outbox_parked: count(&outbox_parked, &name),
                 relay_lag_ms: oldest.get(&name).map(|created| (now - created).max(0)),

@@ -389,6 +389,15 @@ pub async fn held_behind(db: &Database, letter: &Row) -> Result<Vec<Row>, DbErro
     Ok(letters)
 }
 
+/// Records held behind a parked record of their key, per handler.
+pub async fn held_counts(db: &Database) -> Result<BTreeMap<String, i64>, DbError> {
+    db.counts_by_handler(
+        "SELECT handler, COUNT(*) FROM dead_letters WHERE resolution IS NULL AND reason_kind = 'held' \
+         GROUP BY handler",
+    )
+    .await
+}
+
 /// Parked (unresolved) dead letters per handler.
 pub async fn parked_counts(db: &Database) -> Result<BTreeMap<String, i64>, DbError> {
     db.counts_by_handler(

@@ -11,7 +11,7 @@
 //! A new version goes live by swapping the handler's [`Slot`]: the batch in
 //! flight finishes on the version it started with, the next batch runs the
 //! new one. If the new version changes what the consumer is (topics, group,
-//! batching), its pump is stopped (batches in flight commit first) and
+//! batching, ordering), its pump is stopped (batches in flight commit first) and
 //! started again. Pausing stops the pump; its partitions go to other hosts
 //! of the group that are not paused, or wait.
 
@@ -567,4 +567,6 @@ fn consumer_changed(old: &HandlerConfig, new: &HandlerConfig) -> bool {
         || old.group_id() != new.group_id()
         || old.batch.max_events != new.batch.max_events
         || old.batch.linger_ms != new.batch.linger_ms
+        || old.ordering != new.ordering
+        || old.max_keys_in_flight != new.max_keys_in_flight
 }

@@ -10,7 +10,7 @@ import { fmt, h } from './dom.js';
 import { clearMessages, confirmAction, notify, showError } from './ui.js';
 
 // The reason kinds the host writes (db::dead_letters::ReasonKind).
-const KINDS = ['event-id', 'rejected', 'retries-exhausted', 'limit', 'sandbox-violation', 'host-error'];
+const KINDS = ['event-id', 'rejected', 'retries-exhausted', 'limit', 'sandbox-violation', 'host-error', 'held'];
 
 /** The API's answer for one id, in words, and whether it did what was asked. */
 const ACTIONS = {
@@ -19,8 +19,16 @@ const ACTIONS = {
   discard: (r) => [`Dead letter ${r.id}: ${r.discarded ? 'discarded' : 'already replayed or discarded'}`, r.discarded],
 };
 
-/** Replays or discards `ids` one by one after a confirmation, then shows every outcome. */
-async function actOn(action, ids, rerender) {
+/** What became of the letters held behind one (ordering = "key"), a line each. */
+function heldLines(result) {
+  return (result.held ?? []).map((r) => `  held behind it, dead letter ${r.id}: ${r.outcome.replaceAll('-', ' ')}${r.detail ? `: ${r.detail}` : ''}`);
+}
+
+/**
+ * Replays or discards `ids` one by one after a confirmation, then shows every
+ * outcome. `held` (replay or discard): what becomes of the letters held behind each.
+ */
+async function actOn(action, ids, rerender, held) {
   const verb = action === 'replay' ? 'Replay' : 'Discard';
   const consequence = action === 'replay' ? 'Each runs through the handler version active on this host.' : 'They will not be applied.';
   if (!(await confirmAction(`${verb} dead letter(s) ${ids.join(', ')}? ${consequence}`, verb))) return;
@@ -29,8 +37,10 @@ async function actOn(action, ids, rerender) {
   const failed = [];
   for (const id of ids) {
     try {
-      const [line, ok] = ACTIONS[action](await api('POST', `/v1/dead-letters/${id}/${action}`));
-      (ok ? done : failed).push(line);
+      const suffix = held ? `?held=${encodeURIComponent(held)}` : '';
+      const result = await api('POST', `/v1/dead-letters/${id}/${action}${suffix}`);
+      const [line, ok] = ACTIONS[action](result);
+      (ok ? done : failed).push([line, ...heldLines(result)].join('\n'));
     } catch (error) {
       failed.push(`Dead letter ${id}: ${error instanceof ApiError ? error.describe() : error.message}`);
     }
@@ -189,6 +199,24 @@ function payloadView(letter) {
   ];
 }
 
+/**
+ * Replay and discard of one parked letter; with a key (ordering = "key"), the
+ * choice of what becomes of the records held behind it.
+ */
+function actions(letter, rerender) {
+  const holds = letter.key != null && letter.kind !== 'held';
+  const choice = holds
+    ? h('select', { name: 'held', 'data-field': 'held-choice' },
+      h('option', { value: 'replay' }, 'replay the records held behind it, in order'),
+      h('option', { value: 'discard' }, 'discard the records held behind it'))
+    : null;
+  const held = () => (choice ? choice.value : undefined);
+  return h('div', { class: 'actions' },
+    h('button', { class: 'primary', onclick: () => actOn('replay', [letter.id], rerender, held()) }, 'Replay'),
+    h('button', { class: 'danger', onclick: () => actOn('discard', [letter.id], rerender, held()) }, 'Discard'),
+    choice ? h('label', {}, 'Then ', choice) : null);
+}
+
 export async function deadLetterDetail(id, rerender) {
   const letter = await api('GET', `/v1/dead-letters/${encodeURIComponent(id)}`);
   const parked = !letter.resolution;
@@ -203,9 +231,7 @@ export async function deadLetterDetail(id, rerender) {
         ['First failed', fmt.time(letter.first_failed_at)], ['Last failed', fmt.time(letter.last_failed_at)],
         ['Resolution', letter.resolution ? `${letter.resolution} at ${fmt.time(letter.resolved_at)}` : 'parked']]
         .map(([term, value]) => [h('dt', {}, term), h('dd', { 'data-field': term.toLowerCase().replaceAll(' ', '-') }, value)])),
-    parked ? h('div', { class: 'actions' },
-      h('button', { class: 'primary', onclick: () => actOn('replay', [letter.id], rerender) }, 'Replay'),
-      h('button', { class: 'danger', onclick: () => actOn('discard', [letter.id], rerender) }, 'Discard')) : null,
+    parked ? actions(letter, rerender) : null,
     h('h2', {}, 'Payload'),
     payloadView(letter),
     h('h2', {}, 'Headers'),

@@ -58,6 +58,9 @@ function card(handler, nowMs) {
       stat('Guest p50 / p99', percentiles(live && live.guest), 'guest-latency'),
       stat('Dead letters parked', fmt.count(handler.dead_letters_parked), 'dead-letters',
         { alert: handler.dead_letters_parked > 0, link: `#/dead-letters?handler=${encodeURIComponent(handler.name)}` }),
+      // Held behind a parked record of their key (ordering = "key"): lag only an operator releases.
+      stat('Held behind dead letters', fmt.count(handler.held_records), 'held-records',
+        { alert: handler.held_records > 0, link: `#/dead-letters?handler=${encodeURIComponent(handler.name)}` }),
       stat('Outbox backlog', fmt.count(handler.outbox_backlog), 'outbox-backlog'),
       stat('Relay lag', fmt.age(handler.relay_lag_ms), 'relay-lag'),
       stat('Outbox parked', fmt.count(handler.outbox_parked), 'outbox-parked', { alert: handler.outbox_parked > 0 }),
