@@ -45,11 +45,12 @@ pub enum ReplayOutcome {
 }
 
 impl ReplayOutcome {
-    /// Whether the letter is resolved now (its key's later letters may go).
-    pub fn resolved(&self) -> bool {
-        !matches!(
+    /// Whether this call resolved the letter (then the records held behind
+    /// it may go; another call that resolved it releases them itself).
+    pub fn resolved_here(&self) -> bool {
+        matches!(
             self,
-            ReplayOutcome::Failed(_) | ReplayOutcome::NoEventId | ReplayOutcome::HeldBehind(_)
+            ReplayOutcome::Replayed | ReplayOutcome::DuplicateByKey | ReplayOutcome::Discarded
         )
     }
 }
@@ -65,9 +66,9 @@ pub enum HeldChoice {
     Discard,
 }
 
-/// Rounds of looking for held letters: one more comes only if the partition
-/// held a record while the last round ran.
-const RELEASE_ROUNDS: usize = 10;
+/// Rounds of looking for held letters at most: one more comes only if the
+/// partition held a record while the last round ran.
+const RELEASE_ROUNDS: usize = 1_000;
 
 /// Releases the letters held behind `letter` (resolved just now), in offset
 /// order, each with its outcome: replayed (stopping at the first that is not
@@ -89,18 +90,21 @@ pub async fn release_held(
         for row in &held {
             let outcome = match choice {
                 HeldChoice::Replay => replay(db, handler, dedup, row).await?,
-                HeldChoice::Discard => {
-                    let mut tx = db.begin_write().await?;
-                    let discarded = dead_letters::resolve(&mut tx, row.id, "discarded").await?;
-                    tx.commit().await?;
-                    if discarded {
-                        ReplayOutcome::Discarded
-                    } else {
-                        ReplayOutcome::AlreadyResolved("resolved".into())
+                HeldChoice::Discard => match held_behind_another(db, row).await? {
+                    Some(first) => ReplayOutcome::HeldBehind(first),
+                    None => {
+                        let mut tx = db.begin_write().await?;
+                        let discarded = dead_letters::resolve(&mut tx, row.id, "discarded").await?;
+                        tx.commit().await?;
+                        if discarded {
+                            ReplayOutcome::Discarded
+                        } else {
+                            ReplayOutcome::AlreadyResolved("resolved".into())
+                        }
                     }
-                }
+                },
             };
-            let stop = !outcome.resolved();
+            let stop = !outcome.resolved_here();
             released.push((row.id, outcome));
             if stop {
                 return Ok(released);
@@ -108,6 +112,25 @@ pub async fn release_held(
         }
     }
     Ok(released)
+}
+
+/// For a held letter, the earlier letter of its key it still waits behind.
+async fn held_behind_another(db: &Database, letter: &Row) -> Result<Option<i64>, PipelineError> {
+    let (ReasonKind::Held, Some(key)) = (letter.kind, &letter.key) else {
+        return Ok(None);
+    };
+    let at = dead_letters::KeyAt {
+        handler: &letter.handler,
+        topic: &letter.topic,
+        partition: letter.partition,
+        key,
+    };
+    let mut tx = db.begin().await?;
+    let first = dead_letters::first_blocking(&mut tx, &at, false).await?;
+    tx.rollback().await?;
+    Ok(first
+        .filter(|(_, offset)| *offset < letter.offset)
+        .map(|(id, _)| id))
 }
 
 /// Runs a dead letter again. `Err` is the host's failure (the database, a
@@ -124,15 +147,8 @@ pub async fn replay(
     let Some(event_id) = letter.event_id.as_deref() else {
         return Ok(ReplayOutcome::NoEventId);
     };
-    if letter.kind == ReasonKind::Held
-        && let Some(key) = &letter.key
-    {
-        let mut tx = db.begin().await?;
-        let first = dead_letters::first_blocking(&mut tx, &letter.handler, key).await?;
-        tx.rollback().await?;
-        if let Some(first) = first.filter(|first| *first < letter.id) {
-            return Ok(ReplayOutcome::HeldBehind(first));
-        }
+    if let Some(first) = held_behind_another(db, letter).await? {
+        return Ok(ReplayOutcome::HeldBehind(first));
     }
     let record = Record {
         topic: letter.topic.clone(),

@@ -233,3 +233,81 @@ async fn each_key_stays_in_order_through_a_sigkill_and_a_second_host(backend: Ba
     assert_eq!(written, expected, "each record once, each key in order");
     assert_eq!(count(&db, "SELECT COUNT(*) FROM dead_letters").await, 0);
 }
+
+on_both_backends!(a_handler_at_its_held_bound_takes_no_more_records_until_an_operator_makes_room);
+
+async fn a_handler_at_its_held_bound_takes_no_more_records_until_an_operator_makes_room(backend: Backend) {
+    let topic = unique("keyed");
+    create_topic(&topic, 1).await;
+    let env = TestEnv::new(
+        backend,
+        "hostile",
+        &topic,
+        "ordering = \"key\"\nmax_held_records = 2\n",
+    )
+    .await;
+    let ok = || json!({ "attack": "ok" });
+    // a1 is parked; a2 and a3 are held (the bound); a4 would pass it.
+    let (_, a1) = keyed("a", json!({ "attack": "reject" }));
+    let (a2, send_a2) = keyed("a", ok());
+    let (a3, send_a3) = keyed("a", ok());
+    let (a4, send_a4) = keyed("a", ok());
+    let (after, sends): (Vec<String>, Vec<Send>) = (0..10).map(|i| keyed(&format!("b{i}"), ok())).unzip();
+    let mut records = vec![a1, send_a2, send_a3, send_a4];
+    records.extend(sends);
+    let ends = produce(&topic, &records).await;
+    let mut host = env.spawn_host();
+    let db = env.db().await;
+    let stopped = poll_until(Duration::from_secs(60), || {
+        let log = host.log();
+        async move { log.contains("holds as many records behind dead letters as it may") }
+    })
+    .await;
+    assert!(stopped, "the handler never reached its bound:\n{}", host.log());
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) FROM dead_letters WHERE reason_kind = 'held'"
+        )
+        .await,
+        2,
+        "held up to the bound, no more"
+    );
+    let end = ends[&0];
+    assert!(
+        stored_offsets(&db, &env.handler, &topic).await[&0] < end,
+        "the handler went on past its bound"
+    );
+
+    // The operator discards a1 and what it holds: the handler goes on, and
+    // a4 (its key free again) and the rest are applied.
+    let first = count(&db, "SELECT MIN(id) FROM dead_letters").await;
+    let discarded = std::process::Command::new(env!("CARGO_BIN_EXE_inboxd"))
+        .args([
+            "dlq",
+            "discard",
+            &first.to_string(),
+            "--held",
+            "discard",
+            "--config",
+        ])
+        .arg(&env.config_path)
+        .output()
+        .expect("run inboxd dlq discard");
+    assert!(
+        discarded.status.success(),
+        "{}",
+        String::from_utf8_lossy(&discarded.stderr)
+    );
+    env.wait_for_offsets(&ends, Duration::from_secs(60), &mut host)
+        .await;
+    let effects = env.table("hostile_effects").await;
+    let applied: BTreeSet<String> = texts(rows(&db, &format!("SELECT event_id FROM {effects}")).await)
+        .into_iter()
+        .collect();
+    let mut expected: BTreeSet<String> = after.into_iter().collect();
+    expected.insert(a4);
+    assert_eq!(applied, expected, "a2 and a3 discarded, the rest applied once");
+    assert!(!applied.contains(&a2) && !applied.contains(&a3));
+    assert_eq!(host.terminate(Duration::from_secs(30)).await, Some(0));
+}

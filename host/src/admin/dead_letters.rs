@@ -146,7 +146,7 @@ async fn replay_row(
     );
     let mut value = serde_json::to_value(&outcome).unwrap_or_default();
     value["id"] = row.id.into();
-    if outcome.resolved() {
+    if outcome.resolved_here() {
         value["held"] = release(state, &loaded, row, held).await?;
     }
     Ok(value)
@@ -188,19 +188,22 @@ pub async fn discard(
     Query(query): Query<HeldQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let row = fetch(&state, &caller, id).await?;
-    let mut tx = state.registry.db().begin_write().await?;
-    let discarded = dead_letters::resolve(&mut tx, id, "discarded").await?;
+    Ok(Json(discard_row(&state, &row, query.held).await?))
+}
+
+/// Discards one letter and, if that resolved it, releases the letters held
+/// behind it as chosen.
+async fn discard_row(state: &AppState, row: &Row, held: HeldChoice) -> Result<Value, ApiError> {
+    let db = state.registry.db();
+    let mut tx = db.begin_write().await?;
+    let discarded = dead_letters::resolve(&mut tx, row.id, "discarded").await?;
     tx.commit().await?;
-    let mut answer = json!({ "id": id, "discarded": discarded });
-    if row.key.is_some()
-        && !dead_letters::held_behind(state.registry.db(), &row)
-            .await?
-            .is_empty()
-    {
-        let loaded = loaded(&state, &row).await?;
-        answer["held"] = release(&state, &loaded, &row, query.held).await?;
+    let mut answer = json!({ "id": row.id, "discarded": discarded });
+    if discarded && row.key.is_some() && !dead_letters::held_behind(db, row).await?.is_empty() {
+        let loaded = loaded(state, row).await?;
+        answer["held"] = release(state, &loaded, row, held).await?;
     }
-    Ok(Json(answer))
+    Ok(answer)
 }
 
 /// `GET /v1/dead-letters/groups[?handler=H&kind=K]`: the parked dead letters
@@ -286,15 +289,14 @@ pub async fn discard_group(
     let group = fetch_group(&state, &caller, &id).await?;
     let mut outcomes = Vec::with_capacity(group.members.len());
     for member in group.members {
-        let discarded = async {
-            let mut tx = state.registry.db().begin_write().await?;
-            let discarded = dead_letters::resolve(&mut tx, member, "discarded").await?;
-            tx.commit().await?;
-            Ok::<_, crate::db::DbError>(discarded)
+        // With its record: a member's key says what it holds (ordering = "key").
+        let discarded = match fetch(&state, &caller, member).await {
+            Ok(row) => discard_row(&state, &row, HeldChoice::Replay).await,
+            Err(error) => Err(error),
         };
-        outcomes.push(match discarded.await {
-            Ok(discarded) => json!({ "id": member, "discarded": discarded }),
-            Err(error) => json!({ "id": member, "discarded": false, "error": error.to_string() }),
+        outcomes.push(match discarded {
+            Ok(outcome) => outcome,
+            Err(error) => json!({ "id": member, "discarded": false, "error": error.message }),
         });
     }
     tracing::info!(

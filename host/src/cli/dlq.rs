@@ -368,7 +368,7 @@ async fn replay_many(
             let outcome = replay(db, component, dedup.as_ref(), row)
                 .await
                 .map_err(|e| e.to_string());
-            let release = matches!(&outcome, Ok(o) if o.resolved());
+            let release = matches!(&outcome, Ok(o) if o.resolved_here());
             results.push((row.id, outcome));
             if release {
                 results.extend(released(db, component, dedup.as_ref(), row, held).await);

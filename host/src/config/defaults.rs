@@ -43,6 +43,10 @@ pub const MAX_BATCH: usize = 100;
 /// With `ordering = "key"`, a partition's keys in flight at once: enough to
 /// keep its lanes full under a skewed key distribution.
 pub const MAX_KEYS_IN_FLIGHT: usize = 1_000;
+/// With `ordering = "key"`, records a handler may hold behind dead letters:
+/// each is a dead letter with its payload, so this bounds the table's growth
+/// while a key stays blocked.
+pub const MAX_HELD_RECORDS: u64 = 100_000;
 /// How long a partition's first waiting record may wait for company. While
 /// a batch is in flight, the next one fills anyway, so under load batches
 /// grow without waiting and at low load this bounds the added latency.

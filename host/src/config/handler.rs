@@ -50,6 +50,11 @@ pub struct HandlerConfig {
     /// (running, waiting to be retried, or being held), at most.
     #[serde(default = "default_max_keys_in_flight")]
     pub max_keys_in_flight: usize,
+    /// With `ordering = "key"`: records held behind dead letters, at most,
+    /// over the handler's partitions; at the bound the handler takes no more
+    /// records until an operator replays or discards some.
+    #[serde(default = "default_max_held_records")]
+    pub max_held_records: u64,
 }
 
 /// `ordering`: what a partition keeps in order.
@@ -71,8 +76,14 @@ fn default_max_keys_in_flight() -> usize {
     defaults::MAX_KEYS_IN_FLIGHT
 }
 
+fn default_max_held_records() -> u64 {
+    defaults::MAX_HELD_RECORDS
+}
+
 /// The most keys in flight a partition may be given.
 const MAX_KEYS_IN_FLIGHT: usize = 10_000;
+/// The most held records a handler may be given.
+const MAX_HELD_RECORDS: u64 = 10_000_000;
 
 /// `[handlers.dedup]`: a second event with the same business key (an order
 /// id, say) inside `window` of the first is skipped as a duplicate by key,
@@ -495,6 +506,12 @@ impl HandlerConfig {
         }
         if let Some(dedup) = &self.dedup {
             dedup.validate(key)?;
+        }
+        if !(1..=MAX_HELD_RECORDS).contains(&self.max_held_records) {
+            return Err(invalid(
+                format!("{key}.max_held_records"),
+                format!("must be 1 to {MAX_HELD_RECORDS}"),
+            ));
         }
         if !(1..=MAX_KEYS_IN_FLIGHT).contains(&self.max_keys_in_flight) {
             return Err(invalid(

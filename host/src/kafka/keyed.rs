@@ -25,10 +25,13 @@ use super::outage::{Attempt, OutageLog};
 use super::partition::{Admit, BatchDone, BatchTask, Position, Stops, sleep_until, to_record};
 use crate::db::{dead_letters, offsets};
 use crate::metrics::HostErrorKind;
-use crate::pipeline::{BatchCursor, BatchEnd, Deferred, Fence, Held, Outcome, Pipeline, PipelineError};
+use crate::pipeline::{
+    BatchCursor, BatchEnd, Deferred, Fence, HOST_ERROR_ATTEMPTS, Held, Outcome, Pipeline, PipelineError,
+};
 use crate::record::Record;
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -37,6 +40,9 @@ use tokio_util::sync::CancellationToken;
 /// database connection for its transaction, so this times the assigned
 /// partitions is what a handler may ask of the pool.
 pub const LANES: usize = 8;
+
+/// How often a handler at its `max_held_records` looks whether it has room again.
+const FULL_PROBE: Duration = Duration::from_secs(5);
 
 /// A record's Kafka key; records without one share `None`.
 type Key = Option<Vec<u8>>;
@@ -82,6 +88,8 @@ pub(super) struct KeyedTask {
     lanes: usize,
     /// Nothing could start at the last look: wait for a job or a record.
     stalled: bool,
+    /// While the handler holds all it may: when to look again.
+    probe_at: Option<Instant>,
 }
 
 impl KeyedTask {
@@ -98,6 +106,7 @@ impl KeyedTask {
             jobs: JoinSet::new(),
             lanes: 0,
             stalled: false,
+            probe_at: None,
         }
     }
 
@@ -110,10 +119,19 @@ impl KeyedTask {
             if stops.revoked.is_cancelled() {
                 break;
             }
-            if !self.stalled {
+            if self.at.shared.held_full.load(Relaxed) && self.probe_at.is_none_or(|at| at <= Instant::now()) {
+                self.probe_at = Some(Instant::now() + FULL_PROBE);
+                self.probe_room().await;
+            }
+            let full = self.at.shared.held_full.load(Relaxed);
+            if !full {
+                self.probe_at = None;
+            }
+            if !self.stalled && !full {
                 self.launch(linger, &stops);
             }
             let wake = match (self.stalled, self.since) {
+                _ if full => self.probe_at,
                 (false, Some(since)) if !self.buffer.is_empty() => Some(since + linger),
                 _ => None,
             };
@@ -337,13 +355,10 @@ impl KeyedTask {
     fn start_hold(&mut self, key: Vec<u8>, records: Vec<Record>, stop: &CancellationToken) {
         let pipeline = Arc::new(self.at.shared.pipeline.pinned());
         let outage = self.at.shared.outage.clone();
+        let max_held = self.at.shared.max_held_records;
         let (stop, generation) = (stop.clone(), self.at.generation);
         self.jobs.spawn(async move {
-            let held = outage
-                .retry("holding records behind a dead letter", &stop, || {
-                    pipeline.hold(&key, &records)
-                })
-                .await;
+            let held = hold_or_park(&pipeline, &outage, &key, &records, max_held, &stop).await;
             Job::Hold {
                 key,
                 records,
@@ -406,20 +421,64 @@ impl KeyedTask {
             }
             Job::Hold {
                 key,
-                records,
+                mut records,
                 held,
                 generation,
             } => {
                 self.busy.remove(&Some(key.clone()));
+                let current = !stopping && generation == self.at.generation;
+                let parked = match held {
+                    Some(Held::Parked { count, .. }) => count,
+                    _ => 0,
+                };
+                let rest = records.split_off(parked);
+                records.iter().for_each(|r| self.settle(r.offset));
                 match held {
-                    Some(Held::Parked { .. }) => records.iter().for_each(|r| self.settle(r.offset)),
-                    Some(Held::Released) if !stopping && generation == self.at.generation => {
+                    Some(Held::Released) if current => {
                         self.blocked.remove(&key);
-                        self.requeue(records);
+                        self.requeue(rest);
                     }
-                    _ => self.drop_unrun(&records),
+                    // At the handler's bound: the rest waits for room.
+                    Some(Held::Full { .. } | Held::Parked { .. }) if current && !rest.is_empty() => {
+                        self.bound_reached(held);
+                        self.requeue(rest);
+                    }
+                    _ => self.drop_unrun(&rest),
                 }
             }
+        }
+    }
+
+    /// The handler holds its `max_held_records`: every partition of it here
+    /// stops taking records (see [`KeyedTask::probe_room`]).
+    fn bound_reached(&mut self, held: Option<Held>) {
+        if !self.at.shared.held_full.swap(true, Relaxed) {
+            tracing::error!(
+                handler = self.at.shared.handler,
+                ?held,
+                max_held_records = self.at.shared.max_held_records,
+                "the handler holds as many records behind dead letters as it may: it takes no more records \
+                 until an operator replays or discards some (inboxd dlq)"
+            );
+        }
+    }
+
+    /// With the handler at its `max_held_records`: whether an operator has
+    /// made room since (then every partition of the handler goes on).
+    async fn probe_room(&mut self) {
+        let shared = &self.at.shared;
+        match dead_letters::held_of(shared.pipeline.db(), &shared.handler).await {
+            Ok(held) if (held as u64) < shared.max_held_records => {
+                tracing::info!(
+                    handler = shared.handler,
+                    held,
+                    "the handler holds fewer records than its max_held_records again: it goes on"
+                );
+                shared.held_full.store(false, Relaxed);
+                self.stalled = false;
+            }
+            Ok(_) => {}
+            Err(error) => tracing::debug!(handler = shared.handler, "counting held records failed: {error}"),
         }
     }
 
@@ -521,6 +580,55 @@ async fn retry_alone(
                     return None;
                 }
             }
+        }
+    }
+}
+
+/// Holds records of a blocked key ([`Pipeline::hold`]), waiting out an
+/// outage; a failure that is not one (a row the database refuses for good)
+/// parks them as `host-error` after [`HOST_ERROR_ATTEMPTS`] tries instead,
+/// so the partition is not pinned. `None` if `stop` came first.
+async fn hold_or_park(
+    pipeline: &Pipeline,
+    outage: &OutageLog,
+    key: &[u8],
+    records: &[Record],
+    max_held: u64,
+    stop: &CancellationToken,
+) -> Option<Held> {
+    const WHAT: &str = "holding records behind a dead letter";
+    let mut attempt = Attempt::new(outage);
+    let mut refused = 0;
+    let first_failed_at = crate::db::now_ms();
+    loop {
+        let error = match pipeline.hold(key, records, max_held).await {
+            Ok(held) => {
+                attempt.succeeded(WHAT);
+                return Some(held);
+            }
+            Err(PipelineError::Abandoned) => return None,
+            Err(error) => error,
+        };
+        if !error.is_transient() {
+            refused += 1;
+            pipeline.stats().host_error(HostErrorKind::Permanent);
+            if refused >= HOST_ERROR_ATTEMPTS {
+                for record in records {
+                    let parked = outage
+                        .retry(WHAT, stop, || {
+                            pipeline.park_host_error(record, Fence::Keyed, &error, refused, first_failed_at)
+                        })
+                        .await;
+                    parked?;
+                }
+                return Some(Held::Parked {
+                    behind: 0,
+                    count: records.len(),
+                });
+            }
+        }
+        if !attempt.failed(WHAT, &error, stop).await {
+            return None;
         }
     }
 }

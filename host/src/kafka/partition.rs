@@ -45,6 +45,11 @@ pub(super) struct Shared {
     pub ordering: KeyOrdering,
     /// With key order: a partition's keys in flight, at most.
     pub max_keys_in_flight: usize,
+    /// With key order: records the handler may hold behind dead letters.
+    pub max_held_records: u64,
+    /// With key order: the handler holds `max_held_records`, so its
+    /// partitions take no more records (see `kafka::keyed`).
+    pub held_full: std::sync::atomic::AtomicBool,
     pub pipeline: Arc<Pipeline>,
     pub consumer: Arc<InboxConsumer>,
     pub batching: BatchConfig,

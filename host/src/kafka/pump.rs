@@ -27,20 +27,39 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+/// A handler's ordering and, with key order, its bounds.
+pub struct KeyOrder {
+    pub ordering: Ordering,
+    pub max_keys_in_flight: usize,
+    pub max_held_records: u64,
+}
+
+impl KeyOrder {
+    pub fn of(config: &crate::config::HandlerConfig) -> Self {
+        Self {
+            ordering: config.ordering,
+            max_keys_in_flight: config.max_keys_in_flight,
+            max_held_records: config.max_held_records,
+        }
+    }
+}
+
 /// Consumes until `shutdown` is cancelled, then commits to Kafka and leaves the group.
 pub async fn run_pump(
     consumer: InboxConsumer,
     pipeline: Pipeline,
     batching: BatchConfig,
-    ordering: (Ordering, usize),
+    ordering: KeyOrder,
     shutdown: CancellationToken,
 ) {
     let consumer = Arc::new(consumer);
     InboxContext::attach(&consumer);
     let shared = Arc::new(Shared {
         handler: pipeline.handler_name().to_owned(),
-        ordering: ordering.0,
-        max_keys_in_flight: ordering.1,
+        ordering: ordering.ordering,
+        max_keys_in_flight: ordering.max_keys_in_flight,
+        max_held_records: ordering.max_held_records,
+        held_full: Default::default(),
         pipeline: Arc::new(pipeline),
         consumer: consumer.clone(),
         max_buffered: max_buffered(&batching),
@@ -52,6 +71,7 @@ pub async fn run_pump(
         shared,
         consumer,
         partitions: HashMap::new(),
+        ended: HashMap::new(),
         tasks: JoinSet::new(),
         strays: HashMap::new(),
     };
@@ -63,6 +83,9 @@ struct Pump {
     consumer: Arc<InboxConsumer>,
     /// The running partition tasks, by what revokes them.
     partitions: HashMap<PartitionKey, CancellationToken>,
+    /// Cancelled when a partition's latest task has ended: the next one for
+    /// the partition waits for it (see [`Pump::start`]).
+    ended: HashMap<PartitionKey, CancellationToken>,
     tasks: JoinSet<()>,
     /// Partitions started over because their records came on the consumer's
     /// queue, with the lowest such record's offset.
@@ -148,11 +171,29 @@ impl Pump {
         if let Some(old) = self.partitions.insert(key.clone(), stops.revoked.clone()) {
             old.cancel();
         }
+        // With key order, a partition assigned again starts only once its
+        // last task has ended (its work in flight committed or rolled back):
+        // two tasks of one partition would run one key's records side by
+        // side, and nothing in their transactions fences one from the other.
+        // (With partition order, the offset's compare-and-set fences them.)
+        let ended = CancellationToken::new();
+        let previous = self
+            .ended
+            .insert(key.clone(), ended.clone())
+            .filter(|_| self.shared.ordering == Ordering::Key);
         let at = Position::new(key, queue, floor, self.shared.clone());
-        match self.shared.ordering {
-            Ordering::Partition => self.tasks.spawn(PartitionTask::new(at).run(stops)),
-            Ordering::Key => self.tasks.spawn(KeyedTask::new(at).run(stops)),
-        };
+        let ordering = self.shared.ordering;
+        self.tasks.spawn(async move {
+            // Cancelled however this ends (a panic included).
+            let _ended = ended.drop_guard();
+            if let Some(previous) = previous {
+                previous.cancelled().await;
+            }
+            match ordering {
+                Ordering::Partition => PartitionTask::new(at).run(stops).await,
+                Ordering::Key => KeyedTask::new(at).run(stops).await,
+            }
+        });
     }
 
     /// A record on the consumer's own queue (its partition could not be split

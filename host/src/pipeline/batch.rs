@@ -24,7 +24,7 @@ use super::tail::Sealed;
 use super::{Fence, Outcome, Park, Parked, Pipeline, PipelineError};
 use crate::db::DbError;
 use crate::db::now_ms;
-use crate::db::{business_keys, inbox};
+use crate::db::{business_keys, dead_letters, inbox};
 use crate::event_id;
 use crate::handler::GuestFailure;
 use crate::record::Record;
@@ -183,6 +183,11 @@ impl Pipeline {
         let mut optimistic = self.slot.optimistic();
         while cursor.done < records.len() {
             let rest = &records[cursor.done..];
+            // With key order, a record behind one this batch parked (in the
+            // one-at-a-time runs below) is not run: the rest go back.
+            if rest.iter().any(|record| cursor.behind_parked(record)) {
+                return Ok(BatchEnd::Returned(None));
+            }
             let span = self.batch_span(rest);
             let end = self
                 .batch_tx(rest, cursor.fence, optimistic && rest.len() > 1)
@@ -349,6 +354,26 @@ impl Pipeline {
             })
             .collect();
         let mut keys = BatchKeys::claim(self, &mut tx, &new_events).await?;
+        // With key order, the new events' keys a parked letter blocks now: the
+        // partition task knew of those it parked, but another consumer may
+        // have parked one in a rebalance (read after the claims, which
+        // waited for that consumer's transaction).
+        let blocked = match fence {
+            Fence::Keyed => {
+                let keys: Vec<&[u8]> = new_events.iter().filter_map(|(r, _)| r.key.as_deref()).collect();
+                let first = &records[0];
+                dead_letters::blocked_among(
+                    &mut tx,
+                    self.handler.name(),
+                    &first.topic,
+                    first.partition,
+                    &keys,
+                )
+                .await?
+            }
+            Fence::Partition(_) => HashSet::new(),
+        };
+        let mut found_blocked = None;
         let mut done = Vec::with_capacity(records.len());
         let mut applied = Vec::new();
         let mut messages = Vec::new();
@@ -368,6 +393,14 @@ impl Pipeline {
                 tracing::debug!(handler = self.handler.name(), event_id, "duplicate skipped");
                 done.push(Done::Duplicate);
                 continue;
+            }
+            if let Some(key) = record.key.as_ref().filter(|key| blocked.contains(*key)) {
+                // It and the rest go back to the partition task, which holds it.
+                let unrun = std::iter::once(event_id.clone()).chain(fresh.drain()).collect();
+                self.unclaim(&mut tx, &keys, unrun).await?;
+                found_blocked = Some(key.clone());
+                cut = true;
+                break;
             }
             let holding = match keys.turn(self, &mut tx, record, event_id).await? {
                 Turn::DuplicateByKey => {
@@ -450,7 +483,7 @@ impl Pipeline {
                 count,
                 retry,
                 cut,
-                parked_keys: Vec::new(),
+                parked_keys: found_blocked.into_iter().collect(),
             });
         };
         match self.seal(tx, last, fence, count, &applied, &messages).await? {
@@ -466,6 +499,7 @@ impl Pipeline {
                     Done::Parked(parked) => blocks_key(record, parked.event_id.as_deref()),
                     _ => None,
                 })
+                .chain(found_blocked)
                 .collect(),
             Fence::Partition(_) => Vec::new(),
         };

@@ -4,7 +4,7 @@
 //! held ones after it, in offset order (see `replay::release_held`).
 
 use super::{Park, Parked, Pipeline, PipelineError};
-use crate::db::dead_letters::{self, ReasonKind};
+use crate::db::dead_letters::{self, KeyAt, ReasonKind};
 use crate::db::{inbox, now_ms};
 use crate::event_id;
 use crate::record::Record;
@@ -15,23 +15,54 @@ pub enum Held {
     /// Nothing blocks the key any more (its letters were replayed or
     /// discarded): the records are to be run. Nothing was written.
     Released,
-    /// Parked (or skipped as duplicates) behind dead letter `behind`.
-    Parked { behind: i64 },
+    /// The first `count` records parked (or skipped as duplicates) behind
+    /// dead letter `behind`; the rest, if any, would have passed the
+    /// handler's `max_held_records` and were not touched.
+    Parked { behind: i64, count: usize },
+    /// Not parked: the handler already holds `held` records, its
+    /// `max_held_records`. Nothing was written.
+    Full { held: i64 },
 }
 
 impl Pipeline {
     /// Parks `records` (all of Kafka key `key`, in offset order) as held
     /// behind the key's first parked letter, in one transaction of the
-    /// host's own (no handler runs); or, if none blocks the key now, does
-    /// nothing. The check and the parking share the transaction, so a
+    /// host's own (no handler runs), as many as the handler's `max_held`
+    /// leaves room for; or, if none blocks the key now, does nothing. The check and the parking share the transaction, so a
     /// replay that resolves the last letter meanwhile is seen either way.
-    pub async fn hold(&self, key: &[u8], records: &[Record]) -> Result<Held, PipelineError> {
+    pub async fn hold(&self, key: &[u8], records: &[Record], max_held: u64) -> Result<Held, PipelineError> {
         let handler = self.handler.name();
-        let mut tx = self.db.begin_immediate().await?;
-        let Some(behind) = dead_letters::first_blocking(&mut tx, handler, key).await? else {
-            tx.rollback().await?;
-            return Ok(Held::Released);
+        let Some(first) = records.first() else {
+            return Ok(Held::Parked { behind: 0, count: 0 });
         };
+        let at = KeyAt {
+            handler,
+            topic: &first.topic,
+            partition: first.partition,
+            key,
+        };
+        let mut tx = self.db.begin_immediate().await?;
+        // The letter they go behind stays unresolved until this commits (on
+        // PostgreSQL it is locked; SQLite has one writer): a replay that
+        // resolves it meanwhile waits, then finds these held behind it.
+        let behind = loop {
+            if let Some((id, _)) = dead_letters::first_blocking(&mut tx, &at, true).await? {
+                break id;
+            }
+            // None blocks the key, or the one that did was resolved while
+            // the lock waited: only a look without the lock tells which.
+            if dead_letters::first_blocking(&mut tx, &at, false).await?.is_none() {
+                tx.rollback().await?;
+                return Ok(Held::Released);
+            }
+        };
+        let held = dead_letters::held_count(&mut tx, handler).await?;
+        let room = usize::try_from(max_held.saturating_sub(held as u64)).unwrap_or(usize::MAX);
+        if room == 0 {
+            tx.rollback().await?;
+            return Ok(Held::Full { held });
+        }
+        let records = &records[..records.len().min(room)];
         let reason = format!("held behind dead letter {behind}");
         let mut parked: Vec<Parked> = Vec::with_capacity(records.len());
         for record in records {
@@ -60,6 +91,9 @@ impl Pipeline {
         for letter in parked {
             letter.report(handler, &self.stats);
         }
-        Ok(Held::Parked { behind })
+        Ok(Held::Parked {
+            behind,
+            count: records.len(),
+        })
     }
 }

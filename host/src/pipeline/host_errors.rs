@@ -101,7 +101,7 @@ impl Pipeline {
     /// written, and without one where the inbox row was what failed (a
     /// replay then claims it afresh). If even that is refused the error goes
     /// back to the caller, who retries it as an outage, logged and counted.
-    async fn park_host_error(
+    pub async fn park_host_error(
         &self,
         record: &Record,
         fence: Fence,

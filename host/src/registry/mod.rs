@@ -23,6 +23,7 @@ pub mod upload;
 use crate::config::{Config, HandlerConfig};
 use crate::db::{Database, DbError};
 use crate::handler::Handler;
+use crate::kafka::pump::KeyOrder;
 use crate::kafka::{InboxConsumer, create_consumer, run_pump};
 use crate::metrics::Metrics;
 use crate::pipeline::{Pipeline, Slot};
@@ -533,7 +534,7 @@ impl Registry {
             consumer,
             pipeline,
             entry.config.batch.clone(),
-            (entry.config.ordering, entry.config.max_keys_in_flight),
+            KeyOrder::of(&entry.config),
             stop.clone(),
         ));
         entry.pump = Some(PumpTask { stop, task });
@@ -569,4 +570,5 @@ fn consumer_changed(old: &HandlerConfig, new: &HandlerConfig) -> bool {
         || old.batch.linger_ms != new.batch.linger_ms
         || old.ordering != new.ordering
         || old.max_keys_in_flight != new.max_keys_in_flight
+        || old.max_held_records != new.max_held_records
 }

@@ -13,6 +13,7 @@ mod dedup;
 mod guards;
 mod harness;
 mod host_errors;
+mod keyed;
 mod scripted;
 
 use super::backoff;

@@ -1,0 +1,3 @@
+-- ordering = "key": a record is held while a parked letter of its key in its
+-- partition is unresolved; the host looks those up by key, for every batch.
+CREATE INDEX dead_letters_open_keys ON dead_letters (handler, topic, partition, key) WHERE resolution IS NULL;
