@@ -236,48 +236,58 @@ impl KeyedTask {
         let free = LANES.saturating_sub(self.lanes);
         let per_lane = self.buffer.len().div_ceil(free.max(1)).clamp(1, max_events);
         let room = shared.max_keys_in_flight.saturating_sub(self.busy.len());
-        // Keys passed over in this look: their later records wait too.
-        let mut passed: HashSet<&Key> = HashSet::new();
+        // The free keys' buffered records, key by key in the order of each
+        // key's first record. A lane takes a key's records together (up to
+        // a batch), so a key with many records waiting is not held up by a
+        // lane's worth of other keys' records for each of its own.
+        let mut order: Vec<&Key> = Vec::new();
+        let mut of_key: HashMap<&Key, Vec<usize>> = HashMap::new();
+        for (i, record) in self.buffer.iter().enumerate() {
+            if self.busy.contains(&record.key) {
+                continue;
+            }
+            of_key
+                .entry(&record.key)
+                .or_insert_with(|| {
+                    order.push(&record.key);
+                    Vec::new()
+                })
+                .push(i);
+        }
         let mut lanes: Vec<Vec<usize>> = Vec::new();
         let mut open: Vec<usize> = Vec::new();
-        let mut open_keys: HashSet<&Key> = HashSet::new();
         let mut holds: Vec<(Vec<u8>, Vec<usize>)> = Vec::new();
-        let mut hold_of: HashMap<&[u8], usize> = HashMap::new();
         let mut new_keys = 0;
-        for (i, record) in self.buffer.iter().enumerate() {
-            let key = &record.key;
-            if passed.contains(key) || self.busy.contains(key) {
-                passed.insert(key);
-                continue;
+        for key in order {
+            if new_keys >= room {
+                break;
             }
+            let mut indexes = of_key.remove(key).unwrap_or_default();
             if let Some(blocked) = key.as_deref().filter(|k| self.blocked.contains(*k)) {
-                if let Some(&h) = hold_of.get(blocked) {
-                    holds[h].1.push(i);
-                } else if new_keys < room {
-                    new_keys += 1;
-                    hold_of.insert(blocked, holds.len());
-                    holds.push((blocked.to_vec(), vec![i]));
-                } else {
-                    passed.insert(key);
-                }
+                new_keys += 1;
+                holds.push((blocked.to_vec(), indexes));
                 continue;
             }
-            if !open_keys.contains(key) {
-                if lanes.len() >= free || new_keys >= room {
-                    passed.insert(key);
-                    continue;
-                }
-                new_keys += 1;
-                open_keys.insert(key);
+            // At most a batch of one key at once; the rest waits for it.
+            indexes.truncate(max_events);
+            if !open.is_empty() && open.len() + indexes.len() > max_events {
+                lanes.push(std::mem::take(&mut open));
             }
-            open.push(i);
+            if lanes.len() >= free {
+                continue;
+            }
+            new_keys += 1;
+            open.extend(indexes);
             if open.len() >= per_lane {
                 lanes.push(std::mem::take(&mut open));
-                passed.extend(open_keys.drain());
             }
         }
         if !open.is_empty() {
             lanes.push(open);
+        }
+        // Each lane in offset order (one key's records are already).
+        for lane in &mut lanes {
+            lane.sort_unstable();
         }
         if lanes.is_empty() && holds.is_empty() {
             self.stalled = true;
