@@ -311,3 +311,65 @@ async fn a_handler_at_its_held_bound_takes_no_more_records_until_an_operator_mak
     assert!(!applied.contains(&a2) && !applied.contains(&a3));
     assert_eq!(host.terminate(Duration::from_secs(30)).await, Some(0));
 }
+
+on_both_backends!(records_without_a_key_keep_partition_order_among_themselves);
+
+async fn records_without_a_key_keep_partition_order_among_themselves(backend: Backend) {
+    let topic = unique("keyed");
+    create_topic(&topic, 1).await;
+    let settings = "ordering = \"key\"\n[handlers.retry]\nmax_attempts = 3\n\
+                    backoff_initial_ms = 3000\nbackoff_max_ms = 3000\n";
+    let env = TestEnv::new(backend, "hostile", &topic, settings).await;
+    let ok = || json!({ "attack": "ok" });
+    // n1 has no key and asks for one retry; n2 and n3, also without a key,
+    // must wait for it; the keyed records after them need not.
+    let (n1, send_n1) = keyed("", json!({ "attack": "until", "attempt": 2 }));
+    let (n2, send_n2) = keyed("", ok());
+    let (n3, send_n3) = keyed("", ok());
+    let (others, sends): (Vec<String>, Vec<Send>) = (0..10).map(|i| keyed(&format!("b{i}"), ok())).unzip();
+    let mut records = vec![send_n1, send_n2, send_n3];
+    records.extend(sends);
+    let ends = produce(&topic, &records).await;
+    let mut host = env.spawn_host();
+    env.wait_for_offsets(&ends, Duration::from_secs(120), &mut host)
+        .await;
+    assert_eq!(host.terminate(Duration::from_secs(30)).await, Some(0));
+
+    let db = env.db().await;
+    let claimed_at = |ids: Vec<String>| {
+        let db = db.clone();
+        let list = ids
+            .iter()
+            .map(|id| format!("'{id}'"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        async move {
+            rows(
+                &db,
+                &format!("SELECT processed_at FROM inbox WHERE event_id IN ({list}) AND status = 'done'"),
+            )
+            .await
+            .iter()
+            .map(|r| r[0].as_i64().expect("processed_at"))
+            .collect::<Vec<i64>>()
+        }
+    };
+    let first = claimed_at(vec![n1.clone()]).await;
+    let after = claimed_at(vec![n2.clone(), n3.clone()]).await;
+    let keyed_ones = claimed_at(others.clone()).await;
+    assert_eq!(
+        (first.len(), after.len(), keyed_ones.len()),
+        (1, 2, 10),
+        "each applied once"
+    );
+    assert!(
+        after.iter().all(|at| *at >= first[0]),
+        "records without a key went ahead of the one without a key before them: {after:?} < {first:?}"
+    );
+    assert!(
+        keyed_ones.iter().all(|at| *at < first[0]),
+        "the keyed records waited for the one without a key: {keyed_ones:?} >= {first:?}"
+    );
+    let effects = env.table("hostile_effects").await;
+    assert_eq!(count(&db, &format!("SELECT COUNT(*) FROM {effects}")).await, 13);
+}

@@ -285,19 +285,44 @@ pub async fn discard_group(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
+    Query(query): Query<HeldQuery>,
 ) -> Result<Json<Vec<Value>>, ApiError> {
     let group = fetch_group(&state, &caller, &id).await?;
+    let db = state.registry.db();
     let mut outcomes = Vec::with_capacity(group.members.len());
+    // Every member first, then what each held (ordering = "key"): a letter
+    // held behind a member that is itself a member is discarded, never replayed.
+    let mut resolved = Vec::new();
     for member in group.members {
-        // With its record: a member's key says what it holds (ordering = "key").
-        let discarded = match fetch(&state, &caller, member).await {
-            Ok(row) => discard_row(&state, &row, HeldChoice::Replay).await,
+        let discarded = async {
+            let row = fetch(&state, &caller, member).await?;
+            let mut tx = db.begin_write().await?;
+            let discarded = dead_letters::resolve(&mut tx, member, "discarded").await?;
+            tx.commit().await?;
+            Ok::<_, ApiError>((row, discarded))
+        };
+        match discarded.await {
+            Ok((row, discarded)) => {
+                outcomes.push(json!({ "id": member, "discarded": discarded }));
+                if discarded {
+                    resolved.push((outcomes.len() - 1, row));
+                }
+            }
+            Err(error) => outcomes.push(json!({ "id": member, "discarded": false, "error": error.message })),
+        }
+    }
+    for (at, row) in resolved {
+        if row.key.is_none() || dead_letters::held_behind(db, &row).await?.is_empty() {
+            continue;
+        }
+        let released = match loaded(&state, &row).await {
+            Ok(loaded) => release(&state, &loaded, &row, query.held).await,
             Err(error) => Err(error),
         };
-        outcomes.push(match discarded {
-            Ok(outcome) => outcome,
-            Err(error) => json!({ "id": member, "discarded": false, "error": error.message }),
-        });
+        outcomes[at]["held"] = match released {
+            Ok(held) => held,
+            Err(error) => json!({ "outcome": "error", "detail": error.message }),
+        };
     }
     tracing::info!(
         group = id,

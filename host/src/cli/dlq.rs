@@ -491,6 +491,9 @@ async fn discard(
     // With their keys, to find what is held behind them.
     let rows = fetch_rows(db, ids, false).await?;
     let mut results = Vec::new();
+    // All of them first, then what each held: a letter held behind one of
+    // them that is itself to be discarded is discarded, never replayed.
+    let mut resolved = Vec::new();
     for row in &rows {
         let id = row.id;
         let mut tx = db.begin().await.map_err(failed)?;
@@ -508,28 +511,40 @@ async fn discard(
                 println!("{id}: already replayed or discarded; nothing to do");
             }
         }
+        // Only the call that resolved a letter releases what it held.
+        if discarded {
+            resolved.push(row);
+        }
+    }
+    let mut engine = None;
+    for row in resolved {
         // With key order, the letters held behind it go now, as chosen.
-        if row.key.is_some()
-            && !dead_letters::held_behind(db, row)
+        if row.key.is_none()
+            || dead_letters::held_behind(db, row)
                 .await
                 .map_err(failed)?
                 .is_empty()
         {
-            let engine = WasmEngine::new(config.wasm.cache_dir())
+            continue;
+        }
+        if engine.is_none() {
+            let started = WasmEngine::new(config.wasm.cache_dir())
                 .map_err(|e| failed(format!("cannot start the WebAssembly engine: {e:#}")))?;
-            let (component, dedup) = handler_for(db, &engine, config, row).await?;
-            for (held_id, outcome) in released(db, &component, dedup.as_ref(), row, held).await {
-                let value = match &outcome {
-                    Ok(outcome) => serde_json::to_value(outcome).unwrap_or_default(),
-                    Err(error) => serde_json::json!({ "outcome": "error", "detail": error }),
-                };
-                if !json {
-                    println!("{held_id}: held behind {id}: {value}");
-                }
-                let mut value = value;
-                value["id"] = held_id.into();
-                results.push(value);
+            engine = Some(started);
+        }
+        let engine = engine.as_ref().expect("started above");
+        let (component, dedup) = handler_for(db, engine, config, row).await?;
+        let id = row.id;
+        for (held_id, outcome) in released(db, &component, dedup.as_ref(), row, held).await {
+            let mut value = match &outcome {
+                Ok(outcome) => serde_json::to_value(outcome).unwrap_or_default(),
+                Err(error) => serde_json::json!({ "outcome": "error", "detail": error }),
+            };
+            if !json {
+                println!("{held_id}: held behind {id}: {value}");
             }
+            value["id"] = held_id.into();
+            results.push(value);
         }
     }
     if json {

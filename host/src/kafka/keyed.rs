@@ -23,7 +23,8 @@
 
 use super::outage::{Attempt, OutageLog};
 use super::partition::{Admit, BatchDone, BatchTask, Position, Stops, sleep_until, to_record};
-use crate::db::{dead_letters, offsets};
+use crate::db::dead_letters::{self, ReasonKind};
+use crate::db::offsets;
 use crate::metrics::HostErrorKind;
 use crate::pipeline::{
     BatchCursor, BatchEnd, Deferred, Fence, HOST_ERROR_ATTEMPTS, Held, Outcome, Pipeline, PipelineError,
@@ -318,7 +319,10 @@ impl KeyedTask {
         }
         for records in lanes {
             self.busy.extend(records.iter().map(|r| r.key.clone()));
-            self.start_lane(records, &stops.shutdown);
+            // Revoked, a lane's transaction ends as it would, but no wait
+            // (a retry's backoff, an outage) holds the partition's next
+            // task back: what it did not commit, the new owner runs.
+            self.start_lane(records, &stops.revoked);
         }
         for (key, records) in holds {
             self.busy.insert(Some(key.clone()));
@@ -596,7 +600,7 @@ async fn retry_alone(
 
 /// Holds records of a blocked key ([`Pipeline::hold`]), waiting out an
 /// outage; a failure that is not one (a row the database refuses for good)
-/// parks them as `host-error` after [`HOST_ERROR_ATTEMPTS`] tries instead,
+/// parks them (kind `held`, with the reason) after [`HOST_ERROR_ATTEMPTS`] tries,
 /// so the partition is not pinned. `None` if `stop` came first.
 async fn hold_or_park(
     pipeline: &Pipeline,
@@ -626,7 +630,14 @@ async fn hold_or_park(
                 for record in records {
                     let parked = outage
                         .retry(WHAT, stop, || {
-                            pipeline.park_host_error(record, Fence::Keyed, &error, refused, first_failed_at)
+                            pipeline.park_host_error(
+                                record,
+                                Fence::Keyed,
+                                &error,
+                                refused,
+                                first_failed_at,
+                                ReasonKind::Held,
+                            )
                         })
                         .await;
                     parked?;

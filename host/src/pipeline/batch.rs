@@ -290,6 +290,12 @@ impl Pipeline {
                         if cursor.behind_parked(record) {
                             return Ok(BatchEnd::Returned(None));
                         }
+                        // Run alone, a record does not pass through the batch's
+                        // check of keys another consumer parked: look first.
+                        if let Some(key) = self.blocked_elsewhere(record, cursor.fence).await? {
+                            cursor.parked_keys.push(key);
+                            return Ok(BatchEnd::Returned(None));
+                        }
                         let outcome = self
                             .process_alone(record, cursor.fence, shutdown, 1, None)
                             .await?;
@@ -308,6 +314,31 @@ impl Pipeline {
             }
         }
         Ok(BatchEnd::Done)
+    }
+
+    /// With key order, `record`'s key if a parked letter blocks it now
+    /// (another consumer's, in a rebalance): read on its own, for a record
+    /// about to run alone.
+    async fn blocked_elsewhere(
+        &self,
+        record: &Record,
+        fence: Fence,
+    ) -> Result<Option<Vec<u8>>, PipelineError> {
+        let (Fence::Keyed, Some(key)) = (fence, &record.key) else {
+            return Ok(None);
+        };
+        let at = dead_letters::KeyAt {
+            handler: self.handler.name(),
+            topic: &record.topic,
+            partition: record.partition,
+            key,
+        };
+        let mut tx = self.db.begin().await?;
+        let first = dead_letters::first_blocking(&mut tx, &at, false).await?;
+        tx.rollback().await?;
+        Ok(first
+            .filter(|(_, offset)| *offset < record.offset)
+            .map(|_| key.clone()))
     }
 
     /// With key order, the key a parked `record` blocks, if any (see [`blocks_key`]).

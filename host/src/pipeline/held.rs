@@ -28,8 +28,9 @@ impl Pipeline {
     /// Parks `records` (all of Kafka key `key`, in offset order) as held
     /// behind the key's first parked letter, in one transaction of the
     /// host's own (no handler runs), as many as the handler's `max_held`
-    /// leaves room for; or, if none blocks the key now, does nothing. The check and the parking share the transaction, so a
-    /// replay that resolves the last letter meanwhile is seen either way.
+    /// leaves room for; or, if none blocks the key now, does nothing. The
+    /// check and the parking share the transaction, so a replay that
+    /// resolves the last letter meanwhile is seen either way.
     pub async fn hold(&self, key: &[u8], records: &[Record], max_held: u64) -> Result<Held, PipelineError> {
         let handler = self.handler.name();
         let Some(first) = records.first() else {
@@ -42,6 +43,24 @@ impl Pipeline {
             key,
         };
         let mut tx = self.db.begin_immediate().await?;
+        // Their claims first, before the lock below: a replay of one of them
+        // (a redelivery of a record already held) claims it and then
+        // resolves its letter, so taking the lock first and the claim second
+        // would wait on each other in opposite orders.
+        let mut claimed: Vec<(&Record, Option<String>)> = Vec::with_capacity(records.len());
+        for record in records {
+            match event_id::extract(&self.event_id, &record.headers, &record.payload) {
+                Ok(id) => {
+                    // Applied or parked before (a redelivery after a crash): nothing to hold.
+                    if inbox::claim(&mut tx, &self.claim(record, &id)).await? {
+                        claimed.push((record, Some(id)));
+                    } else {
+                        self.stats.duplicates(1);
+                    }
+                }
+                Err(_) => claimed.push((record, None)),
+            }
+        }
         // The letter they go behind stays unresolved until this commits (on
         // PostgreSQL it is locked; SQLite has one writer): a replay that
         // resolves it meanwhile waits, then finds these held behind it.
@@ -58,42 +77,50 @@ impl Pipeline {
         };
         let held = dead_letters::held_count(&mut tx, handler).await?;
         let room = usize::try_from(max_held.saturating_sub(held as u64)).unwrap_or(usize::MAX);
-        if room == 0 {
+        // The records up to the last one that fits (duplicates take no room).
+        let fits = claimed.len().min(room);
+        let count = match claimed.get(fits) {
+            Some((first_left, _)) => records
+                .iter()
+                .position(|r| r.offset == first_left.offset)
+                .unwrap_or(0),
+            None => records.len(),
+        };
+        if count == 0 {
             tx.rollback().await?;
             return Ok(Held::Full { held });
         }
-        let records = &records[..records.len().min(room)];
-        let reason = format!("held behind dead letter {behind}");
-        let mut parked: Vec<Parked> = Vec::with_capacity(records.len());
-        for record in records {
-            let id = match event_id::extract(&self.event_id, &record.headers, &record.payload) {
-                Ok(id) => id,
-                Err(error) => {
-                    parked.push(self.park_without_id(&mut tx, record, &error.to_string()).await?);
-                    continue;
-                }
-            };
-            let claim = self.claim(record, &id);
-            // Applied or parked before (a redelivery after a crash): nothing to hold.
-            if !inbox::claim(&mut tx, &claim).await? {
-                self.stats.duplicates(1);
-                continue;
+        for (_, id) in &claimed[fits..] {
+            if let Some(id) = id {
+                inbox::unclaim(&mut tx, handler, id).await?;
             }
+        }
+        let reason = format!("held behind dead letter {behind}");
+        let mut parked: Vec<Parked> = Vec::with_capacity(fits);
+        for (record, id) in &claimed[..fits] {
+            let Some(id) = id else {
+                let error = event_id::extract(&self.event_id, &record.headers, &record.payload)
+                    .err()
+                    .map(|e| e.to_string())
+                    .unwrap_or_default();
+                parked.push(self.park_without_id(&mut tx, record, &error).await?);
+                continue;
+            };
             let park = Park {
                 kind: ReasonKind::Held,
                 reason: reason.clone(),
                 attempts: 0,
                 first_failed_at: now_ms(),
             };
-            parked.push(self.park_claimed(&mut tx, &claim, record, park).await?);
+            parked.push(
+                self.park_claimed(&mut tx, &self.claim(record, id), record, park)
+                    .await?,
+            );
         }
         tx.commit().await?;
         for letter in parked {
             letter.report(handler, &self.stats);
         }
-        Ok(Held::Parked {
-            behind,
-            count: records.len(),
-        })
+        Ok(Held::Parked { behind, count })
     }
 }

@@ -77,7 +77,14 @@ impl Pipeline {
             self.stats.host_error(HostErrorKind::Permanent);
             if attempt >= HOST_ERROR_ATTEMPTS {
                 return self
-                    .park_host_error(record, fence, &error, attempt, first_failed_at)
+                    .park_host_error(
+                        record,
+                        fence,
+                        &error,
+                        attempt,
+                        first_failed_at,
+                        ReasonKind::HostError,
+                    )
                     .await;
             }
             tracing::warn!(
@@ -101,6 +108,9 @@ impl Pipeline {
     /// written, and without one where the inbox row was what failed (a
     /// replay then claims it afresh). If even that is refused the error goes
     /// back to the caller, who retries it as an outage, logged and counted.
+    /// `kind`: `host-error`, or `held` for a record of a blocked key whose
+    /// holding the database refused (it stays behind its key's letter: a
+    /// replay may not run it first, and replaying that letter releases it).
     pub async fn park_host_error(
         &self,
         record: &Record,
@@ -108,11 +118,18 @@ impl Pipeline {
         error: &PipelineError,
         attempts: u32,
         first_failed_at: i64,
+        kind: ReasonKind,
     ) -> Result<Outcome, PipelineError> {
         let event_id = event_id::extract(&self.event_id, &record.headers, &record.payload).ok();
-        let reason = format!("the database refused the host's own statements for this event: {error}");
+        let reason = match kind {
+            ReasonKind::Held => format!(
+                "held behind a dead letter of its key; the database refused the host's own statements \
+                 for it: {error}"
+            ),
+            _ => format!("the database refused the host's own statements for this event: {error}"),
+        };
         let park = || Park {
-            kind: ReasonKind::HostError,
+            kind,
             reason: reason.clone(),
             attempts,
             first_failed_at,

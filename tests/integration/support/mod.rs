@@ -74,7 +74,7 @@ pub async fn create_topic_on(brokers: &str, name: &str, partitions: i32) {
     }
 }
 
-/// A record to produce: key, optional `event_id` and `traceparent` headers, payload.
+/// A record to produce: key (empty: none), optional `event_id` and `traceparent` headers, payload.
 pub struct Send {
     pub key: String,
     pub event_id_header: Option<String>,
@@ -138,13 +138,13 @@ pub async fn produce_to(brokers: &str, topic: &str, records: &[Send]) -> HashMap
                 value: Some(trace.as_bytes()),
             });
         }
+        let mut sent = FutureRecord::to(topic).payload(&record.payload).headers(headers);
+        // An empty key is none: a record without a key.
+        if !record.key.is_empty() {
+            sent = sent.key(&record.key);
+        }
         let future = producer
-            .send_result(
-                FutureRecord::to(topic)
-                    .key(&record.key)
-                    .payload(&record.payload)
-                    .headers(headers),
-            )
+            .send_result(sent)
             .map_err(|(e, _)| e)
             .expect("enqueue record");
         pending.push(future);
