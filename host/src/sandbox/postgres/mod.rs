@@ -27,6 +27,7 @@
 
 mod allowlists;
 mod ddl_bounds;
+pub(crate) mod fences;
 mod operators;
 mod plain_insert;
 pub(super) mod plan_memory;
@@ -223,6 +224,7 @@ fn walk(
                 // A statement's WITH is a field of it, not a `Node`.
                 if let Some(with) = fields.get("with_clause") {
                     unspilled::check_recursive_union(with)?;
+                    fences::check_with(with)?;
                 }
                 if let Some(Value::Object(into)) = fields.get("into_clause")
                     && mode == Mode::RunTime
@@ -335,6 +337,7 @@ fn check_node(kind: &str, node: &Value, place: Place, mode: Mode) -> Result<Plac
         }
         "SelectStmt" => unspilled::check_set_operation(node)?,
         "JoinExpr" => unspilled::check_join(node)?,
+        "RangeSubselect" => fences::check_subselect(node)?,
         "AConst" => unspilled::check_numeric_literal(node)?,
         "SortBy" => check_operator_name(node.get("use_op"))?,
         "TypeCast" => check_cast(node)?,

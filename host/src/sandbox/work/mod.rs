@@ -77,7 +77,7 @@ pub use sizes::COLUMN_DIGITS;
 use sizes::Size;
 pub use sizes::bare_numeric;
 use tree::{aliases, count_queries, has_recursion, names, renamed_on_reading, star_target, tables};
-pub use tree::{is_array, written_tables};
+pub use tree::{is_array, reads_table, written_tables};
 
 /// Checks the work of one row of the statement `tree` (PostgreSQL's parse
 /// tree as JSON), with every stored row and bound value at most `row_bytes`;

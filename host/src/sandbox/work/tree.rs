@@ -308,7 +308,7 @@ pub(super) fn fields_len(n: &Map<String, Value>) -> usize {
 }
 
 /// Whether the query `value` names the table `name` (a CTE that reads itself).
-pub(super) fn reads_table(value: Option<&Value>, name: &str) -> bool {
+pub fn reads_table(value: Option<&Value>, name: &str) -> bool {
     let mut stack: Vec<&Value> = value.into_iter().collect();
     while let Some(v) = stack.pop() {
         match v {

@@ -61,7 +61,8 @@ impl Walk {
 
     /// What a nested query's outputs cost a reader: nothing if the query's
     /// rows are stored (a CTE that reads itself, or one written `AS
-    /// MATERIALIZED`), where the reader reads values, not expressions.
+    /// MATERIALIZED`) or it is fenced by `OFFSET` / `LIMIT`, where the reader
+    /// reads values, not expressions.
     pub(super) fn read_cost(&self, cost: Cost) -> Cost {
         let stored = self.recursive > 0 || self.materialized.last() == Some(&self.depth);
         if stored { Cost::default() } else { cost }
@@ -502,7 +503,10 @@ impl Walk {
                         .and_then(Value::as_str)
                         .is_some_and(|name| reads_table(n.get(query), name));
                 let always = pg_query::protobuf::CteMaterialize::Always as i64;
-                let materialized = n.get("ctematerialized").and_then(Value::as_i64) == Some(always);
+                // Stored, or fenced by OFFSET / LIMIT: planned on its own,
+                // its readers read values (`sandbox::postgres::fences`).
+                let materialized = n.get("ctematerialized").and_then(Value::as_i64) == Some(always)
+                    || crate::sandbox::postgres::fences::fenced_query(n.get(query));
                 self.recursive += u32::from(recursive);
                 if materialized {
                     self.materialized.push(self.depth + 1);
