@@ -206,10 +206,25 @@ fn attacks(brokers: &str, backend: Backend) -> Vec<(Value, &'static str)> {
                 "numeric(p, s)",
             ),
             (json!({ "attack": "query", "statement": "SELECT 2.0 ^ 100000" }), "operator ^"),
+            // The nineteenth to twenty-first adversarial reads: the planner
+            // copies an unfenced subquery's computed column into each
+            // reference, level by level (six levels of ten: 339 MB).
+            (
+                json!({ "attack": "query", "statement": copied_chain(6, 10) }),
+                "copy each computed column into every place that reads it",
+            ),
         ]);
     }
     list.shrink_to_fit();
     list
+}
+
+/// `levels` subqueries, each reading the one below `refs` times.
+fn copied_chain(levels: usize, refs: usize) -> String {
+    (1..=levels).fold("SELECT 1 AS x".to_owned(), |inner, level| {
+        let read = vec![format!("p{level}.x"); refs].join(", ");
+        format!("SELECT coalesce({read}) AS x FROM ({inner}) AS p{level}")
+    })
 }
 
 on_both_backends!(hostile_guests_cannot_touch_dedup_and_the_host_stays_up);
