@@ -93,7 +93,7 @@ impl Handler for NativeBilling {
             let insert = (tx.backend() == inboxd::config::Backend::Postgres)
                 .then(plain_insert)
                 .flatten();
-            let inserted = tx.guest_execute_approved(INSERT, &params, insert).await;
+            let inserted = tx.guest_execute_approved(INSERT, &params, insert, true).await;
             if let Err(error) = inserted {
                 return done(tx, Err(GuestFailure::Retry(error.to_string())), vec![]);
             }

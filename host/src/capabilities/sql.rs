@@ -259,7 +259,12 @@ impl sql_api::Host for SqlView<'_> {
         let tx = self.tx()?;
         tx.set_ctes(approved.ctes);
         match tx
-            .guest_execute_approved(&statement, &params, approved.insert.as_ref())
+            .guest_execute_approved(
+                &statement,
+                &params,
+                approved.insert.as_ref(),
+                approved.keep_prepared,
+            )
             .await
         {
             Ok(changed) => Ok(changed),
@@ -273,7 +278,10 @@ impl sql_api::Host for SqlView<'_> {
         let (max_rows, max_bytes) = (self.state.max_rows, self.state.max_result_bytes);
         let tx = self.tx()?;
         tx.set_ctes(approved.ctes);
-        let rows = match tx.guest_query(&statement, &params, max_rows, max_bytes).await {
+        let rows = match tx
+            .guest_query_approved(&statement, &params, max_rows, max_bytes, approved.keep_prepared)
+            .await
+        {
             Ok(rows) => rows,
             Err(error) => return Err(self.fail(error)),
         };

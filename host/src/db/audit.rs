@@ -60,6 +60,7 @@ pub async fn planted_code(db: &Database) -> Result<Vec<String>, DbError> {
         Backend::Postgres => {
             found.extend(postgres_views_of_views(db).await?);
             found.extend(postgres_long_stored_expressions(db).await?);
+            found.extend(postgres_wide_relations(db).await?);
         }
     }
     Ok(found)
@@ -77,6 +78,22 @@ async fn postgres_long_stored_expressions(db: &Database) -> Result<Vec<String>, 
         found.push(format!(
             "table {schema}.{table} (its stored expressions take {bytes} bytes; at most \
              {MAX_STORED_EXPRESSION_BYTES})"
+        ));
+    }
+    Ok(found)
+}
+
+/// PostgreSQL: relations with more columns than today's migrations allow
+/// (a session keeps the plans that join them: `sandbox::postgres::plan_cache`).
+async fn postgres_wide_relations(db: &Database) -> Result<Vec<String>, DbError> {
+    use super::migrate::{MAX_COLUMNS, POSTGRES_WIDE_RELATIONS};
+    let params = ["handler\\_%".into(), MAX_COLUMNS.into()];
+    let mut found = Vec::new();
+    for row in db.query(POSTGRES_WIDE_RELATIONS, &params).await? {
+        let mut c = Columns::new("wide relation row", row);
+        let (schema, relation, columns) = (c.text("schema")?, c.text("relation")?, c.int("columns")?);
+        found.push(format!(
+            "relation {schema}.{relation} (it has {columns} columns; at most {MAX_COLUMNS})"
         ));
     }
     Ok(found)

@@ -178,6 +178,9 @@ impl GuestPools {
             .username(&handler_role(handler))
             .password(&password)
             .application_name(&format!("inboxd:{handler}"))
+            // What a session keeps prepared is held in its backend: see
+            // `sandbox::postgres::plan_cache`.
+            .statement_cache_capacity(crate::sandbox::postgres::plan_cache::KEPT_STATEMENTS)
             .options([
                 (
                     "search_path",

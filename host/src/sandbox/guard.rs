@@ -238,17 +238,15 @@ impl Guard {
         };
         let ctes = check_dml(statement, &self.owned, self.backend)?;
         let mut insert = None;
+        let mut keep_prepared = true;
         if self.backend == Backend::Sqlite {
             super::sqlite_work::check(statement, self.max_row_bytes)?;
         }
         if self.backend == Backend::Postgres {
             // The same text as PostgreSQL itself reads it (see `super::postgres`).
-            match super::postgres::check(
-                sql,
-                super::postgres::Mode::RunTime,
-                self.max_row_bytes as u64,
-                &self.catalog,
-            )? {
+            let checked = super::postgres::check_run_time(sql, self.max_row_bytes as u64, &self.catalog)?;
+            keep_prepared = checked.keep_prepared;
+            match checked.statements {
                 1 => {}
                 n => {
                     return Err(forbidden(format!(
@@ -261,6 +259,7 @@ impl Guard {
         Ok(Approved {
             ctes: Ctes::from(ctes),
             insert,
+            keep_prepared,
         })
     }
 }
@@ -307,6 +306,9 @@ pub struct Approved {
     /// PostgreSQL: it is a plain one-row INSERT, which the host may send
     /// with others of the same text as one statement (see `db::deferred`).
     pub insert: Option<Arc<super::postgres::PlainInsert>>,
+    /// PostgreSQL: the handler's session may keep it prepared (see
+    /// `super::postgres::plan_cache`).
+    pub keep_prepared: bool,
 }
 
 pub(crate) fn forbidden(message: impl Into<String>) -> Refusal {

@@ -22,10 +22,17 @@ use libsqlite3_sys as ffi;
 use std::sync::Once;
 
 /// Each connection's page cache, and so the size of the sorter's runs, in
-/// KiB (`PRAGMA cache_size` takes a negative number as KiB): 64 MiB, 64
+/// KiB (`PRAGMA cache_size` takes a negative number as KiB): 32 MiB, 32
 /// rows at the default `max_row_bytes`. Pages are allocated as they are
 /// used, so an idle connection holds none of it.
-pub const CACHE_KIB: i64 = 64 * 1024;
+///
+/// Both ways from here cost: smaller runs are more of them, each holding one
+/// row at the merge (above); a larger run is sorted in one step, and a run
+/// of small rows is millions of comparisons (the twenty-second adversarial
+/// read, issue 23: a 64 MiB run of rows tied on their first keys took 2 s
+/// in that step). With at most `sqlite_work::MAX_SORT_KEYS` keys, a 32 MiB
+/// run's step stays a fraction of a second.
+pub const CACHE_KIB: i64 = 32 * 1024;
 
 /// SQLite's heap may hold at most this much, over every connection of the
 /// process: 2 GiB, twice the soft limit below, so the host's own work

@@ -198,7 +198,10 @@ async fn stored_expressions_over(tx: &mut Tx, handler: &str) -> Result<Option<i6
     if tx.backend() != Backend::Postgres {
         return Ok(None);
     }
-    let params = [handler_schema(handler).into(), MAX_STORED_EXPRESSION_BYTES.into()];
+    let params = [
+        like_exactly(&handler_schema(handler)).into(),
+        MAX_STORED_EXPRESSION_BYTES.into(),
+    ];
     let rows = tx.query(POSTGRES_STORED_EXPRESSION_BYTES, &params).await?;
     let mut largest = None;
     for row in &rows {
@@ -211,6 +214,46 @@ async fn stored_expressions_over(tx: &mut Tx, handler: &str) -> Result<Option<i6
         largest = largest.max(Some(bytes));
     }
     Ok(largest)
+}
+
+/// PostgreSQL: each relation (schema, name) in schemas matching `$1` (a LIKE
+/// pattern) with more than `$2` columns, dropped ones not counted (a plan
+/// lists only the live ones): see `sandbox::postgres::plan_cache`, whose
+/// bound on what a session keeps rests on it.
+pub(crate) const POSTGRES_WIDE_RELATIONS: &str = r"
+SELECT n.nspname::pg_catalog.text AS schema, c.relname::pg_catalog.text AS relation,
+    pg_catalog.count(*)::pg_catalog.int8 AS columns
+FROM pg_catalog.pg_attribute a
+JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname LIKE $1 AND a.attnum > 0 AND NOT a.attisdropped AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+GROUP BY 1, 2
+HAVING pg_catalog.count(*) > $2
+ORDER BY 1, 2";
+
+/// The most columns of a handler's relation, as `$2` of [`POSTGRES_WIDE_RELATIONS`].
+pub(crate) const MAX_COLUMNS: i64 = crate::sandbox::postgres::plan_cache::MAX_COLUMNS as i64;
+
+/// PostgreSQL: the first of the handler's relations with more than
+/// [`MAX_COLUMNS`] columns, and how many it has.
+async fn wide_relation(tx: &mut Tx, handler: &str) -> Result<Option<(String, i64)>, DbError> {
+    if tx.backend() != Backend::Postgres {
+        return Ok(None);
+    }
+    let params = [like_exactly(&handler_schema(handler)).into(), MAX_COLUMNS.into()];
+    let rows = tx.query(POSTGRES_WIDE_RELATIONS, &params).await?;
+    let Some(row) = rows.into_iter().next() else {
+        return Ok(None);
+    };
+    let mut c = super::super::columns::Columns::new("wide relation row", row);
+    let (_schema, relation) = (c.text("schema")?, c.text("relation")?);
+    Ok(Some((relation, c.int("columns")?)))
+}
+
+/// A LIKE pattern that matches `name` alone: a handler's name may hold `_`,
+/// which LIKE reads as any character.
+fn like_exactly(name: &str) -> String {
+    name.replace('\\', "\\\\").replace('_', "\\_").replace('%', "\\%")
 }
 
 /// PostgreSQL: what the handler's schema or this migration holds past one
@@ -226,6 +269,13 @@ pub(super) async fn bound_broken(tx: &mut Tx, handler: &str) -> Result<Option<St
         return Ok(Some(format!(
             "it holds {count} locks (each relation it made, dropped or changed, until it commits); at most \
              {MAX_MIGRATION_LOCKS}: split it into several migrations"
+        )));
+    }
+    if let Some((relation, columns)) = wide_relation(tx, handler).await? {
+        return Ok(Some(format!(
+            "{relation} has {columns} columns; a handler's table or view has at most {MAX_COLUMNS} (on \
+             both backends): every plan that joins it lists each of its columns once per join, and the \
+             session keeps its plans"
         )));
     }
     if let Some(bytes) = stored_expressions_over(tx, handler).await? {

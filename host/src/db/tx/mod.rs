@@ -190,18 +190,21 @@ impl Tx {
     /// statement still running at the walls' deadline is cancelled by the
     /// database ([`DbError::StatementTimeout`]).
     pub async fn guest_execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, DbError> {
-        self.guest_execute_approved(sql, params, None).await
+        self.guest_execute_approved(sql, params, None, true).await
     }
 
     /// As [`Tx::guest_execute`], with what the guard found: `insert`, the
     /// statement is a plain one-row INSERT, which a shared call holds back
     /// and sends with the next ones of the same text (see `super::deferred`):
-    /// its one row is its effect.
+    /// its one row is its effect. `keep`: PostgreSQL may keep it prepared on
+    /// the session (`sandbox::postgres::plan_cache`); otherwise it is
+    /// PostgreSQL's unnamed statement, whose plan the next one frees.
     pub async fn guest_execute_approved(
         &mut self,
         sql: &str,
         params: &[SqlValue],
         insert: Option<&Arc<PlainInsert>>,
+        keep: bool,
     ) -> Result<u64, DbError> {
         let insert = insert.filter(|insert| Deferred::fits(insert, params));
         if let (Some(insert), Some(handler)) = (insert, self.defers()) {
@@ -221,13 +224,16 @@ impl Tx {
         let text = self.guest_text(sql, params);
         let sql = &*text;
         if self.optimistic()? {
-            let result = self.inner.run(sql, params, true).await;
+            let result = self.inner.run(sql, params, keep).await;
             let result = self.deadline_error(result).await;
             self.statement_failed = result.is_err();
             return result;
         }
         self.statement_savepoint().await?;
-        let result = self.inner.run(sql, params, self.caches_guest_statements()).await;
+        let result = self
+            .inner
+            .run(sql, params, keep && self.caches_guest_statements())
+            .await;
         let result = self.deadline_error(result).await;
         self.end_statement_savepoint(result.is_ok()).await?;
         result
@@ -242,6 +248,19 @@ impl Tx {
         max_rows: usize,
         max_bytes: usize,
     ) -> Result<Vec<Vec<SqlValue>>, DbError> {
+        self.guest_query_approved(sql, params, max_rows, max_bytes, true)
+            .await
+    }
+
+    /// As [`Tx::guest_query`]; `keep` as in [`Tx::guest_execute_approved`].
+    pub async fn guest_query_approved(
+        &mut self,
+        sql: &str,
+        params: &[SqlValue],
+        max_rows: usize,
+        max_bytes: usize,
+        keep: bool,
+    ) -> Result<Vec<Vec<SqlValue>>, DbError> {
         let bound = Bound {
             rows: max_rows,
             bytes: max_bytes,
@@ -250,7 +269,7 @@ impl Tx {
         let text = self.guest_text(sql, params);
         let sql = &*text;
         if self.optimistic()? {
-            let result = self.inner.fetch(sql, params, bound, true).await;
+            let result = self.inner.fetch(sql, params, bound, keep).await;
             let result = self.deadline_error(result).await;
             self.statement_failed = result.is_err();
             return result;
@@ -258,7 +277,7 @@ impl Tx {
         self.statement_savepoint().await?;
         let result = self
             .inner
-            .fetch(sql, params, bound, self.caches_guest_statements())
+            .fetch(sql, params, bound, keep && self.caches_guest_statements())
             .await;
         let result = self.deadline_error(result).await;
         self.end_statement_savepoint(result.is_ok()).await?;

@@ -30,6 +30,7 @@ mod ddl_bounds;
 pub(crate) mod fences;
 mod operators;
 mod plain_insert;
+pub mod plan_cache;
 pub(super) mod plan_memory;
 mod sorted_limits;
 mod unspilled;
@@ -131,6 +132,28 @@ pub struct Catalog {
 /// most `row_bytes` and what `catalog` knows of the database (see
 /// [`super::work`] and [`check_row_calls`]); `Ok`: how many statements it holds.
 pub fn check(sql: &str, mode: Mode, row_bytes: u64, catalog: &Catalog) -> Result<usize, Refusal> {
+    checked(sql, mode, row_bytes, catalog).map(|(statements, _)| statements)
+}
+
+/// What [`check_run_time`] found in an approved statement.
+#[derive(Debug, Clone, Copy)]
+pub struct RunTime {
+    /// How many statements PostgreSQL reads in the text.
+    pub statements: usize,
+    /// Whether the handler's session may keep it prepared ([`plan_cache`]).
+    pub keep_prepared: bool,
+}
+
+/// As [`check`] for a guest's statement at run time.
+pub fn check_run_time(sql: &str, row_bytes: u64, catalog: &Catalog) -> Result<RunTime, Refusal> {
+    let (statements, tree) = checked(sql, Mode::RunTime, row_bytes, catalog)?;
+    Ok(RunTime {
+        statements,
+        keep_prepared: plan_cache::keeps(&tree),
+    })
+}
+
+fn checked(sql: &str, mode: Mode, row_bytes: u64, catalog: &Catalog) -> Result<(usize, Value), Refusal> {
     let hidden = &catalog.hidden;
     let parsed = pg_query::parse(sql, pg_query::ParserOptions::DEFAULT).map_err(|e| match e {
         pg_query::Error::Decode(_) => Refusal::Limit(
@@ -171,7 +194,7 @@ pub fn check(sql: &str, mode: Mode, row_bytes: u64, catalog: &Catalog) -> Result
         super::work::check(&tree, row_bytes, hidden)?
     };
     plan_memory::check(&tree, copied)?;
-    Ok(statements)
+    Ok((statements, tree))
 }
 
 /// The work of one row of `sql` by [`super::work`]'s weights, in nanoseconds

@@ -342,3 +342,56 @@ async fn postgres_handler_sessions_run_without_jit_hash_joins_or_parallel_worker
         tx.commit().await.unwrap();
     }
 }
+
+/// Regression (the twenty-second adversarial read, issue 23): a session
+/// kept every guest statement prepared, up to 100, each with its plan, and
+/// a plan that joins many relations is large (134 MB for a 20-way join of a
+/// wide table): a distinct literal per event kept gigabytes in one backend.
+/// A statement the guard does not let the session keep runs unnamed, and
+/// the session keeps at most `KEPT_STATEMENTS`.
+#[tokio::test]
+async fn postgres_a_session_keeps_few_plans_and_none_of_a_wide_join() {
+    use crate::sandbox::postgres::plan_cache::KEPT_STATEMENTS;
+    let Some(url) = crate::db::test_support::postgres_url().await else {
+        return;
+    };
+    let db = OneConnection::new(&url, None).await;
+    let h = handler(&db, "wt_plans").await;
+    let mut tx = db.begin_guest(h.handler()).await.unwrap();
+    tx.enter_guest(CALL, &h).await.unwrap();
+    let join = (0..6)
+        .map(|i| format!("wt_plans_t j{i}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    for i in 0..20 {
+        let sql = format!("SELECT {i} FROM {join}");
+        tx.guest_query_approved(&sql, &[], 10, 1 << 20, false)
+            .await
+            .unwrap();
+    }
+    for i in 0..2 * KEPT_STATEMENTS {
+        let sql = format!("SELECT a + {i} FROM wt_plans_t");
+        tx.guest_query_approved(&sql, &[], 10, 1 << 20, true)
+            .await
+            .unwrap();
+    }
+    tx.exit_guest(CALL, true).await.unwrap();
+    let kept: Vec<String> = tx
+        .query("SELECT statement FROM pg_prepared_statements", &[])
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|row| format!("{:?}", row[0]))
+        .collect();
+    tx.commit().await.unwrap();
+    assert!(
+        kept.len() <= KEPT_STATEMENTS,
+        "the session keeps {} statements",
+        kept.len()
+    );
+    assert!(
+        kept.iter().any(|s| s.contains("FROM wt_plans_t")),
+        "small ones are kept: {kept:?}"
+    );
+    assert!(!kept.iter().any(|s| s.contains("j5")), "{kept:?}");
+}

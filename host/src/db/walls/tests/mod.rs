@@ -596,6 +596,7 @@ async fn postgres_plain_inserts_of_shared_calls_go_out_together_and_in_order() {
             "INSERT INTO wt_defer_t (a) VALUES ($1)",
             &[a.into()],
             Some(insert),
+            true,
         )
         .await
     }
@@ -631,7 +632,7 @@ async fn postgres_plain_inserts_of_shared_calls_go_out_together_and_in_order() {
     let mut tx = shared_call(&db, &h).await;
     call(&mut tx, &insert, 5).await.unwrap();
     let text = tx
-        .guest_execute_approved(sql, &["five".into()], Some(&insert))
+        .guest_execute_approved(sql, &["five".into()], Some(&insert), true)
         .await;
     assert_eq!(text.unwrap(), 1, "held back, not sent yet");
     tx.exit_guest(CALL, true).await.unwrap();
@@ -649,7 +650,7 @@ async fn postgres_plain_inserts_of_shared_calls_go_out_together_and_in_order() {
     let mut tx = shared_call(&db, &h).await;
     call(&mut tx, &insert, 6).await.unwrap();
     let err = tx
-        .guest_execute_approved(sql, &[], Some(&insert))
+        .guest_execute_approved(sql, &[], Some(&insert), true)
         .await
         .expect_err("no parameter for $1");
     assert!(err.to_string().contains("parameter"), "{err}");
@@ -659,7 +660,7 @@ async fn postgres_plain_inserts_of_shared_calls_go_out_together_and_in_order() {
     call(&mut tx, &insert, 6).await.unwrap();
     let extra = [SqlValue::Int64(7), SqlValue::Int64(8)];
     assert_eq!(
-        tx.guest_execute_approved(sql, &extra, Some(&insert))
+        tx.guest_execute_approved(sql, &extra, Some(&insert), true)
             .await
             .unwrap(),
         1

@@ -21,7 +21,8 @@ async fn sqlite_sorts_spill_large_runs_and_the_heap_has_a_ceiling() {
     tx.enter_guest(CALL, &h).await.unwrap();
     tx.set_ctes(["r".to_owned()].into());
     // 400 sort keys of 1 MB: in runs of two rows each, 200 runs merged, 219
-    // MB of SQLite's heap at once; in runs of 64, seven runs and 74 MB.
+    // MB of SQLite's heap at once; in runs of 64, seven runs and 74 MB; in
+    // runs of 32, thirteen.
     let key = SqlValue::from("x".repeat(1_000_000));
     reset_highwater();
     let sorted = tx

@@ -582,3 +582,4 @@ fn plans_hold_a_bounded_number_of_memory_nodes_and_nothing_multiplies_them() {
 
 mod fences;
 mod migrations;
+mod plan_cache;
