@@ -27,6 +27,7 @@ fn entry_path(dir: &Path, engine: &Engine, bytes: &[u8]) -> PathBuf {
 /// the cache (unwritable, corrupt entry) falls back to compiling.
 pub fn compile(engine: &Engine, bytes: &[u8], dir: Option<&Path>) -> wasmtime::Result<(Component, bool)> {
     let Some(dir) = dir else {
+        bounded(bytes)?;
         return Ok((Component::new(engine, bytes)?, false));
     };
     let path = entry_path(dir, engine, bytes);
@@ -40,12 +41,19 @@ pub fn compile(engine: &Engine, bytes: &[u8], dir: Option<&Path>) -> wasmtime::R
             }
         }
     }
+    bounded(bytes)?;
     let compiled = engine.precompile_component(bytes)?;
     if let Err(error) = store(dir, &path, &compiled) {
         tracing::warn!(dir = %dir.display(), "cannot write the compile cache (compiling at every start): {error}");
     }
     // SAFETY: `compiled` was produced just now by this very engine.
     Ok((unsafe { Component::deserialize(engine, &compiled) }?, false))
+}
+
+/// Refuses what would hold the compiler too long (`super::compile_bounds`);
+/// an entry in the cache was compiled already and passed.
+fn bounded(bytes: &[u8]) -> wasmtime::Result<()> {
+    super::compile_bounds::check(bytes).map_err(wasmtime::Error::msg)
 }
 
 fn store(dir: &Path, path: &Path, compiled: &[u8]) -> std::io::Result<()> {

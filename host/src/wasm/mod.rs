@@ -6,6 +6,7 @@
 //! anything else: no connection, no files, no network, no clock-free loop.
 
 mod cache;
+mod compile_bounds;
 mod component;
 mod engine;
 pub mod limits;
