@@ -31,7 +31,7 @@ use std::sync::Once;
 /// of small rows is millions of comparisons (the twenty-second adversarial
 /// read, issue 23: a 64 MiB run of rows tied on their first keys took 2 s
 /// in that step). With at most `sqlite_work::MAX_SORT_KEYS` keys, a 32 MiB
-/// run's step stays a fraction of a second.
+/// run's step took at most 0.4 s.
 pub const CACHE_KIB: i64 = 32 * 1024;
 
 /// SQLite's heap may hold at most this much, over every connection of the
