@@ -132,7 +132,9 @@ impl Tx {
         for (text, params) in deferred.statements() {
             let kinds: String = params.iter().map(SqlValue::kind_letter).collect();
             let text = format!("/* {} {kinds} */ {text}", deferred.handler);
-            self.inner.run(&text, params, true).await?;
+            // A long one is not kept (see `sandbox::postgres::plan_cache`).
+            let keep = text.len() <= crate::sandbox::postgres::plan_cache::MAX_KEPT_TEXT_BYTES;
+            self.inner.run(&text, params, keep).await?;
         }
         Ok(())
     }

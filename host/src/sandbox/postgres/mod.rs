@@ -149,7 +149,7 @@ pub fn check_run_time(sql: &str, row_bytes: u64, catalog: &Catalog) -> Result<Ru
     let (statements, tree) = checked(sql, Mode::RunTime, row_bytes, catalog)?;
     Ok(RunTime {
         statements,
-        keep_prepared: plan_cache::keeps(&tree),
+        keep_prepared: plan_cache::keeps(sql, &tree),
     })
 }
 
