@@ -61,6 +61,7 @@ pub async fn planted_code(db: &Database) -> Result<Vec<String>, DbError> {
             found.extend(postgres_views_of_views(db).await?);
             found.extend(postgres_long_stored_expressions(db).await?);
             found.extend(postgres_wide_relations(db).await?);
+            found.extend(postgres_many_foreign_keys(db).await?);
         }
     }
     Ok(found)
@@ -94,6 +95,22 @@ async fn postgres_wide_relations(db: &Database) -> Result<Vec<String>, DbError> 
         let (schema, relation, columns) = (c.text("schema")?, c.text("relation")?, c.int("columns")?);
         found.push(format!(
             "relation {schema}.{relation} (it has {columns} columns; at most {MAX_COLUMNS})"
+        ));
+    }
+    Ok(found)
+}
+
+/// PostgreSQL: handler schemas with more foreign keys than today's
+/// migrations allow (each session keeps a prepared check per key).
+async fn postgres_many_foreign_keys(db: &Database) -> Result<Vec<String>, DbError> {
+    use super::migrate::{MAX_FOREIGN_KEYS, POSTGRES_FOREIGN_KEYS};
+    let params = ["handler\\_%".into(), MAX_FOREIGN_KEYS.into()];
+    let mut found = Vec::new();
+    for row in db.query(POSTGRES_FOREIGN_KEYS, &params).await? {
+        let mut c = Columns::new("foreign key count row", row);
+        let (schema, keys) = (c.text("schema")?, c.int("keys")?);
+        found.push(format!(
+            "schema {schema} (its tables hold {keys} foreign keys; at most {MAX_FOREIGN_KEYS})"
         ));
     }
     Ok(found)

@@ -232,6 +232,45 @@ GROUP BY 1, 2
 HAVING pg_catalog.count(*) > $2
 ORDER BY 1, 2";
 
+/// The most foreign keys a handler's schema may hold on PostgreSQL.
+///
+/// Regression (the second review of the twenty-second read): PostgreSQL
+/// checks a foreign key with a query it prepares once per session and
+/// keeps, about 37 KB each (107 KB for a 32-column key), out of the host's
+/// reach and past any reset: 6,000 keys kept 221 MB in a session after one
+/// event. 64 keep at most about 7 MB.
+pub(crate) const MAX_FOREIGN_KEYS: i64 = 64;
+
+/// PostgreSQL: each handler schema matching `$1` (a LIKE pattern) whose
+/// tables hold more than `$2` foreign keys, with how many.
+pub(crate) const POSTGRES_FOREIGN_KEYS: &str = r"
+SELECT n.nspname::pg_catalog.text AS schema, pg_catalog.count(*)::pg_catalog.int8 AS keys
+FROM pg_catalog.pg_constraint k
+JOIN pg_catalog.pg_class c ON c.oid = k.conrelid
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname LIKE $1 AND k.contype = 'f'
+GROUP BY 1
+HAVING pg_catalog.count(*) > $2
+ORDER BY 1";
+
+/// PostgreSQL: how many foreign keys the handler's schema holds, if more
+/// than [`MAX_FOREIGN_KEYS`].
+async fn foreign_keys_over(tx: &mut Tx, handler: &str) -> Result<Option<i64>, DbError> {
+    if tx.backend() != Backend::Postgres {
+        return Ok(None);
+    }
+    let params = [
+        like_exactly(&handler_schema(handler)).into(),
+        MAX_FOREIGN_KEYS.into(),
+    ];
+    let Some(row) = tx.query(POSTGRES_FOREIGN_KEYS, &params).await?.into_iter().next() else {
+        return Ok(None);
+    };
+    let mut c = super::super::columns::Columns::new("foreign key count row", row);
+    let _schema = c.text("schema")?;
+    Ok(Some(c.int("keys")?))
+}
+
 /// The most columns of a handler's relation, as `$2` of [`POSTGRES_WIDE_RELATIONS`].
 pub(crate) const MAX_COLUMNS: i64 = crate::sandbox::postgres::plan_cache::MAX_COLUMNS as i64;
 
@@ -278,6 +317,12 @@ pub(super) async fn bound_broken(tx: &mut Tx, handler: &str) -> Result<Option<St
              handler's table or view has at most {MAX_COLUMNS} (on both backends): every plan that joins \
              it lists each of its columns once per join, and the session keeps its plans; a table that \
              dropped many is made anew (CREATE TABLE ... AS, then DROP and RENAME)"
+        )));
+    }
+    if let Some(keys) = foreign_keys_over(tx, handler).await? {
+        return Ok(Some(format!(
+            "its tables hold {keys} foreign keys; at most {MAX_FOREIGN_KEYS}: PostgreSQL prepares a query \
+             for each key in every session that writes the table, and keeps it"
         )));
     }
     if let Some(bytes) = stored_expressions_over(tx, handler).await? {

@@ -620,8 +620,8 @@ mod catalog_rules;
 mod row_bound;
 mod row_functions;
 pub(crate) use catalog_rules::{
-    MAX_COLUMNS, MAX_STORED_EXPRESSION_BYTES, POSTGRES_STORED_EXPRESSION_BYTES, POSTGRES_VIEWS_OF_VIEWS,
-    POSTGRES_WIDE_RELATIONS,
+    MAX_COLUMNS, MAX_FOREIGN_KEYS, MAX_STORED_EXPRESSION_BYTES, POSTGRES_FOREIGN_KEYS,
+    POSTGRES_STORED_EXPRESSION_BYTES, POSTGRES_VIEWS_OF_VIEWS, POSTGRES_WIDE_RELATIONS,
 };
 use catalog_rules::{foreign_reference, view_of_views};
 pub use row_bound::{CONSTRAINT as ROW_BOUND, bound_rows, hidden_work, jsonb_column};

@@ -632,3 +632,51 @@ async fn postgres_a_handlers_relations_have_a_bounded_number_of_columns() {
     assert_eq!(relations, [("handler_wide_tables".into(), "tw".into())]);
     host.rollback().await.unwrap();
 }
+
+/// Regression (the second review of the twenty-second read): PostgreSQL
+/// keeps a prepared check query per foreign key in every session that
+/// writes the table (6,000 keys: 221 MB in one session after one event). A
+/// handler's schema holds at most `MAX_FOREIGN_KEYS`.
+#[tokio::test]
+async fn postgres_a_handlers_schema_holds_a_bounded_number_of_foreign_keys() {
+    let Some(db) = crate::db::test_support::postgres_db().await else {
+        return;
+    };
+    prepare_handler(&db, "many_keys").await.unwrap();
+    let limit = catalog_rules::MAX_FOREIGN_KEYS as usize;
+    // In statements of 32 keys at most (`sandbox::postgres::ddl_bounds`).
+    let table = |name: &str| {
+        let columns = (0..limit / 2)
+            .map(|i| format!("a{i} INTEGER REFERENCES p (id)"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!("CREATE TABLE {name} ({columns});\n")
+    };
+    let sql = format!(
+        "CREATE TABLE p (id INTEGER PRIMARY KEY);\n{}{}",
+        table("c1"),
+        table("c2")
+    );
+    let mut tx = db.begin_migration("many_keys").await.unwrap();
+    assert!(
+        apply_one(&mut tx, "many_keys", &migration("0001_init.sql", &sql))
+            .await
+            .unwrap()
+    );
+    tx.commit().await.unwrap();
+    let more = migration(
+        "0002_more.sql",
+        "ALTER TABLE c1 ADD COLUMN b INTEGER REFERENCES p (id);",
+    );
+    let mut tx = db.begin_migration("many_keys").await.unwrap();
+    let err = apply_one(&mut tx, "many_keys", &more)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&format!("hold {} foreign keys", limit + 1))
+            && err.contains(&format!("at most {limit}")),
+        "{err}"
+    );
+    tx.rollback().await.unwrap();
+}

@@ -182,6 +182,7 @@ fn checked(sql: &str, mode: Mode, row_bytes: u64, catalog: &Catalog) -> Result<(
         )
     });
     let copied = if view {
+        plan_cache::check_view_text(sql)?;
         unspilled::check_view_rows(&tree)?;
         plan_memory::check_view(&tree)?;
         super::work::check_view(&tree, row_bytes)?

@@ -24,6 +24,7 @@
 //! at most 256 MB kept per session, one statement's `work_mem` bound
 //! (`plan_memory`).
 
+use crate::sandbox::guard::Refusal;
 use serde_json::Value;
 
 /// The most columns a handler's table or view may have, on both backends
@@ -76,4 +77,24 @@ pub(super) fn keeps(sql: &str, tree: &Value) -> bool {
         }
     }
     relations <= MAX_KEPT_RELATIONS
+}
+
+/// The longest text of a view's definition. PostgreSQL copies a view's whole
+/// query, its WHERE and ON included, into every statement that reads it, so
+/// a statement of four names can hold four views' texts; the review of the
+/// twenty-second read kept 88 MB in one such plan from a 1 MB WHERE (a CASE
+/// of 33,000 arms, which costs the work model nothing).
+pub const MAX_VIEW_TEXT_BYTES: usize = 8 * 1024;
+
+/// Refuses a view whose definition is longer than [`MAX_VIEW_TEXT_BYTES`].
+pub(super) fn check_view_text(sql: &str) -> Result<(), Refusal> {
+    if sql.len() > MAX_VIEW_TEXT_BYTES {
+        return Err(Refusal::Limit(format!(
+            "this view's definition is {} bytes; at most {MAX_VIEW_TEXT_BYTES}: PostgreSQL copies a view's \
+             whole query into every statement that reads it, and the handler's session keeps those \
+             statements prepared",
+            sql.len()
+        )));
+    }
+    Ok(())
 }

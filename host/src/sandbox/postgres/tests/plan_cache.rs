@@ -39,3 +39,22 @@ fn a_statement_over_few_names_is_kept_and_anything_wider_is_not() {
     );
     assert!(!kept(&long));
 }
+
+/// Regression (the second review of the twenty-second read): a view's WHERE
+/// was bounded only by the node count, and four references to a view with a
+/// 1 MB CASE kept 88 MB in one plan.
+#[test]
+fn a_views_definition_is_short() {
+    let arms: String = (0..600)
+        .map(|i| format!(" WHEN t.c{} IS NULL THEN false", i % 50))
+        .collect();
+    let view = format!("CREATE VIEW vw AS SELECT t.a AS a FROM t WHERE CASE{arms} ELSE true END");
+    assert!(view.len() > crate::sandbox::postgres::plan_cache::MAX_VIEW_TEXT_BYTES);
+    let checked = super::super::super::nesting::on_guard_stack(|| {
+        check(&view, Mode::Migration, 1 << 20, &Catalog::default())
+    });
+    match checked {
+        Err(Refusal::Limit(m)) => assert!(m.contains("view's definition"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+}
