@@ -30,7 +30,7 @@ use std::sync::Once;
 /// row at the merge (above); a larger run is sorted in one step, and a run
 /// of small rows is millions of comparisons (the twenty-second adversarial
 /// read, issue 23: a 64 MiB run of rows tied on their first keys took 2 s
-/// in that step). With at most `sqlite_work::MAX_SORT_KEYS` keys, a 32 MiB
+/// in that step). With at most `sqlite_sorts::MAX_SORT_KEYS` keys, a 32 MiB
 /// run's step took 0.4 s with integer ties and 0.75-0.79 s with empty text
 /// or blob ties (the review of that read): 16 MiB halves both.
 pub const CACHE_KIB: i64 = 16 * 1024;
