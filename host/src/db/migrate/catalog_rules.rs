@@ -256,19 +256,36 @@ ORDER BY 1";
 /// PostgreSQL: how many foreign keys the handler's schema holds, if more
 /// than [`MAX_FOREIGN_KEYS`].
 async fn foreign_keys_over(tx: &mut Tx, handler: &str) -> Result<Option<i64>, DbError> {
+    let Some(mut c) = first_past(
+        tx,
+        POSTGRES_FOREIGN_KEYS,
+        handler,
+        MAX_FOREIGN_KEYS,
+        "foreign key count row",
+    )
+    .await?
+    else {
+        return Ok(None);
+    };
+    let _schema = c.text("schema")?;
+    Ok(Some(c.int("keys")?))
+}
+
+/// PostgreSQL: the first row of `sql` (whose `$1` is a schema pattern and
+/// `$2` a bound) for the handler's own schema; `None` on SQLite.
+async fn first_past(
+    tx: &mut Tx,
+    sql: &str,
+    handler: &str,
+    bound: i64,
+    what: &'static str,
+) -> Result<Option<super::super::columns::Columns>, DbError> {
     if tx.backend() != Backend::Postgres {
         return Ok(None);
     }
-    let params = [
-        like_exactly(&handler_schema(handler)).into(),
-        MAX_FOREIGN_KEYS.into(),
-    ];
-    let Some(row) = tx.query(POSTGRES_FOREIGN_KEYS, &params).await?.into_iter().next() else {
-        return Ok(None);
-    };
-    let mut c = super::super::columns::Columns::new("foreign key count row", row);
-    let _schema = c.text("schema")?;
-    Ok(Some(c.int("keys")?))
+    let params = [like_exactly(&handler_schema(handler)).into(), bound.into()];
+    let row = tx.query(sql, &params).await?.into_iter().next();
+    Ok(row.map(|row| super::super::columns::Columns::new(what, row)))
 }
 
 /// The most columns of a handler's relation, as `$2` of [`POSTGRES_WIDE_RELATIONS`].
@@ -277,15 +294,17 @@ pub(crate) const MAX_COLUMNS: i64 = crate::sandbox::postgres::plan_cache::MAX_CO
 /// PostgreSQL: the first of the handler's relations with more than
 /// [`MAX_COLUMNS`] columns, and how many it has.
 async fn wide_relation(tx: &mut Tx, handler: &str) -> Result<Option<(String, i64)>, DbError> {
-    if tx.backend() != Backend::Postgres {
-        return Ok(None);
-    }
-    let params = [like_exactly(&handler_schema(handler)).into(), MAX_COLUMNS.into()];
-    let rows = tx.query(POSTGRES_WIDE_RELATIONS, &params).await?;
-    let Some(row) = rows.into_iter().next() else {
+    let Some(mut c) = first_past(
+        tx,
+        POSTGRES_WIDE_RELATIONS,
+        handler,
+        MAX_COLUMNS,
+        "wide relation row",
+    )
+    .await?
+    else {
         return Ok(None);
     };
-    let mut c = super::super::columns::Columns::new("wide relation row", row);
     let (_schema, relation) = (c.text("schema")?, c.text("relation")?);
     Ok(Some((relation, c.int("columns")?)))
 }
