@@ -61,8 +61,7 @@ impl Host {
         mut natives: BTreeMap<String, Arc<dyn Handler>>,
     ) -> Result<Self, StartError> {
         let db = crate::db::open_waiting(config, START_WAIT).await?;
-        let engine =
-            WasmEngine::new(config.wasm.cache_dir()).map_err(|e| StartError::Engine(format!("{e:#}")))?;
+        let engine = WasmEngine::new(&config.wasm).map_err(|e| StartError::Engine(format!("{e:#}")))?;
         let registry = Registry::new(db.clone(), engine.clone(), config.clone(), Metrics::default());
         for handler in &config.handlers {
             let code: Arc<dyn Handler> = match natives.remove(&handler.name) {

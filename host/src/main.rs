@@ -6,6 +6,9 @@ use clap::Parser;
 use inboxd::cli::{Cli, CliError, Command, authoring, demo, dlq, outbox, purge, remote, run, status};
 
 fn main() {
+    // A compile worker (`inboxd` run by itself to compile a component under
+    // limits) does only that, and exits.
+    inboxd::wasm::compile_worker::serve_if_asked();
     // SAFETY: no other thread exists yet; the runtime starts below.
     unsafe { inboxd::telemetry::library_backtraces_off_unless_asked() };
     start();

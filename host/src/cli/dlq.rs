@@ -350,7 +350,7 @@ async fn replay_many(
             ids.to_vec()
         }
     };
-    let engine = WasmEngine::new(config.wasm.cache_dir())
+    let engine = WasmEngine::new(&config.wasm)
         .map_err(|e| failed(format!("cannot start the WebAssembly engine: {e:#}")))?;
     let mut handlers: HashMap<String, (HandlerComponent, Option<DedupConfig>)> = HashMap::new();
     let mut results = Vec::new();
@@ -528,7 +528,7 @@ async fn discard(
             continue;
         }
         if engine.is_none() {
-            let started = WasmEngine::new(config.wasm.cache_dir())
+            let started = WasmEngine::new(&config.wasm)
                 .map_err(|e| failed(format!("cannot start the WebAssembly engine: {e:#}")))?;
             engine = Some(started);
         }

@@ -139,14 +139,32 @@ pub struct WasmConfig {
     /// cache off. Only inboxd may write there: entries are native code.
     #[serde(default = "default_cache_dir")]
     pub cache_dir: Option<PathBuf>,
+    /// CPU seconds one component's compile may take, in a worker process
+    /// of its own (a JavaScript or Python guest takes 11-14 s here).
+    #[serde(default = "default_compile_cpu_seconds")]
+    pub compile_cpu_seconds: u64,
+    /// Address space of that worker, in MiB (those guests peak at ~0.5 GiB
+    /// resident).
+    #[serde(default = "default_compile_memory_mb")]
+    pub compile_memory_mb: u64,
 }
 
 impl Default for WasmConfig {
     fn default() -> Self {
         Self {
             cache_dir: default_cache_dir(),
+            compile_cpu_seconds: default_compile_cpu_seconds(),
+            compile_memory_mb: default_compile_memory_mb(),
         }
     }
+}
+
+fn default_compile_cpu_seconds() -> u64 {
+    60
+}
+
+fn default_compile_memory_mb() -> u64 {
+    2048
 }
 
 impl WasmConfig {
@@ -388,6 +406,12 @@ impl Config {
                 "inbox.partitioning",
                 "\"daily\" needs PostgreSQL; SQLite keeps one table",
             ));
+        }
+        if !(1..=3600).contains(&self.wasm.compile_cpu_seconds) {
+            return Err(invalid("wasm.compile_cpu_seconds", "must be between 1 and 3600"));
+        }
+        if !(256..=65_536).contains(&self.wasm.compile_memory_mb) {
+            return Err(invalid("wasm.compile_memory_mb", "must be between 256 and 65536"));
         }
         if let Some(admin) = &self.admin {
             admin.validate()?;

@@ -33,6 +33,8 @@ fn minimal_config_gets_the_documented_defaults() {
     assert_eq!(handler.group_id(), "inboxd.billing");
     assert_eq!(handler.limits.timeout_ms, defaults::TIMEOUT_MS);
     assert_eq!(handler.event_id.header, "event_id");
+    assert_eq!(config.wasm.compile_cpu_seconds, 60);
+    assert_eq!(config.wasm.compile_memory_mb, 2048);
 }
 
 #[test]
@@ -76,6 +78,8 @@ fn bad_values_name_their_key() {
             "group_id = \"x\"\nmigrations = \"/nonexistent\"",
             "handlers[0].migrations",
         ),
+        ("[wasm]\ncompile_cpu_seconds = 0", "wasm.compile_cpu_seconds"),
+        ("[wasm]\ncompile_memory_mb = 100", "wasm.compile_memory_mb"),
     ];
     for (extra, key) in cases {
         let err = load(&with_component(extra)).unwrap_err();

@@ -9,6 +9,8 @@
 //! Loading an entry runs native code from it: the cache folder must be
 //! writable by inboxd alone.
 
+use super::WasmEngine;
+use super::compile_worker;
 use sha2::{Digest, Sha256};
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
@@ -25,10 +27,14 @@ fn entry_path(dir: &Path, engine: &Engine, bytes: &[u8]) -> PathBuf {
 /// Compiles `bytes`, or loads the compiled artifact from `dir` if it has one.
 /// Returns the component and whether it came from the cache. Any problem with
 /// the cache (unwritable, corrupt entry) falls back to compiling.
-pub fn compile(engine: &Engine, bytes: &[u8], dir: Option<&Path>) -> wasmtime::Result<(Component, bool)> {
-    let Some(dir) = dir else {
-        bounded(bytes)?;
-        return Ok((Component::new(engine, bytes)?, false));
+/// Compiling happens in a worker process with limits (`super::compile_worker`).
+pub fn compile(wasm: &WasmEngine, bytes: &[u8]) -> wasmtime::Result<(Component, bool)> {
+    let engine = &wasm.engine;
+    let Some(dir) = wasm.cache_dir.as_deref() else {
+        let compiled = compile_worker::precompile(engine, &wasm.compile_limits, bytes)?;
+        // SAFETY: `compiled` was produced just now by this executable, with
+        // this engine's compile settings.
+        return Ok((unsafe { Component::deserialize(engine, &compiled) }?, false));
     };
     let path = entry_path(dir, engine, bytes);
     if path.is_file() {
@@ -41,19 +47,13 @@ pub fn compile(engine: &Engine, bytes: &[u8], dir: Option<&Path>) -> wasmtime::R
             }
         }
     }
-    bounded(bytes)?;
-    let compiled = engine.precompile_component(bytes)?;
+    let compiled = compile_worker::precompile(engine, &wasm.compile_limits, bytes)?;
     if let Err(error) = store(dir, &path, &compiled) {
         tracing::warn!(dir = %dir.display(), "cannot write the compile cache (compiling at every start): {error}");
     }
-    // SAFETY: `compiled` was produced just now by this very engine.
+    // SAFETY: `compiled` was produced just now by this executable, with this
+    // engine's compile settings.
     Ok((unsafe { Component::deserialize(engine, &compiled) }?, false))
-}
-
-/// Refuses what would hold the compiler too long (`super::compile_bounds`);
-/// an entry in the cache was compiled already and passed.
-fn bounded(bytes: &[u8]) -> wasmtime::Result<()> {
-    super::compile_bounds::check(bytes).map_err(wasmtime::Error::msg)
 }
 
 fn store(dir: &Path, path: &Path, compiled: &[u8]) -> std::io::Result<()> {

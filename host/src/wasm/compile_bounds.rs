@@ -344,8 +344,12 @@ mod tests {
         );
         // Through the compile path itself, refused before compiling (which
         // would take minutes in a debug build).
-        let engine = wasmtime::Engine::default();
-        let Err(err) = super::super::cache::compile(&engine, &deep, None) else {
+        let config = crate::config::WasmConfig {
+            cache_dir: None,
+            ..Default::default()
+        };
+        let engine = super::super::WasmEngine::new(&config).expect("engine");
+        let Err(err) = super::super::cache::compile(&engine, &deep) else {
             panic!("compiled");
         };
         assert!(format!("{err:#}").contains("operand stack"), "{err:#}");

@@ -151,11 +151,10 @@ impl HandlerComponent {
     /// The names a component imports and exports (compiled, or taken from
     /// the compile cache: [`HandlerComponent::check`] put it there).
     pub fn interfaces(engine: &WasmEngine, shown: &str, bytes: &[u8]) -> Result<Interfaces, LoadError> {
-        let (component, _) = super::cache::compile(&engine.engine, bytes, engine.cache_dir.as_deref())
-            .map_err(|e| LoadError::Invalid {
-                path: shown.to_owned(),
-                message: format!("{e:#}"),
-            })?;
+        let (component, _) = super::cache::compile(engine, bytes).map_err(|e| LoadError::Invalid {
+            path: shown.to_owned(),
+            message: format!("{e:#}"),
+        })?;
         let ty = component.component_type();
         Ok(Interfaces {
             imports: ty
@@ -183,11 +182,10 @@ fn link(
         });
     }
     let started = std::time::Instant::now();
-    let (component, cached) = super::cache::compile(&engine.engine, bytes, engine.cache_dir.as_deref())
-        .map_err(|e| LoadError::Invalid {
-            path: shown.to_owned(),
-            message: format!("{e:#}"),
-        })?;
+    let (component, cached) = super::cache::compile(engine, bytes).map_err(|e| LoadError::Invalid {
+        path: shown.to_owned(),
+        message: format!("{e:#}"),
+    })?;
     let ms = started.elapsed().as_millis() as u64;
     if cached {
         tracing::info!(handler = name, ms, "component loaded from the compile cache");

@@ -3,10 +3,12 @@
 //! One engine per host process: compiled components and the linker are tied
 //! to it, and one ticker thread drives every store's time limit.
 
+use super::compile_worker::CompileLimits;
 use super::limits::EPOCH_TICK;
 use super::state::StoreState;
 use crate::bindings::{log_api, outbox_api, sql_api, types_api};
 use crate::capabilities::{log, outbox, sql};
+use crate::config::WasmConfig;
 use std::path::PathBuf;
 use std::sync::Arc;
 use wasmtime::component::Linker;
@@ -18,15 +20,13 @@ pub struct WasmEngine {
     pub(crate) linker: Arc<Linker<StoreState>>,
     /// Where compiled components are cached (`None`: compile at every load).
     pub(crate) cache_dir: Option<PathBuf>,
+    /// What a compile worker may spend on one component.
+    pub(crate) compile_limits: CompileLimits,
 }
 
 impl WasmEngine {
-    pub fn new(cache_dir: Option<PathBuf>) -> wasmtime::Result<Self> {
-        let mut config = Config::new();
-        config.wasm_component_model(true);
-        // Epoch interruption, not fuel: it costs a load and compare at loop
-        // heads instead of counting every instruction.
-        config.epoch_interruption(true);
+    pub fn new(wasm: &WasmConfig) -> wasmtime::Result<Self> {
+        let mut config = compile_config();
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling()));
         let engine = Engine::new(&config)?;
         spawn_epoch_ticker(&engine);
@@ -35,9 +35,24 @@ impl WasmEngine {
         Ok(Self {
             engine,
             linker: Arc::new(linker),
-            cache_dir,
+            cache_dir: wasm.cache_dir(),
+            compile_limits: CompileLimits::from(wasm),
         })
     }
+}
+
+/// The settings that shape compiled code, shared by the host's engine and
+/// the compile worker's (`super::compile_worker`): an artifact loads only
+/// into an engine whose compile settings hash the same. The instance
+/// allocator is not one of them, and the worker has no pool: it reserves
+/// terabytes of address space, which `RLIMIT_AS` would refuse.
+pub(crate) fn compile_config() -> Config {
+    let mut config = Config::new();
+    config.wasm_component_model(true);
+    // Epoch interruption, not fuel: it costs a load and compare at loop
+    // heads instead of counting every instruction.
+    config.epoch_interruption(true);
+    config
 }
 
 /// WASI (with the empty context built per store) and Inboxd's interfaces:

@@ -7,6 +7,7 @@
 
 mod cache;
 mod compile_bounds;
+pub mod compile_worker;
 mod component;
 mod engine;
 pub mod limits;

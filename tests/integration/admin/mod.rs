@@ -50,9 +50,22 @@ async fn start(backend: Backend, topic: &str, extra_admin_toml: &str) -> Admin {
 
 /// As [`start`], on the database at `db_url`, with files in `dir`.
 async fn start_on(dir: tempfile::TempDir, db_url: String, topic: &str, extra_admin_toml: &str) -> Admin {
+    start_configured(dir, db_url, topic, "", extra_admin_toml).await
+}
+
+/// As [`start_on`], with `wasm_toml` in the config's `[wasm]` section.
+async fn start_configured(
+    dir: tempfile::TempDir,
+    db_url: String,
+    topic: &str,
+    wasm_toml: &str,
+    extra_admin_toml: &str,
+) -> Admin {
     let cache = dir.path().join("compile-cache");
+    // `TestEnv::with_config` writes this right after `[wasm] cache_dir`.
     let admin = format!(
-        r#"
+        r#"{wasm_toml}
+
 [admin]
 listen = "127.0.0.1:0"
 {extra_admin_toml}

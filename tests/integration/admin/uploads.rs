@@ -129,3 +129,55 @@ async fn a_bad_upload_changes_nothing_and_says_why() {
         .await;
     assert_eq!(count(&db, &format!("SELECT COUNT(*) FROM {table}")).await, 1);
 }
+
+/// A component whose compile outgrows the compile worker's CPU or memory
+/// limit is refused, naming the limit's key, and the host goes on. The
+/// guests here pass the static compile bound: the limits hold in a process
+/// of their own, whatever that model misses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compile_past_its_limits_is_refused_and_the_host_goes_on() {
+    let topic = unique("admin-compile");
+    create_topic(&topic, 1).await;
+    let settings = json!({
+        "topics": [topic],
+        "group_id": unique("group"),
+        "outbox_topics": billing_outbox(),
+    });
+    let migrations = guest_migrations("billing");
+    // JavaScript takes 11-14 s of CPU to compile here, Python ~0.4 GiB.
+    for (wasm_toml, guest, says) in [
+        (
+            "compile_cpu_seconds = 1",
+            "billing_js",
+            "more than 1 s of CPU (wasm.compile_cpu_seconds)",
+        ),
+        (
+            "compile_memory_mb = 256",
+            "billing_py",
+            "more than 256 MiB of memory",
+        ),
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db_url = database_url(Backend::Sqlite, dir.path()).await;
+        let mut admin = start_configured(dir, db_url, &topic, wasm_toml, "").await;
+        let bytes = std::fs::read(guest_wasm(guest)).expect("guest component");
+        let (status, body) = admin
+            .upload("billing", bytes, settings.clone(), Some(&migrations), OPS_TOKEN)
+            .await;
+        assert_eq!(status, 422, "{guest} under {wasm_toml}: {body}");
+        let error = body["error"].as_str().unwrap_or_default();
+        assert!(error.contains(says), "{guest}: {error:?} should say {says:?}");
+        assert!(admin.host.is_running(), "the host died:\n{}", admin.host.log());
+        let db = admin.env.db().await;
+        assert_eq!(count(&db, "SELECT COUNT(*) FROM handlers").await, 0);
+
+        // A component within the limits still compiles and is stored.
+        let billing = std::fs::read(guest_wasm("billing")).expect("billing.wasm");
+        let (status, body) = admin
+            .upload("billing", billing, settings.clone(), Some(&migrations), OPS_TOKEN)
+            .await;
+        assert_eq!(status, 201, "{body}");
+        assert_eq!(count(&db, "SELECT COUNT(*) FROM handlers").await, 1);
+        admin.host.kill();
+    }
+}

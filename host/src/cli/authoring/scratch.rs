@@ -55,7 +55,7 @@ impl Scratch {
         db.migrate_host()
             .await
             .map_err(|e| failed(format!("cannot make the host's tables: {e}")))?;
-        let engine = WasmEngine::new(WasmConfig::default().cache_dir())
+        let engine = WasmEngine::new(&WasmConfig::default())
             .map_err(|e| failed(format!("cannot start the WebAssembly engine: {e:#}")))?;
         Ok(Self {
             db,
