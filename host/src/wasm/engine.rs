@@ -74,14 +74,24 @@ fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
 /// slots that are reused, instead of an mmap, guard pages and an munmap (with
 /// its cross-core TLB shootdown) per event. Instances at once are bounded by
 /// the database pool (a guest only runs inside a transaction), far below these.
+///
+/// The slots are shared by every handler, so each component is capped
+/// (checked when it is loaded, which refuses the upload) and each total is
+/// its cap times the component instances: however many memories, tables or
+/// core instances one team's component asks for, another team's instance
+/// still finds its slots. Without the caps, one component of 256 core
+/// instances, each with a memory, took every memory slot while it ran, and
+/// every other handler's events failed to instantiate.
 fn pooling() -> PoolingAllocationConfig {
     let mut pool = PoolingAllocationConfig::default();
-    pool.total_component_instances(256)
-        // A Python component holds about 14 core instances (design §7).
-        .total_core_instances(1024)
-        .total_memories(256)
-        .total_tables(512)
-        .total_stacks(256)
+    pool.total_component_instances(COMPONENT_INSTANCES)
+        .max_core_instances_per_component(CORE_INSTANCES_PER_COMPONENT)
+        .max_memories_per_component(MEMORIES_PER_COMPONENT)
+        .max_tables_per_component(TABLES_PER_COMPONENT)
+        .total_core_instances(COMPONENT_INSTANCES * CORE_INSTANCES_PER_COMPONENT)
+        .total_memories(COMPONENT_INSTANCES * MEMORIES_PER_COMPONENT)
+        .total_tables(COMPONENT_INSTANCES * TABLES_PER_COMPONENT)
+        .total_stacks(COMPONENT_INSTANCES)
         // Resetting a slot for the next instance is the largest cost of a
         // fresh instance per event: wasmtime memsets this much of the memory
         // (and of each table) back, dirty or not, and madvises the rest away;
@@ -105,6 +115,14 @@ fn pooling() -> PoolingAllocationConfig {
         .max_unused_warm_slots(16);
     pool
 }
+
+/// Component instances alive at once, every handler's together.
+const COMPONENT_INSTANCES: u32 = 256;
+/// Per component: the Python guest instantiates 14 core modules, the
+/// JavaScript one 4, a Rust one 3; each has one memory and two tables.
+const CORE_INSTANCES_PER_COMPONENT: u32 = 32;
+const MEMORIES_PER_COMPONENT: u32 = 2;
+const TABLES_PER_COMPONENT: u32 = 8;
 
 /// Bytes of a slot's linear memory (and table) reset by memset, not madvise.
 const KEEP_RESIDENT: usize = 128 << 10;

@@ -64,6 +64,29 @@ async fn a_bad_upload_changes_nothing_and_says_why() {
             "topicz",
         ),
         ("no topics", notifier.clone(), json!({}), 422, "topics"),
+        // Pool slots are shared by every handler: a component that would
+        // take many of them at once is refused when it is loaded.
+        (
+            "three memories",
+            component(
+                r#"(component (core module $m (memory 1))
+                     (core instance (instantiate $m)) (core instance (instantiate $m))
+                     (core instance (instantiate $m)))"#,
+            ),
+            settings.clone(),
+            422,
+            "3 Wasm linear memories",
+        ),
+        (
+            "33 core instances",
+            component(&format!(
+                "(component (core module $m) {})",
+                "(core instance (instantiate $m))".repeat(33)
+            )),
+            settings.clone(),
+            422,
+            "33 core module instances",
+        ),
     ];
     for (case, bytes, settings, want, says) in cases {
         let (status, body) = admin.upload("notifier", bytes, settings, None, OPS_TOKEN).await;
