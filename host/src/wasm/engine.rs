@@ -80,8 +80,8 @@ fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
 /// its cap times the component instances: however many memories, tables or
 /// core instances one team's component asks for, another team's instance
 /// still finds its slots. Without the caps, one component of 256 core
-/// instances, each with a memory, took every memory slot while it ran, and
-/// every other handler's events failed to instantiate.
+/// instances, each with a memory, would take every memory slot while it
+/// ran, and every other handler's instantiation would fail.
 fn pooling() -> PoolingAllocationConfig {
     let mut pool = PoolingAllocationConfig::default();
     pool.total_component_instances(COMPONENT_INSTANCES)
