@@ -48,12 +48,15 @@ pub fn compile(wasm: &WasmEngine, bytes: &[u8]) -> wasmtime::Result<(Component, 
         }
     }
     let compiled = compile_worker::precompile(engine, &wasm.compile_limits, bytes)?;
+    // SAFETY: `compiled` was produced just now by this executable, with this
+    // engine's compile settings.
+    let component = unsafe { Component::deserialize(engine, &compiled) }?;
+    // Stored only once loading it passed the instance pool's caps: a refused
+    // component leaves nothing on disk.
     if let Err(error) = store(dir, &path, &compiled) {
         tracing::warn!(dir = %dir.display(), "cannot write the compile cache (compiling at every start): {error}");
     }
-    // SAFETY: `compiled` was produced just now by this executable, with this
-    // engine's compile settings.
-    Ok((unsafe { Component::deserialize(engine, &compiled) }?, false))
+    Ok((component, false))
 }
 
 fn store(dir: &Path, path: &Path, compiled: &[u8]) -> std::io::Result<()> {

@@ -20,9 +20,9 @@
 //! [`MAX_COMPILE_WORK`]. The repository's Python and JavaScript guests (an
 //! interpreter each, 19 and 12 MB, compiled by LLVM) need 8.5 and 16.0
 //! million; the bound is about 1.6 s of Cranelift's time in these shapes.
-//! What is not bounded here: a shape not yet found, and plain size (at most
-//! `max_component_mb`); compiling in a child process with CPU and memory
-//! limits would bound both, and is not built.
+//! What is not bounded here, a shape not yet found and plain size (at most
+//! `max_component_mb`), meets the compile worker's CPU and memory limits
+//! (`super::compile_worker`).
 
 use wasmparser::{
     BlockType, CompositeInnerType, FuncValidatorAllocations, Parser, ValidPayload, Validator, WasmFeatures,

@@ -16,14 +16,14 @@
 //! crate's unit tests) compiles in-process behind the static bound alone, and
 //! says so once in its log.
 
-use super::compile_bounds;
 use super::engine::compile_config;
+use super::{compile_bounds, image_bounds};
 use crate::config::WasmConfig;
 use std::io::{Read, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use wasmtime::Engine;
 
@@ -60,15 +60,55 @@ impl CompileLimits {
 }
 
 /// Compiles `bytes` into an artifact for `engine`: in a worker process if
-/// this process has one, else in-process behind the static bound.
+/// this process has one, else in-process behind the static bounds.
+///
+/// One compile at a time per host: each may take `compile_memory_mb` in its
+/// worker and the artifact again in the host, and uploads arrive in
+/// parallel; the compiler uses every core anyway.
 pub(crate) fn precompile(engine: &Engine, limits: &CompileLimits, bytes: &[u8]) -> wasmtime::Result<Vec<u8>> {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _turn = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     match worker() {
         Some(exe) => in_worker(exe, limits, bytes).map_err(wasmtime::Error::msg),
         None => {
-            compile_bounds::check(bytes).map_err(wasmtime::Error::msg)?;
-            engine.precompile_component(bytes)
+            static_bounds(bytes).map_err(wasmtime::Error::msg)?;
+            let artifact = engine.precompile_component(bytes)?;
+            artifact_bound(bytes, &artifact).map_err(wasmtime::Error::msg)?;
+            Ok(artifact)
         }
     }
+}
+
+/// What is refused before compiling: the compile work of its functions and
+/// the zeros of its memory images.
+fn static_bounds(bytes: &[u8]) -> Result<(), String> {
+    compile_bounds::check(bytes)?;
+    image_bounds::check(bytes)
+}
+
+/// The largest artifact a component of `component` bytes may compile to:
+/// the repository's guests compile to 1.8-3.2 times their size.
+fn max_artifact_bytes(component: usize) -> usize {
+    component.saturating_mul(4).saturating_add(64 << 20)
+}
+
+/// Refuses an artifact past [`max_artifact_bytes`]: the host reads it,
+/// keeps it while the version is loaded and stores it in the compile cache,
+/// so a shape that compiles far larger than it is (none known past the
+/// static bounds) is refused, not kept.
+fn artifact_bound(component: &[u8], artifact: &[u8]) -> Result<(), String> {
+    let most = max_artifact_bytes(component.len());
+    if artifact.len() > most {
+        return Err(format!(
+            "it compiles to {} MiB, more than 4 times its size plus 64 MiB ({} MiB): the host keeps \
+             the compiled form in memory and on disk",
+            artifact.len().div_ceil(1 << 20),
+            most >> 20
+        ));
+    }
+    Ok(())
 }
 
 /// The executable that serves as compile worker, looked for once.
@@ -120,8 +160,9 @@ fn in_worker(exe: &Path, limits: &CompileLimits, bytes: &[u8]) -> Result<Vec<u8>
         .map_err(|e| format!("cannot start the compile worker {}: {e}", exe.display()))?;
     // The worker reads all its input before it writes anything, so stdin is
     // written first; stdout and stderr are drained on threads so that a full
-    // pipe never stalls it. The artifact cannot outgrow the worker's memory.
-    let most = limits.memory_mb << 20;
+    // pipe never stalls it. One byte past the bound is read to tell a
+    // refused artifact from one that fits.
+    let most = max_artifact_bytes(bytes.len()) as u64 + 1;
     let mut stdout = child.stdout.take().expect("piped");
     let mut stderr = child.stderr.take().expect("piped");
     let artifact = std::thread::spawn(move || {
@@ -160,7 +201,9 @@ fn in_worker(exe: &Path, limits: &CompileLimits, bytes: &[u8]) -> Result<Vec<u8>
         ));
     }
     if status.success() {
-        return artifact.map_err(|e| format!("reading the compile worker's output: {e}"));
+        let artifact = artifact.map_err(|e| format!("reading the compile worker's output: {e}"))?;
+        artifact_bound(bytes, &artifact)?;
+        return Ok(artifact);
     }
     if status.code() == Some(REFUSED) {
         // An mmap that `RLIMIT_AS` refused comes back as an error, not an abort.
@@ -220,11 +263,12 @@ fn serve(args: &[String]) -> Result<(), String> {
     std::io::stdin()
         .read_to_end(&mut component)
         .map_err(|e| format!("reading the component: {e}"))?;
-    compile_bounds::check(&component)?;
+    static_bounds(&component)?;
     let engine = Engine::new(&compile_config()).map_err(|e| format!("{e:#}"))?;
     let artifact = engine
         .precompile_component(&component)
         .map_err(|e| format!("{e:#}"))?;
+    artifact_bound(&component, &artifact)?;
     // `process::exit` runs no destructors: flush here, not at scope end.
     let mut out = std::io::stdout().lock();
     out.write_all(&artifact)
@@ -242,4 +286,20 @@ fn set_limit(resource: libc::__rlimit_resource_t, soft: u64, hard: u64) -> Resul
         return Err(format!("setrlimit: {}", std::io::Error::last_os_error()));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_artifact_past_four_times_its_component_plus_64_mib_is_refused() {
+        let component = vec![0u8; 1 << 20];
+        assert!(artifact_bound(&component, &vec![0u8; 68 << 20]).is_ok());
+        let err = artifact_bound(&component, &vec![0u8; (68 << 20) + 1]).unwrap_err();
+        assert!(
+            err.contains("more than 4 times its size plus 64 MiB (68 MiB)"),
+            "{err}"
+        );
+    }
 }

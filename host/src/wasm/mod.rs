@@ -10,6 +10,7 @@ mod compile_bounds;
 pub mod compile_worker;
 mod component;
 mod engine;
+mod image_bounds;
 pub mod limits;
 mod output;
 pub(crate) mod state;

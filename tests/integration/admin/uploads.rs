@@ -78,6 +78,19 @@ async fn a_bad_upload_changes_nothing_and_says_why() {
             "3 Wasm linear memories",
         ),
         (
+            // Never instantiated, yet wasmtime images each memory into the
+            // compiled form: 16 MiB from 34 bytes.
+            "sparse memory images",
+            component(&format!(
+                "(component {})",
+                r#"(core module (memory 256) (data (i32.const 0) "\01") (data (i32.const 16777214) "\01"))"#
+                    .repeat(2)
+            )),
+            settings.clone(),
+            422,
+            "MiB of zeros",
+        ),
+        (
             "33 core instances",
             component(&format!(
                 "(component (core module $m) {})",
