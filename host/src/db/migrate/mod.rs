@@ -519,6 +519,9 @@ pub async fn apply_one_reserving(
             }
         }
         own = record_tables(tx, handler, &own, &before).await?;
+        // Before the next statement: an index it made may be analyzed as
+        // soon as this commits.
+        statistics::skip_expressions_in(tx, handler).await?;
         if let Some(reference) = view_of_views(tx, handler, &own).await? {
             return Err(DbError::HandlerMigration(format!(
                 "migration {file} of handler {handler} is refused: after `{}`, {reference}",
@@ -619,6 +622,7 @@ fn short(text: &str) -> String {
 mod catalog_rules;
 mod row_bound;
 mod row_functions;
+mod statistics;
 pub(crate) use catalog_rules::{
     MAX_COLUMNS, MAX_FOREIGN_KEYS, MAX_STORED_EXPRESSION_BYTES, POSTGRES_FOREIGN_KEYS,
     POSTGRES_STORED_EXPRESSION_BYTES, POSTGRES_VIEWS_OF_VIEWS, POSTGRES_WIDE_RELATIONS,

@@ -50,6 +50,18 @@ pub async fn bound_rows(db: &Database, handler: &str, max_row_bytes: usize) -> R
     // lock, so two hosts loading the handler do not race.
     let mut tx = db.begin_migration(handler).await?;
     tx.lock_handler_migrations(handler).await?;
+    // Each table's new bound is checked against every row, on the load path
+    // with the handler's migration lock held: no longer than a migration.
+    tx.execute(
+        &format!(
+            "SET LOCAL statement_timeout = {}",
+            super::MIGRATION_TIMEOUT.as_millis()
+        ),
+        &[],
+    )
+    .await?;
+    // Indexes from before the host kept expressions out of ANALYZE.
+    super::statistics::skip_expressions_in(&mut tx, handler).await?;
     let rows = tx
         .query(
             "SELECT c.relname::pg_catalog.text FROM pg_catalog.pg_class c
@@ -69,7 +81,8 @@ pub async fn bound_rows(db: &Database, handler: &str, max_row_bytes: usize) -> R
         tx.execute(&rebound(&schema, table, limit), &[]).await.map_err(|e| {
             DbError::HandlerMigration(format!(
                 "table {table} ({max_row_bytes} bytes per row, as text): {e}; raise the limit, or make its \
-                 rows smaller"
+                 rows smaller (checking them may take {} s)",
+                super::MIGRATION_TIMEOUT.as_secs()
             ))
         })?;
     }

@@ -434,6 +434,14 @@ fn check_node(kind: &str, node: &Value, place: Place, mode: Mode) -> Result<Plac
                      written the statement guard can bound (a GIN index sorts every key of a document)"
                 )));
             }
+            // See `db::migrate::statistics`.
+            if node.get("where_clause").is_some_and(|w| !w.is_null()) {
+                return Err(forbidden(
+                    "a partial index (CREATE INDEX ... WHERE) is not allowed on PostgreSQL: autovacuum's \
+                     ANALYZE evaluates its predicate on every sampled row (up to 30,000), outside any \
+                     deadline; index every row, or keep the rows in a table of their own",
+                ));
+            }
         }
         "AlterTableCmd" if node.get("subtype").and_then(Value::as_i64) == Some(AT_DROP_CONSTRAINT) => {
             check_constraint_name(node.get("name"))?

@@ -317,6 +317,11 @@ fn a_whole_row_stands_only_as_a_select_item() {
 fn index_methods_exclusions_and_virtual_columns_the_guard_cannot_count_are_refused() {
     for (sql, because) in [
         ("CREATE INDEX g ON docs USING gin (body)", "USING gin"),
+        ("CREATE INDEX p ON docs (id) WHERE id > 0", "partial index"),
+        (
+            "CREATE UNIQUE INDEX p ON docs (id) WHERE body IS NOT NULL",
+            "partial index",
+        ),
         (
             "CREATE TABLE r (a bigint, EXCLUDE USING btree (a WITH =))",
             "EXCLUDE",
