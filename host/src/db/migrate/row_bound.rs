@@ -62,29 +62,48 @@ pub async fn bound_rows(db: &Database, handler: &str, max_row_bytes: usize) -> R
     .await?;
     // Indexes from before the host kept expressions out of ANALYZE.
     super::statistics::skip_expressions_in(&mut tx, handler).await?;
+    // A table needs its bound (re)made if it has none at `limit`. A bound
+    // that is only raised needs no scan: every row already fits the lower
+    // one, and every row written later is held to the new one, so it is
+    // added NOT VALID (a table's rows are always within its bound, checked
+    // or not). Lowering it checks every row.
     let rows = tx
         .query(
-            "SELECT c.relname::pg_catalog.text FROM pg_catalog.pg_class c
+            "SELECT c.relname::pg_catalog.text,
+                    (SELECT pg_catalog.max(pg_catalog.substring(pg_catalog.pg_get_constraintdef(k.oid),
+                                '<= ([0-9]+)')::pg_catalog.int8)
+                       FROM pg_catalog.pg_constraint k
+                      WHERE k.conrelid = c.oid AND k.conname = $2) AS bound
+             FROM pg_catalog.pg_class c
              JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
              WHERE n.nspname = $1 AND c.relkind IN ('r', 'p')
                AND NOT EXISTS (
                  SELECT 1 FROM pg_catalog.pg_constraint k
-                 WHERE k.conrelid = c.oid AND k.conname = $2 AND k.convalidated
+                 WHERE k.conrelid = c.oid AND k.conname = $2
                    AND pg_catalog.pg_get_constraintdef(k.oid) = pg_catalog.format(
-                     'CHECK ((octet_length((%I.*)::text) <= %s))', c.relname, $3::pg_catalog.int8))
+                     'CHECK ((octet_length((%I.*)::text) <= %s))', c.relname, $3::pg_catalog.int8)
+                       || CASE WHEN k.convalidated THEN '' ELSE ' NOT VALID' END)
              ORDER BY 1",
             &[schema.as_str().into(), CONSTRAINT.into(), limit.into()],
         )
         .await?;
-    let tables = texts(rows, "catalog row", "relname")?;
-    for table in &tables {
-        tx.execute(&rebound(&schema, table, limit), &[]).await.map_err(|e| {
+    let mut tables = Vec::with_capacity(rows.len());
+    for row in rows {
+        let mut c = crate::db::columns::Columns::new("catalog row", row);
+        let (table, bound) = (c.text("relname")?, c.opt_int("bound")?);
+        let raised = bound.is_some_and(|bound| bound <= limit);
+        let mut sql = rebound(&schema, &table, limit);
+        if raised {
+            sql.push_str(" NOT VALID");
+        }
+        tx.execute(&sql, &[]).await.map_err(|e| {
             DbError::HandlerMigration(format!(
                 "table {table} ({max_row_bytes} bytes per row, as text): {e}; raise the limit, or make its \
-                 rows smaller (checking them may take {} s)",
+                 rows smaller (checking them against a lower limit may take {} s)",
                 super::MIGRATION_TIMEOUT.as_secs()
             ))
         })?;
+        tables.push(table);
     }
     tx.commit().await?;
     if !tables.is_empty() {

@@ -93,6 +93,37 @@ async fn postgres_a_handlers_rows_are_held_to_the_row_bound_whatever_its_sql_doe
         migrate::bound_rows(&db, name, 1 << 20).await.unwrap(),
         vec![format!("{name}_t")]
     );
+    // Raised, the bound is added without reading the rows (NOT VALID: they
+    // fit the lower one), kept at the next load, and still holds new rows.
+    let validated = async || {
+        let mut tx = db.begin_migration(name).await.unwrap();
+        let rows = tx
+            .query(
+                "SELECT k.convalidated FROM pg_catalog.pg_constraint k WHERE k.conname = 'inboxd_row_bound' \
+                 AND k.conrelid = $1::pg_catalog.regclass",
+                &[format!("handler_{name}.{name}_t").into()],
+            )
+            .await
+            .unwrap();
+        tx.rollback().await.unwrap();
+        rows[0][0].clone()
+    };
+    assert_eq!(validated().await, SqlValue::Boolean(false));
+    assert!(migrate::bound_rows(&db, name, 1 << 20).await.unwrap().is_empty());
+    let mut tx = db.begin_guest(name).await.unwrap();
+    tx.enter_guest(CALL, &h).await.unwrap();
+    let err = tx
+        .guest_execute(&insert, &["z".repeat((1 << 20) + 1).into()])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("inboxd_row_bound"), "{err}");
+    tx.rollback().await.unwrap();
+    // Lowered again, every row is checked.
+    assert_eq!(
+        migrate::bound_rows(&db, name, 64 << 10).await.unwrap(),
+        vec![format!("{name}_t")]
+    );
+    assert_eq!(validated().await, SqlValue::Boolean(true));
 }
 
 /// Every function and operator the guard allows on PostgreSQL, over values
