@@ -630,6 +630,7 @@ pub(crate) use catalog_rules::{
 use catalog_rules::{foreign_reference, view_of_views};
 pub use row_bound::{CONSTRAINT as ROW_BOUND, bound_rows, hidden_work, jsonb_column};
 pub use row_functions::row_functions;
+pub(crate) use statistics::POSTGRES_PARTIAL_INDEXES;
 
 #[cfg(test)]
 mod tests;

@@ -22,6 +22,17 @@
 
 use super::super::{Backend, DbError, Tx, handler_schema};
 
+/// Partial indexes of handler schemas (`$1`: a LIKE pattern of schemas):
+/// today's migrations refuse them, and an older release's are named at
+/// start (`db::audit`).
+pub(crate) const POSTGRES_PARTIAL_INDEXES: &str = r"
+SELECT n.nspname::pg_catalog.text AS schema, c.relname::pg_catalog.text AS index
+FROM pg_catalog.pg_index i
+JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname LIKE $1 AND i.indpred IS NOT NULL
+ORDER BY 1, 2";
+
 /// Expression columns of the handler's indexes that ANALYZE would still
 /// compute: `$1` is its schema. An index column is an expression where
 /// `indkey` holds 0; PostgreSQL 17 made `attstattarget` nullable (unset).

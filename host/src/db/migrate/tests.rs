@@ -757,4 +757,18 @@ async fn postgres_analyze_runs_no_handler_index_expression() {
         .to_string();
     assert!(err.contains("partial index"), "{err}");
     tx.rollback().await.unwrap();
+    // One an older release let in is named at start (`audit::planted_code`
+    // reads this; here inside a transaction no other test sees).
+    let mut host = db.begin().await.unwrap();
+    host.execute("CREATE INDEX t_old ON handler_analyzed.t (a) WHERE b <> ''", &[])
+        .await
+        .unwrap();
+    let found = host
+        .query(POSTGRES_PARTIAL_INDEXES, &["handler\\_analyzed".into()])
+        .await
+        .unwrap();
+    let indexes: Vec<(SqlValue, SqlValue)> =
+        found.into_iter().map(|r| (r[0].clone(), r[1].clone())).collect();
+    assert_eq!(indexes, [("handler_analyzed".into(), "t_old".into())]);
+    host.rollback().await.unwrap();
 }
