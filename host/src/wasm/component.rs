@@ -391,10 +391,16 @@ impl HandlerComponent {
         if error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
             return GuestFailure::Limit(self.timeout_exceeded());
         }
-        let cause = match error.downcast_ref::<Trap>() {
+        let mut cause = match error.downcast_ref::<Trap>() {
             Some(trap) => trap.to_string(),
             None => format!("{error:#}"),
         };
+        if cause.contains("resource table has no free keys") {
+            cause.push_str(&format!(
+                " (a handler holds at most {} WASI resources at once: streams, pollables; drop them)",
+                super::state::MAX_RESOURCES
+            ));
+        }
         let stderr = stderr.trim();
         if stderr.is_empty() {
             GuestFailure::Trap(bounded(cause))
@@ -436,16 +442,22 @@ fn is_core_module(bytes: &[u8]) -> bool {
     bytes.starts_with(b"\0asm") && bytes.get(4..8) == Some(&[1, 0, 0, 0])
 }
 
-fn bounded(mut text: String) -> String {
-    if text.len() > MAX_REASON_BYTES {
-        let mut cut = MAX_REASON_BYTES;
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        text.truncate(cut);
-        text.push_str("...");
+/// A guest's reason, cut to [`MAX_REASON_BYTES`] into a buffer of its own:
+/// `truncate` keeps the whole allocation, and a retried event's reason is
+/// held through its backoff (a 125 MB reason held 120 MB per waiting event,
+/// the review of issue 23's compile worker).
+fn bounded(text: String) -> String {
+    if text.len() <= MAX_REASON_BYTES {
+        return text;
     }
-    text
+    let mut cut = MAX_REASON_BYTES;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let mut short = String::with_capacity(cut + 3);
+    short.push_str(&text[..cut]);
+    short.push_str("...");
+    short
 }
 
 impl crate::handler::Handler for HandlerComponent {
@@ -473,5 +485,24 @@ impl crate::handler::Handler for HandlerComponent {
         attempt: u32,
     ) -> futures_util::future::BoxFuture<'a, Invocation> {
         Box::pin(HandlerComponent::invoke(self, tx, record, event_id, attempt))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A long reason keeps only its cut: the guest's string is not held
+    /// through a retry's backoff.
+    #[test]
+    fn a_long_reason_is_cut_into_a_buffer_of_its_own() {
+        let cut = bounded("é".repeat(1 << 20));
+        assert!(
+            cut.ends_with("...") && cut.len() <= MAX_REASON_BYTES + 3,
+            "{}",
+            cut.len()
+        );
+        assert!(cut.capacity() <= MAX_REASON_BYTES + 3, "{}", cut.capacity());
+        assert_eq!(bounded("short".to_owned()), "short");
     }
 }

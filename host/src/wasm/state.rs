@@ -19,6 +19,12 @@ use std::sync::Arc;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+/// WASI resources (streams, pollables, ...) a store may hold at once. Each
+/// is host memory the guest's `memory_mb` does not count (the default,
+/// 1,000,000, let one event hold 99,000 stdout streams, 70 MB); the guests
+/// hold a handful.
+pub(crate) const MAX_RESOURCES: usize = 10_000;
+
 pub struct StoreState {
     wasi: WasiCtx,
     table: ResourceTable,
@@ -51,9 +57,11 @@ impl StoreState {
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .build();
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(MAX_RESOURCES);
         Self {
             wasi,
-            table: ResourceTable::new(),
+            table,
             limiter: MemoryLimiter::new(limits.memory_bytes),
             sql: SqlState::new(tx, guard, limits),
             outbox,
