@@ -117,13 +117,28 @@ pub async fn replay_all(
     Json(body): Json<ReplayAll>,
 ) -> Result<Json<Vec<Value>>, ApiError> {
     caller.check(&body.handler)?;
-    let filter = Filter {
+    // Ids first, then records a chunk at a time, as a group's replay does:
+    // 500 parked letters of 2 MB read at once held 1.16 GB of the host (the
+    // third review of issue 23's walls today).
+    let parked = Filter {
         handler: Some(&body.handler),
+        without_record: true,
         ..Filter::default()
     };
-    let mut outcomes = Vec::new();
-    for row in dead_letters::find(state.registry.db(), &filter).await? {
-        outcomes.push(replay_row(&state, &caller, &row, HeldChoice::Replay).await?);
+    let ids: Vec<i64> = dead_letters::find(state.registry.db(), &parked)
+        .await?
+        .iter()
+        .map(|row| row.id)
+        .collect();
+    let mut outcomes = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(REPLAY_CHUNK) {
+        let filter = Filter {
+            ids: Some(chunk),
+            ..Filter::default()
+        };
+        for row in dead_letters::find(state.registry.db(), &filter).await? {
+            outcomes.push(replay_row(&state, &caller, &row, HeldChoice::Replay).await?);
+        }
     }
     Ok(Json(outcomes))
 }
@@ -242,8 +257,8 @@ async fn fetch_group(state: &AppState, caller: &Caller, id: &str) -> Result<Grou
         })
 }
 
-/// Members are read with their records this many at a time: a group of
-/// 5,000 is never 5,000 payloads in memory at once.
+/// Dead letters are read with their records this many at a time when many
+/// are replayed: 5,000 are never 5,000 payloads in memory at once.
 const REPLAY_CHUNK: usize = 100;
 
 /// `POST /v1/dead-letters/groups/{id}/replay`: every member, oldest first,

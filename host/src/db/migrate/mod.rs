@@ -633,4 +633,6 @@ pub use row_functions::row_functions;
 pub(crate) use statistics::POSTGRES_PARTIAL_INDEXES;
 
 #[cfg(test)]
+mod catalog_tests;
+#[cfg(test)]
 mod tests;
