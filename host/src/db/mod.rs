@@ -76,6 +76,11 @@ pub fn handler_schema(handler: &str) -> String {
     format!("handler_{handler}")
 }
 
+/// An identifier, quoted as SQLite and PostgreSQL read it.
+pub(crate) fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
 /// The PostgreSQL role a handler's SQL runs as, logged in as itself: it owns
 /// the handler's schema, is a member of no other role and has no privileges
 /// on the host's tables.

@@ -9,7 +9,7 @@
 use super::columns::Columns;
 use super::dead_letters::headers_column;
 use super::migrate::own_tables;
-use super::{Backend, Database, DbError, DecodeError, SqlValue, handler_schema};
+use super::{Backend, Database, DbError, DecodeError, SqlValue, handler_schema, quote_ident};
 use serde_json::{Map, Value};
 
 /// One outbox message, published or not.
@@ -56,10 +56,6 @@ pub async fn tables(db: &Database, handler: &str) -> Result<Vec<TableRows>, DbEr
     Ok(tables)
 }
 
-fn quoted(identifier: &str) -> String {
-    format!("\"{}\"", identifier.replace('"', "\"\""))
-}
-
 /// PostgreSQL writes the JSON itself, so every column type (numeric,
 /// timestamptz, arrays, ...) comes out as PostgreSQL shows it.
 async fn postgres_rows(
@@ -69,8 +65,8 @@ async fn postgres_rows(
 ) -> Result<Vec<Map<String, Value>>, DbError> {
     let sql = format!(
         "SELECT pg_catalog.row_to_json(t)::pg_catalog.text FROM {}.{} AS t",
-        quoted(&handler_schema(handler)),
-        quoted(table)
+        quote_ident(&handler_schema(handler)),
+        quote_ident(table)
     );
     db.query(&sql, &[])
         .await?
@@ -100,8 +96,8 @@ async fn sqlite_rows(db: &Database, table: &str) -> Result<Vec<Map<String, Value
     if columns.is_empty() {
         return Ok(Vec::new());
     }
-    let list: Vec<String> = columns.iter().map(|c| quoted(c)).collect();
-    let sql = format!("SELECT {} FROM {}", list.join(", "), quoted(table));
+    let list: Vec<String> = columns.iter().map(|c| quote_ident(c)).collect();
+    let sql = format!("SELECT {} FROM {}", list.join(", "), quote_ident(table));
     let rows = db.query(&sql, &[]).await?;
     Ok(rows
         .into_iter()

@@ -379,16 +379,11 @@ pub async fn jsonb_column(db: &Database, handler: &str) -> Result<Option<String>
 
 /// The statement that (re)places the bound on a table, checked against every row.
 fn rebound(schema: &str, table: &str, limit: i64) -> String {
-    let name = quote(table);
+    let name = crate::db::quote_ident(table);
     format!(
         "ALTER TABLE {schema}.{name} DROP CONSTRAINT IF EXISTS {CONSTRAINT}, \
          ADD CONSTRAINT {CONSTRAINT} CHECK (octet_length(({name}.*)::text) <= {limit})"
     )
-}
-
-/// An identifier, quoted as PostgreSQL reads it.
-fn quote(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 /// The first name `sql` reads from the catalog for the handler's schema (`$1`), if any.

@@ -20,7 +20,7 @@
 //! partial index's predicate would still run in ANALYZE whatever the
 //! targets, so the migration guard refuses partial indexes on PostgreSQL.
 
-use super::super::{Backend, DbError, Tx, handler_schema};
+use super::super::{Backend, DbError, Tx, handler_schema, quote_ident};
 
 /// Partial indexes of handler schemas (`$1`: a LIKE pattern of schemas):
 /// today's migrations refuse them, and an older release's are named at
@@ -61,9 +61,9 @@ pub(crate) async fn skip_expressions_in(tx: &mut Tx, handler: &str) -> Result<us
     for row in rows {
         let mut c = super::super::columns::Columns::new("index expression row", row);
         let (index, column) = (c.text("index")?, c.int("col")?);
-        let index = format!("\"{}\"", index.replace('"', "\"\""));
+        let (schema, index) = (quote_ident(&schema), quote_ident(&index));
         tx.execute(
-            &format!("ALTER INDEX \"{schema}\".{index} ALTER COLUMN {column} SET STATISTICS 0"),
+            &format!("ALTER INDEX {schema}.{index} ALTER COLUMN {column} SET STATISTICS 0"),
             &[],
         )
         .await?;
