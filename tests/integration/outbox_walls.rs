@@ -146,6 +146,13 @@ async fn unmapped_topics_are_refused_forged_ids_replaced_and_undeliverable_messa
     let parked = &listed.as_array().expect("a list")[..];
     assert_eq!(parked.len(), 1, "{listed:#}");
     assert_eq!(parked[0]["topic"], "bad topic!");
+    // A list names the payload's size and leaves the record out; `show` has it.
+    assert!(parked[0].get("payload").is_none(), "{listed:#}");
+    let seq = parked[0]["seq"].as_i64().unwrap().to_string();
+    let shown = json_of(&inboxd(&env, &["outbox", "show", &seq, "--json"]));
+    let payload = shown["payload"].as_str().expect("the payload as text");
+    assert!(payload.contains(r#""n":0"#), "{shown:#}");
+    assert_eq!(parked[0]["payload_bytes"], payload.len(), "{listed:#}");
     assert!(
         parked[0]["reason"]
             .as_str()
@@ -223,4 +230,92 @@ async fn unmapped_topics_are_refused_forged_ids_replaced_and_undeliverable_messa
     )
     .await;
     assert_eq!(ok, 1, "the event after the attacks was applied");
+}
+
+on_both_backends!(a_batch_writes_a_large_outbox_as_it_goes_and_applies_it_once);
+
+/// Regression (issue 23, third read): a batch held every message its events
+/// published until its commit (100 events of 8 MiB each were 1 GB in the
+/// host). It now writes them in its transaction once they reach 16 MiB. What
+/// it wrote early commits exactly once and in publish order, also when a
+/// later event of the batch fails and the batch runs again call by call.
+async fn a_batch_writes_a_large_outbox_as_it_goes_and_applies_it_once(backend: Backend) {
+    let topic = unique("big-outbox");
+    create_topic(&topic, 1).await;
+    // An invalid real topic: the relay parks every message, so all stay to be counted.
+    let handlers = format!(
+        "{}[handlers.retry]\nmax_attempts = 1\n[handlers.batch]\nlinger_ms = 2000\n",
+        handler_block_with_outbox("hostile", &topic, &[("nowhere", "bad topic!")])
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db_url = database_url(backend, dir.path()).await;
+    let cache = dir.path().join("compile-cache");
+    let env = TestEnv::with_config(dir, db_url, &cache, "hostile", &topic, &handlers);
+
+    // 22 messages of 900 kB: past 16 MiB once, if the batch gathers 19 of them.
+    const MESSAGES: usize = 22;
+    let pad = "x".repeat(900_000);
+    let mut records: Vec<Send> = (0..MESSAGES)
+        .map(|n| {
+            let body = json!({ "n": n, "pad": pad });
+            Send::json(
+                &new_id(),
+                json!({ "attack": "publish", "topic": "nowhere", "key": "k", "body": body }),
+            )
+        })
+        .collect();
+    records.push(Send::json(&new_id(), json!({ "attack": "reject" })));
+    let ends = produce(&topic, &records).await;
+    let mut host = env.spawn_host();
+    env.wait_for_offsets(&ends, Duration::from_secs(120), &mut host)
+        .await;
+
+    let db = env.db().await;
+    let settled = poll_until(Duration::from_secs(60), || {
+        let db = db.clone();
+        async move {
+            let parked = inboxd::db::outbox::parked_counts(&db).await.unwrap_or_default();
+            parked.get("hostile") == Some(&(MESSAGES as i64))
+        }
+    })
+    .await;
+    assert!(settled, "the relay did not park every message:\n{}", host.log());
+    let filter = inboxd::db::outbox::ParkedFilter {
+        handler: Some("hostile"),
+        ..Default::default()
+    };
+    let parked = inboxd::db::outbox::parked(&db, &filter).await.unwrap();
+    let order: Vec<i64> = parked
+        .iter()
+        .map(|p| {
+            let body: Value = serde_json::from_slice(&p.payload).expect("JSON");
+            body["n"].as_i64().expect("n")
+        })
+        .collect();
+    assert_eq!(
+        order,
+        (0..MESSAGES as i64).collect::<Vec<_>>(),
+        "once each, in publish order"
+    );
+    let effects = db.handler_table("hostile", "hostile_effects");
+    let recorded: std::collections::BTreeSet<String> = db
+        .query(&format!("SELECT event_id FROM {effects}"), &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row[0].as_str().unwrap().to_owned())
+        .collect();
+    let sent: std::collections::BTreeSet<String> =
+        parked.iter().map(|p| format!("published {}", p.id)).collect();
+    assert_eq!(recorded, sent, "each applied event's message, and only those");
+    let letters = inboxd::db::dead_letters::list(&db, "hostile").await.unwrap();
+    assert_eq!(letters.len(), 1, "the rejected one: {letters:#?}");
+    assert!(
+        host.log()
+            .contains("outbox messages written before the batch's end"),
+        "the batch never reached 16 MiB, so this test tested nothing:\n{}",
+        host.log()
+    );
+    assert!(host.is_running(), "{}", host.log());
+    assert_eq!(host.terminate(Duration::from_secs(30)).await, Some(0));
 }

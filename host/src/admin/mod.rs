@@ -117,6 +117,7 @@ fn router(state: AppState, max_component_bytes: usize) -> Router {
         .route("/v1/handlers/{name}/pause", post(handlers::pause))
         .route("/v1/handlers/{name}/resume", post(handlers::resume))
         .route("/v1/handlers/{name}/outbox/parked", get(outbox::list))
+        .route("/v1/handlers/{name}/outbox/parked/{seq}", get(outbox::show))
         .route("/v1/handlers/{name}/outbox/parked/retry", post(outbox::retry_all))
         .route(
             "/v1/handlers/{name}/outbox/parked/{seq}/retry",

@@ -2,6 +2,9 @@
 //! accept, parked by the relay, over HTTP (as `inboxd outbox`). A team token
 //! sees and acts on its own handlers' messages only, as with dead letters.
 //!
+//! As with dead letters, the list leaves every message's key, payload and
+//! headers out (it names their size); one message's detail has them.
+//!
 //! Re-queueing puts a message back in its bucket's line (the relay sends it
 //! next); discarding marks it handled without sending it. Neither changes the
 //! message: fix what made it undeliverable (the mapping, the topic's ACLs or
@@ -35,10 +38,29 @@ pub async fn list(
         handler: Some(&name),
         include_discarded: query.all,
         limit: query.limit.unwrap_or(1000).clamp(1, 1000),
+        without_record: true,
         ..ParkedFilter::default()
     };
     let rows = outbox::parked(state.registry.db(), &filter).await?;
-    Ok(Json(rows.iter().map(outbox::Parked::detail_json).collect()))
+    Ok(Json(rows.iter().map(outbox::Parked::summary_json).collect()))
+}
+
+/// One parked (or discarded) message of the handler in full.
+pub async fn show(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((name, seq)): Path<(String, i64)>,
+) -> Result<Json<Value>, ApiError> {
+    caller.check(&name)?;
+    let filter = ParkedFilter {
+        handler: Some(&name),
+        seqs: Some(&[seq]),
+        include_discarded: true,
+        ..ParkedFilter::default()
+    };
+    let rows = outbox::parked(state.registry.db(), &filter).await?;
+    let row = rows.first().ok_or_else(|| not_parked(&name, seq))?;
+    Ok(Json(row.detail_json()))
 }
 
 /// Re-queues one parked message of the handler.

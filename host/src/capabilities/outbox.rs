@@ -278,6 +278,11 @@ pub fn stamp_json_id(topic: &str, payload: Vec<u8>, id: &str) -> Vec<u8> {
 }
 
 /// [`stamp_json_id`] with `others` as the registered fields.
+///
+/// Two passes over the members, one to find which registered fields the
+/// payload has and one to write: the host holds the payload and its
+/// stamped copy, nothing per member (a list of members and their names was
+/// about 15 times a payload of many small members).
 fn stamp_json_fields(payload: Vec<u8>, id: &str, others: &[String]) -> Vec<u8> {
     // Cheap for what is not a JSON object: one look at the first byte.
     let start = payload.iter().position(|b| !b.is_ascii_whitespace());
@@ -287,22 +292,30 @@ fn stamp_json_fields(payload: Vec<u8>, id: &str, others: &[String]) -> Vec<u8> {
     if serde_json::from_slice::<serde::de::IgnoredAny>(&payload).is_err() {
         return payload;
     }
-    let Some(members) = json::object_members(&payload) else {
-        return payload;
-    };
-    let names: Vec<Option<String>> = members
+    // A key's text is at most 6 bytes per character (`\uXXXX`) and its
+    // quotes: a longer one cannot be a field to stamp, and is not decoded.
+    let longest = others
         .iter()
-        .map(|m| serde_json::from_slice(&payload[m.key.clone()]).ok())
-        .collect();
-    let is_id = |name: &Option<String>| {
-        name.as_deref()
-            .is_some_and(|n| n == EVENT_ID_HEADER || others.iter().any(|o| o == n))
+        .map(String::len)
+        .max()
+        .unwrap_or(0)
+        .max(EVENT_ID_HEADER.len());
+    let stamped_name = |key: &[u8]| -> Option<String> {
+        let name: String = (key.len() <= longest * 6 + 2)
+            .then(|| serde_json::from_slice(key).ok())
+            .flatten()?;
+        (name == EVENT_ID_HEADER || others.contains(&name)).then_some(name)
     };
-    let mut stamped: Vec<&str> = vec![EVENT_ID_HEADER];
-    for name in names.iter().flatten() {
-        if name != EVENT_ID_HEADER && others.contains(name) && !stamped.contains(&name.as_str()) {
+    let mut stamped: Vec<String> = vec![EVENT_ID_HEADER.to_owned()];
+    let found = json::for_each_member(&payload, |key, _| {
+        if let Some(name) = stamped_name(&payload[key])
+            && !stamped.contains(&name)
+        {
             stamped.push(name);
         }
+    });
+    if found.is_none() {
+        return payload;
     }
     let value = serde_json::to_string(id).expect("a string serializes");
     let mut out = Vec::with_capacity(payload.len() + stamped.len() * (value.len() + 16) + 2);
@@ -319,13 +332,12 @@ fn stamp_json_fields(payload: Vec<u8>, id: &str, others: &[String]) -> Vec<u8> {
         out.push(b':');
         out.extend_from_slice(value.as_bytes());
     }
-    for (member, name) in members.iter().zip(&names) {
-        if is_id(name) {
-            continue;
+    json::for_each_member(&payload, |key, value| {
+        if stamped_name(&payload[key.clone()]).is_none() {
+            out.push(b',');
+            out.extend_from_slice(&payload[key.start..value.end]);
         }
-        out.push(b',');
-        out.extend_from_slice(&payload[member.key.start..member.value.end]);
-    }
+    });
     out.push(b'}');
     out
 }
@@ -333,12 +345,6 @@ fn stamp_json_fields(payload: Vec<u8>, id: &str, others: &[String]) -> Vec<u8> {
 /// Just enough of a JSON reader to find a valid document's top-level members.
 mod json {
     use std::ops::Range;
-
-    pub struct Member {
-        /// The key, quotes included.
-        pub key: Range<usize>,
-        pub value: Range<usize>,
-    }
 
     fn skip_blank(b: &[u8], mut i: usize) -> usize {
         while i < b.len() && b[i].is_ascii_whitespace() {
@@ -394,17 +400,17 @@ mod json {
         }
     }
 
-    /// The members of a document already known to be valid JSON whose first
-    /// non-blank byte is `{`.
-    pub fn object_members(b: &[u8]) -> Option<Vec<Member>> {
+    /// Calls `member` with the key (quotes included) and value ranges of each
+    /// top-level member of a document already known to be valid JSON whose
+    /// first non-blank byte is `{`, in order; `None` if it is not one.
+    pub fn for_each_member(b: &[u8], mut member: impl FnMut(Range<usize>, Range<usize>)) -> Option<()> {
         let mut i = skip_blank(b, 0);
         if b.get(i) != Some(&b'{') {
             return None;
         }
         i = skip_blank(b, i + 1);
-        let mut members = Vec::new();
         if b.get(i) == Some(&b'}') {
-            return Some(members);
+            return Some(());
         }
         loop {
             let key_end = skip_string(b, i)?;
@@ -415,14 +421,11 @@ mod json {
             }
             let value_start = skip_blank(b, i + 1);
             let value_end = skip_value(b, value_start)?;
-            members.push(Member {
-                key,
-                value: value_start..value_end,
-            });
+            member(key, value_start..value_end);
             i = skip_blank(b, value_end);
             match b.get(i)? {
                 b',' => i = skip_blank(b, i + 1),
-                b'}' => return Some(members),
+                b'}' => return Some(()),
                 _ => return None,
             }
         }

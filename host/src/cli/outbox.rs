@@ -65,11 +65,13 @@ fn print_json(value: &impl serde::Serialize) -> Result<(), CliError> {
 }
 
 /// The named parked messages (discarded ones too), failing with the seqs
-/// that are not parked.
-async fn fetch(db: &Database, seqs: &[i64]) -> Result<Vec<Parked>, CliError> {
+/// that are not parked. Key, payload and headers only `with_record` (for
+/// `show`, one message): retrying or discarding needs none of them.
+async fn fetch(db: &Database, seqs: &[i64], with_record: bool) -> Result<Vec<Parked>, CliError> {
     let filter = ParkedFilter {
         seqs: Some(seqs),
         include_discarded: true,
+        without_record: !with_record,
         ..ParkedFilter::default()
     };
     let rows = outbox::parked(db, &filter).await.map_err(failed)?;
@@ -111,6 +113,7 @@ async fn list(db: &Database, handler: Option<&str>, all: bool, json: bool) -> Re
     let filter = ParkedFilter {
         handler,
         include_discarded: all,
+        without_record: true,
         ..ParkedFilter::default()
     };
     let rows = outbox::parked(db, &filter).await.map_err(failed)?;
@@ -140,7 +143,7 @@ async fn list(db: &Database, handler: Option<&str>, all: bool, json: bool) -> Re
 }
 
 async fn show(db: &Database, seq: i64, json: bool) -> Result<(), CliError> {
-    let row = fetch(db, &[seq]).await?.remove(0);
+    let row = fetch(db, &[seq], true).await?.remove(0);
     let detail = row.detail_json();
     if json {
         return print_json(&detail);
@@ -181,7 +184,7 @@ async fn retry(db: &Database, seqs: &[i64], all_of: Option<&str>, json: bool) ->
         Some(handler) => outbox::requeue(db, handler, None).await.map_err(failed)?,
         None => {
             let mut requeued = Vec::new();
-            for row in fetch(db, seqs).await? {
+            for row in fetch(db, seqs, false).await? {
                 let seqs = [row.seq];
                 requeued.extend(
                     outbox::requeue(db, &row.handler, Some(&seqs))
@@ -209,7 +212,7 @@ async fn retry(db: &Database, seqs: &[i64], all_of: Option<&str>, json: bool) ->
 
 async fn discard(db: &Database, seqs: &[i64], json: bool) -> Result<(), CliError> {
     let mut results = Vec::new();
-    for row in fetch(db, seqs).await? {
+    for row in fetch(db, seqs, false).await? {
         let discarded = outbox::discard(db, &row.handler, row.seq).await.map_err(failed)?;
         results.push(serde_json::json!({ "seq": row.seq, "discarded": discarded }));
         if !json {

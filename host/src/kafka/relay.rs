@@ -27,7 +27,7 @@ use rdkafka::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -43,8 +43,14 @@ const SETTLE_WINDOW: Duration = Duration::from_millis(50);
 /// Idle wait between looks at the outbox: the relay's added latency.
 const POLL: Duration = Duration::from_millis(100);
 /// Messages read and sent per bucket at a time. Per bucket, so one bucket's
-/// backlog never fills a read; 64 buckets x 200 bounds what one look holds.
+/// backlog never fills a read.
 const PER_BUCKET: i64 = 200;
+/// Message bytes (key, payload, headers) the relay holds at once, over every
+/// bucket in flight. A count alone bounds nothing: messages are as large as
+/// handlers make them, and 64 buckets of 200 one-megabyte messages were
+/// 12.8 GB. A single message larger than this still goes, alone, when
+/// nothing else is in flight.
+const HELD_BYTES: u64 = 64 * 1024 * 1024;
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
 const RETRY: RetryConfig = RetryConfig {
     max_attempts: u32::MAX,
@@ -126,8 +132,9 @@ pub(crate) struct Relay {
     settle: Settle,
     held: Vec<i64>,
     renewed: Option<Instant>,
-    /// Buckets whose sends are in flight, and those sends.
-    busy: HashSet<i64>,
+    /// Buckets whose sends are in flight, with the bytes of their messages;
+    /// and those sends.
+    busy: HashMap<i64, u64>,
     in_flight: JoinSet<(i64, Outcome)>,
     /// Buckets backing off after a passing failure: until when, and how many
     /// failures in a row.
@@ -143,7 +150,7 @@ impl Relay {
             settle,
             held: Vec::new(),
             renewed: None,
-            busy: HashSet::new(),
+            busy: HashMap::new(),
             in_flight: JoinSet::new(),
             waiting: HashMap::new(),
         }
@@ -190,18 +197,28 @@ impl Relay {
             .held
             .iter()
             .copied()
-            .filter(|b| !self.busy.contains(b))
+            .filter(|b| !self.busy.contains_key(b))
             .filter(|b| self.waiting.get(b).is_none_or(|(until, _)| *until <= now))
             .collect();
-        let pending = outbox::pending(&self.db, &ready, PER_BUCKET).await?;
+        let held: u64 = self.busy.values().sum();
+        if held >= HELD_BYTES {
+            return Ok(());
+        }
+        let read = outbox::Read {
+            per_bucket: PER_BUCKET,
+            bytes: HELD_BYTES - held,
+            at_least_one: self.busy.is_empty(),
+        };
+        let pending = outbox::pending(&self.db, &ready, read).await?;
         if pending.is_empty() {
             return Ok(());
         }
         failpoints::hit("relay-before-publish");
-        for bucket in pending.chunk_by(|a, b| a.bucket == b.bucket) {
-            let number = bucket[0].bucket;
-            let (producer, rows) = (self.producer.clone(), bucket.to_vec());
-            self.busy.insert(number);
+        for rows in by_bucket(pending) {
+            let number = rows[0].bucket;
+            let producer = self.producer.clone();
+            let bytes = rows.iter().map(|row| row.message.bytes() as u64).sum();
+            self.busy.insert(number, bytes);
             self.in_flight.spawn(async move {
                 // A send that panics must still hand its bucket back (else
                 // the bucket is busy for good and its lease keeps others off):
@@ -284,6 +301,19 @@ pub(crate) fn permanent(error: &KafkaError) -> bool {
                 | Code::UnsupportedForMessageFormat
         )
     )
+}
+
+/// The rows of a read (in bucket order) as one list per bucket, moved, not
+/// copied: a read may be tens of megabytes.
+fn by_bucket(rows: Vec<Pending>) -> Vec<Vec<Pending>> {
+    let mut buckets: Vec<Vec<Pending>> = Vec::new();
+    for row in rows {
+        match buckets.last_mut() {
+            Some(last) if last[0].bucket == row.bucket => last.push(row),
+            _ => buckets.push(vec![row]),
+        }
+    }
+    buckets
 }
 
 /// Why `topic` can never be a Kafka topic, if it cannot: Kafka's own rule is
@@ -499,5 +529,54 @@ mod tests {
             .unwrap();
         let published: Vec<&str> = published.iter().map(|r| r[0].as_str().unwrap()).collect();
         assert_eq!(published, [after.id.as_str(), elsewhere.id.as_str()]);
+    }
+
+    /// Regression (issue 23, third read): a look read 200 messages of each
+    /// of 64 buckets whatever their size (12.8 GB of one-megabyte messages).
+    /// Now what the relay holds in flight stays within [`HELD_BYTES`], and
+    /// the backlog still drains.
+    #[tokio::test]
+    async fn the_relay_holds_at_most_its_byte_budget_and_drains() {
+        let cluster = MockCluster::new(1).unwrap();
+        cluster.create_topic("good", 1, 1).unwrap();
+        let producer: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", cluster.bootstrap_servers())
+            .set("enable.idempotence", "true")
+            .set("message.max.bytes", "4000000")
+            .set("message.timeout.ms", "10000")
+            .create()
+            .unwrap();
+        let db = sqlite_db().await;
+        // 48 keys (about as many buckets) of two 1.5 MiB messages each: 144 MiB.
+        let size = 3 * 1024 * 1024 / 2;
+        let messages: Vec<NewMessage> = (0..96)
+            .map(|i| message("good", &format!("key-{}", i % 48), vec![b'x'; size]))
+            .collect();
+        for chunk in messages.chunks(8) {
+            let mut tx = db.begin().await.unwrap();
+            outbox::insert(&mut tx, "h", chunk).await.unwrap();
+            tx.commit().await.unwrap();
+        }
+        let mut relay = Relay::new(db.clone(), producer, "host-1".into(), Settle::Delete);
+        relay.start_ready().await.unwrap();
+        let held: u64 = relay.busy.values().sum();
+        assert!(
+            held <= HELD_BYTES && held > HELD_BYTES - 2 * size as u64,
+            "a look took {held} bytes; the budget is {HELD_BYTES}"
+        );
+        relay.start_ready().await.unwrap();
+        assert_eq!(relay.busy.values().sum::<u64>(), held, "nothing more while full");
+
+        let shutdown = CancellationToken::new();
+        let started = Instant::now();
+        while outbox::backlog(&db, "h").await.unwrap().0 > 0 || !relay.busy.is_empty() {
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "the relay did not drain"
+            );
+            relay.step(&shutdown).await.unwrap();
+            let held: u64 = relay.busy.values().sum();
+            assert!(held <= HELD_BYTES, "{held} bytes in flight");
+        }
     }
 }

@@ -24,6 +24,7 @@ use super::tail::Sealed;
 use super::{Fence, Outcome, Park, Parked, Pipeline, PipelineError};
 use crate::db::DbError;
 use crate::db::now_ms;
+use crate::db::outbox::{self, NewMessage};
 use crate::db::{business_keys, dead_letters, inbox};
 use crate::event_id;
 use crate::handler::GuestFailure;
@@ -408,6 +409,7 @@ impl Pipeline {
         let mut done = Vec::with_capacity(records.len());
         let mut applied = Vec::new();
         let mut messages = Vec::new();
+        let mut held_bytes = 0;
         let mut retry = None;
         let mut cut = false;
         for (index, (record, id)) in records.iter().zip(&ids).enumerate() {
@@ -465,7 +467,22 @@ impl Pipeline {
                 Call::Applied(published) => {
                     done.push(Done::Applied(record.timestamp_ms));
                     applied.push(event_id.clone());
+                    held_bytes += published.iter().map(NewMessage::bytes).sum::<usize>();
                     messages.extend(published);
+                    if held_bytes >= outbox::BATCH_HELD_BYTES {
+                        // Written now rather than at the seal: they commit or
+                        // roll back with the transaction all the same, and
+                        // the host holds one statement's worth, not a batch's.
+                        outbox::insert(&mut tx, self.handler.name(), &messages).await?;
+                        tracing::debug!(
+                            handler = self.handler.name(),
+                            messages = messages.len(),
+                            bytes = held_bytes,
+                            "outbox messages written before the batch's end"
+                        );
+                        messages.clear();
+                        held_bytes = 0;
+                    }
                     continue;
                 }
                 Call::TooLarge(reason) => Park::too_large(reason),

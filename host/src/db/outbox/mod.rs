@@ -14,6 +14,10 @@
 //! re-queue or discard them. The relay reads at most a few hundred messages
 //! per bucket per cycle, so one bucket's long backlog never starves the others.
 
+mod pending;
+
+pub use pending::{Read, pending};
+
 use super::columns::{Columns, ints};
 use super::dead_letters::{headers_column, headers_json};
 use super::{Backend, Database, DbError, DecodeError, SqlValue, Tx, now_ms};
@@ -54,6 +58,12 @@ pub fn bucket(handler: &str, key: Option<&[u8]>) -> i64 {
     }
     (hash % BUCKETS) as i64
 }
+
+/// A batch writes the messages its events published once they reach this
+/// many bytes ([`NewMessage::bytes`]), in its transaction, instead of
+/// holding them to its end: 100 events of 8 MiB each were 1 GB held until
+/// the commit. One PostgreSQL statement's worth.
+pub const BATCH_HELD_BYTES: usize = STATEMENT_BYTES_POSTGRES;
 
 /// Messages per INSERT statement on SQLite, at most.
 const INSERT_CHUNK: usize = 64;
@@ -214,71 +224,6 @@ pub async fn release(db: &Database, owner: &str) -> Result<(), DbError> {
     tx.commit().await
 }
 
-/// The oldest sendable (unpublished, not parked) messages of the given
-/// buckets, at most `per_bucket` of each, in relay order (bucket, then seq).
-///
-/// One `ORDER BY seq LIMIT n` per bucket: each walks the `outbox_pending`
-/// index and stops after `n` rows, so a cycle costs the same whatever the
-/// backlog. (A global `ORDER BY bucket, seq LIMIT` let one bucket's backlog
-/// fill every read; `ROW_NUMBER() OVER (PARTITION BY bucket)` would be fair
-/// too, but numbers every pending row on each read.) On PostgreSQL the
-/// buckets go as one array through a `LATERAL` join, so the text is the same
-/// every cycle and prepared once per connection, whatever buckets are ready;
-/// SQLite, which has neither, glues the per-bucket reads with UNION ALL (its
-/// prepares are local, not a round trip).
-pub async fn pending(db: &Database, buckets: &[i64], per_bucket: i64) -> Result<Vec<Pending>, DbError> {
-    if buckets.is_empty() {
-        return Ok(Vec::new());
-    }
-    let rows = match db.backend() {
-        Backend::Postgres => {
-            db.query(
-                "SELECT o.seq, o.bucket, o.id, o.topic, o.key, o.payload, o.headers
-                 FROM unnest($2::int8[]) AS u(bucket)
-                 CROSS JOIN LATERAL (SELECT seq, bucket, id, topic, key, payload, headers FROM outbox
-                     WHERE published_at IS NULL AND parked_at IS NULL AND bucket = u.bucket
-                     ORDER BY seq LIMIT $1) AS o",
-                &[per_bucket.into(), int_array(buckets).into()],
-            )
-            .await?
-        }
-        Backend::Sqlite => {
-            // Bucket numbers are integers, safe to write inline.
-            let parts: Vec<String> = buckets
-                .iter()
-                .map(|bucket| {
-                    format!(
-                        "SELECT * FROM (SELECT seq, bucket, id, topic, key, payload, headers FROM outbox
-                         WHERE published_at IS NULL AND parked_at IS NULL AND bucket = {bucket}
-                         ORDER BY seq LIMIT $1) AS b{bucket}"
-                    )
-                })
-                .collect();
-            db.query(&parts.join("\nUNION ALL\n"), &[per_bucket.into()])
-                .await?
-        }
-    };
-    let mut pending = rows
-        .into_iter()
-        .map(|row| {
-            let mut c = Columns::new("outbox row", row);
-            Ok(Pending {
-                seq: c.int("seq")?,
-                bucket: c.int("bucket")?,
-                message: NewMessage {
-                    id: c.text("id")?,
-                    topic: c.text("topic")?,
-                    key: c.opt_blob("key")?,
-                    payload: c.opt_blob("payload")?.unwrap_or_default(),
-                    headers: headers_column(&mut c, "headers")?,
-                },
-            })
-        })
-        .collect::<Result<Vec<Pending>, DecodeError>>()?;
-    pending.sort_by_key(|p| (p.bucket, p.seq));
-    Ok(pending)
-}
-
 /// What becomes of a message once the broker has it (`outbox.retention`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Settle {
@@ -390,6 +335,8 @@ pub struct Parked {
     pub payload: Vec<u8>,
     #[serde(skip)]
     pub headers: Vec<(String, Vec<u8>)>,
+    /// The payload's size in bytes (also when the payload was left out).
+    pub payload_bytes: i64,
     pub attempts: i64,
     /// Why it was parked (or the last failure before that).
     pub reason: Option<String>,
@@ -399,6 +346,12 @@ pub struct Parked {
 }
 
 impl Parked {
+    /// The message without key, payload and headers (`payload_bytes` says
+    /// how large it is): what a list shows.
+    pub fn summary_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or_default()
+    }
+
     /// The message in full, with key, payload and header values as text where
     /// they are UTF-8 (else hex).
     pub fn detail_json(&self) -> serde_json::Value {
@@ -408,7 +361,7 @@ impl Parked {
                 "hex": bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
             }),
         };
-        let mut value = serde_json::to_value(self).unwrap_or_default();
+        let mut value = self.summary_json();
         value["key"] = self.key.as_deref().map_or(serde_json::Value::Null, text);
         value["payload"] = text(&self.payload);
         value["headers"] = self
@@ -429,12 +382,26 @@ pub struct ParkedFilter<'a> {
     pub include_discarded: bool,
     /// At most this many (the oldest first); 0 means 1000.
     pub limit: i64,
+    /// Leave out key, payload and headers: a list, which shows none of them.
+    /// (A thousand parked messages of a megabyte each would otherwise be
+    /// read whole, and as JSON text several times that, to show their ids.)
+    pub without_record: bool,
 }
 
-const PARKED_COLUMNS: &str = "seq, handler, id, topic, key, payload, headers, attempts, last_error, created_at, parked_at, discarded_at";
+const PARKED_COLUMNS: &str = "seq, handler, id, topic, key, payload, headers, \
+    CAST(COALESCE(length(payload), 0) AS BIGINT), attempts, last_error, created_at, parked_at, discarded_at";
+
+/// [`PARKED_COLUMNS`] without the message's key, payload and headers.
+const PARKED_SUMMARY_COLUMNS: &str = "seq, handler, id, topic, NULL, NULL, NULL, \
+    CAST(COALESCE(length(payload), 0) AS BIGINT), attempts, last_error, created_at, parked_at, discarded_at";
 
 pub async fn parked(db: &Database, filter: &ParkedFilter<'_>) -> Result<Vec<Parked>, DbError> {
-    let mut sql = format!("SELECT {PARKED_COLUMNS} FROM outbox WHERE parked_at IS NOT NULL");
+    let columns = if filter.without_record {
+        PARKED_SUMMARY_COLUMNS
+    } else {
+        PARKED_COLUMNS
+    };
+    let mut sql = format!("SELECT {columns} FROM outbox WHERE parked_at IS NOT NULL");
     let mut params: Vec<SqlValue> = Vec::new();
     if let Some(handler) = filter.handler {
         params.push(handler.into());
@@ -465,6 +432,7 @@ pub async fn parked(db: &Database, filter: &ParkedFilter<'_>) -> Result<Vec<Park
             key: c.opt_blob("key")?,
             payload: c.opt_blob("payload")?.unwrap_or_default(),
             headers: headers_column(&mut c, "headers")?,
+            payload_bytes: c.int("payload bytes")?,
             attempts: c.int("attempts")?,
             reason: c.opt_text("last_error")?,
             created_at: c.int("created_at")?,

@@ -39,7 +39,7 @@ async fn sent_messages_are_deleted_unless_kept() {
         insert(&mut tx, &handler, &messages).await.unwrap();
         tx.commit().await.unwrap();
         let buckets: Vec<i64> = (0..BUCKETS as i64).collect();
-        let rows: Vec<Pending> = pending(&db, &buckets, 10)
+        let rows: Vec<Pending> = pending(&db, &buckets, Read::messages(10))
             .await
             .unwrap()
             .into_iter()
@@ -67,6 +67,61 @@ async fn sent_messages_are_deleted_unless_kept() {
             "the kept one is marked"
         );
         assert_eq!(backlog(&db, &handler).await.unwrap().0, 1, "one still to send");
+    }
+}
+
+/// Regression (issue 23, third read): the relay's read had no byte bound,
+/// and 64 buckets of 200 one-megabyte messages came into the host in one
+/// look. A read now takes the buckets' messages in turns while their sizes
+/// add up to its budget, a prefix of each bucket's line.
+#[tokio::test]
+async fn a_read_takes_turns_within_its_byte_budget() {
+    for db in each_backend().await {
+        let sized = |key: &str| NewMessage {
+            payload: vec![b'x'; 97],
+            headers: Vec::new(),
+            ..message(key)
+        };
+        // Two keys in different buckets, `low` in the lower-numbered one
+        // (turns go by bucket number). Every message is 100 bytes: a key of
+        // one, a payload of 97 and `[]`, the headers as stored.
+        let bucket_of = |key: &str| bucket("big", Some(key.as_bytes()));
+        let mut keys: Vec<String> = ('a'..='z').map(String::from).collect();
+        keys.sort_by_key(|key| bucket_of(key));
+        keys.dedup_by_key(|key| bucket_of(key));
+        let (low, high) = (&keys[0], &keys[1]);
+        let messages = [sized(low), sized(low), sized(low), sized(high), sized(high)];
+        let mut tx = db.begin().await.unwrap();
+        insert(&mut tx, "big", &messages).await.unwrap();
+        tx.commit().await.unwrap();
+        let held = lease(&db, "host-1", 10_000).await.unwrap();
+        let sent: Vec<String> = messages.iter().map(|m| m.id.clone()).collect();
+        let ids = |read: Read| {
+            let (db, held, sent) = (db.clone(), held.clone(), sent.clone());
+            async move {
+                let rows = pending(&db, &held, read).await.unwrap();
+                rows.iter()
+                    .map(|p| sent.iter().position(|id| *id == p.message.id).unwrap())
+                    .collect::<Vec<_>>()
+            }
+        };
+        let read = |per_bucket, bytes, at_least_one| Read {
+            per_bucket,
+            bytes,
+            at_least_one,
+        };
+        assert_eq!(
+            ids(Read::messages(10)).await,
+            [0, 1, 2, 3, 4],
+            "{:?}",
+            db.backend()
+        );
+        // Turns: low's first, high's first, low's second (300 bytes), high's second...
+        assert_eq!(ids(read(10, 300, true)).await, [0, 1, 3], "{:?}", db.backend());
+        assert_eq!(ids(read(10, 399, false)).await, [0, 1, 3]);
+        assert_eq!(ids(read(1, 1_000, false)).await, [0, 3], "per bucket");
+        assert_eq!(ids(read(10, 50, true)).await, [0], "one over the budget, alone");
+        assert!(ids(read(10, 50, false)).await.is_empty(), "none over the budget");
     }
 }
 
@@ -99,14 +154,14 @@ async fn messages_commit_with_the_transaction_and_relay_in_order() {
         lease(&db, "host-2", 10_000).await.unwrap().is_empty(),
         "one relay per bucket at a time"
     );
-    let rows = pending(&db, &held, 10).await.unwrap();
+    let rows = pending(&db, &held, Read::messages(10)).await.unwrap();
     assert_eq!(
         rows.iter().map(|p| p.message.id.clone()).collect::<Vec<_>>(),
         [first.id, second.id]
     );
     assert_eq!(rows[0].message.headers, first.headers);
     settle_sent(&db, &[rows[0].seq], Settle::Keep).await.unwrap();
-    assert_eq!(pending(&db, &held, 10).await.unwrap().len(), 1);
+    assert_eq!(pending(&db, &held, Read::messages(10)).await.unwrap().len(), 1);
     release(&db, "host-1").await.unwrap();
     assert_eq!(
         lease(&db, "host-2", 10_000).await.unwrap().len() as u64,
@@ -139,7 +194,7 @@ async fn a_batch_of_messages_keeps_its_order_and_its_bytes_across_insert_chunks(
         insert(&mut tx, "billing", &[]).await.unwrap();
         tx.commit().await.unwrap();
         let held = lease(&db, "host-1", 10_000).await.unwrap();
-        let rows = pending(&db, &held, 1_000).await.unwrap();
+        let rows = pending(&db, &held, Read::messages(1_000)).await.unwrap();
         let mut sent: Vec<&NewMessage> = messages.iter().collect();
         // The relay reads bucket by bucket, in insert order within each.
         sent.sort_by_key(|m| bucket("billing", m.key.as_deref()));
@@ -207,7 +262,7 @@ async fn a_long_backlog_in_one_bucket_does_not_starve_the_others() {
         .unwrap();
     tx.commit().await.unwrap();
     let held = lease(&db, "host-1", 10_000).await.unwrap();
-    let rows = pending(&db, &held, 10).await.unwrap();
+    let rows = pending(&db, &held, Read::messages(10)).await.unwrap();
     assert_eq!(rows.len(), 11, "10 of the long bucket, and the other one");
     assert_eq!(rows[10].message.id, late.id);
     assert_eq!(
@@ -230,12 +285,12 @@ async fn a_parked_message_steps_aside_until_requeued_or_discarded() {
         .unwrap();
     tx.commit().await.unwrap();
     let held = lease(&db, "host-1", 10_000).await.unwrap();
-    let rows = pending(&db, &held, 10).await.unwrap();
+    let rows = pending(&db, &held, Read::messages(10)).await.unwrap();
     let (stuck_seq, next_seq) = (rows[0].seq, rows[1].seq);
 
     assert!(park(&db, stuck_seq, "Broker: Invalid topic").await.unwrap());
     assert!(!park(&db, stuck_seq, "again").await.unwrap(), "parked once");
-    let rows = pending(&db, &held, 10).await.unwrap();
+    let rows = pending(&db, &held, Read::messages(10)).await.unwrap();
     assert_eq!(
         rows.iter().map(|p| p.seq).collect::<Vec<_>>(),
         [next_seq],
@@ -269,6 +324,29 @@ async fn a_parked_message_steps_aside_until_requeued_or_discarded() {
         (stuck.id.as_str(), Some("Broker: Invalid topic"), 1)
     );
     assert_eq!(listed[0].payload, stuck.payload);
+    // A list leaves the record out (it would read every payload) and says
+    // how large the payload is.
+    let summary = parked(
+        &db,
+        &ParkedFilter {
+            handler: Some("billing"),
+            without_record: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (
+            summary[0].id.as_str(),
+            summary[0].payload.len(),
+            summary[0].key.as_ref(),
+            summary[0].headers.len(),
+            summary[0].payload_bytes
+        ),
+        (stuck.id.as_str(), 0, None, 0, stuck.payload.len() as i64)
+    );
+    assert_eq!(listed[0].payload_bytes, stuck.payload.len() as i64);
     assert!(
         parked(
             &db,
@@ -291,7 +369,7 @@ async fn a_parked_message_steps_aside_until_requeued_or_discarded() {
         requeue(&db, "billing", Some(&[stuck_seq])).await.unwrap(),
         [stuck_seq]
     );
-    let rows = pending(&db, &held, 10).await.unwrap();
+    let rows = pending(&db, &held, Read::messages(10)).await.unwrap();
     assert_eq!(
         rows.iter().map(|p| p.seq).collect::<Vec<_>>(),
         [stuck_seq, next_seq],
@@ -335,7 +413,7 @@ async fn an_unreadable_message_row_fails_the_read_and_names_its_column() {
         insert(&mut tx, "billing", &[message("a")]).await.unwrap();
         tx.commit().await.unwrap();
         let held = lease(&db, "host-1", 10_000).await.unwrap();
-        let seq = pending(&db, &held, 10).await.unwrap()[0].seq;
+        let seq = pending(&db, &held, Read::messages(10)).await.unwrap()[0].seq;
         let mut tx = db.begin().await.unwrap();
         tx.execute(
             "UPDATE outbox SET headers = 'not json' WHERE seq = $1",
@@ -345,7 +423,10 @@ async fn an_unreadable_message_row_fails_the_read_and_names_its_column() {
         .unwrap();
         tx.commit().await.unwrap();
 
-        let error = pending(&db, &held, 10).await.unwrap_err().to_string();
+        let error = pending(&db, &held, Read::messages(10))
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(
             error.contains("outbox row") && error.contains("headers"),
             "{error}"

@@ -1,0 +1,182 @@
+//! Key order's view of the dead letters (`ordering = "key"`): which keys a
+//! parked letter blocks, the first letter blocking a key, the records held
+//! behind it, and how many a handler holds.
+
+use super::super::columns::Columns;
+use super::super::{Backend, Database, DbError, SqlValue, Tx};
+use super::{COLUMNS, Row, decode};
+use std::collections::{BTreeMap, HashSet};
+
+/// What makes a key blocked with `ordering = "key"`: a parked letter of the
+/// handler in the key's partition with that key and an event id (one
+/// without is never run again).
+const BLOCKING: &str = "handler = $1 AND topic = $2 AND partition = $3 AND key IS NOT NULL \
+     AND event_id IS NOT NULL AND resolution IS NULL";
+
+/// A Kafka key in one partition of a handler's: what blocks it, and what it holds.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyAt<'a> {
+    pub handler: &'a str,
+    pub topic: &'a str,
+    pub partition: i32,
+    pub key: &'a [u8],
+}
+
+impl KeyAt<'_> {
+    fn params(&self) -> Vec<SqlValue> {
+        vec![
+            self.handler.into(),
+            self.topic.into(),
+            self.partition.into(),
+            self.key.into(),
+        ]
+    }
+}
+
+/// The keys of one partition that parked letters block (`ordering = "key"`).
+pub async fn blocked_keys(
+    db: &Database,
+    handler: &str,
+    topic: &str,
+    partition: i32,
+) -> Result<Vec<Vec<u8>>, DbError> {
+    let sql = format!("SELECT DISTINCT key FROM dead_letters WHERE {BLOCKING}");
+    let rows = db
+        .query(&sql, &[handler.into(), topic.into(), partition.into()])
+        .await?;
+    let mut keys = Vec::with_capacity(rows.len());
+    for row in rows {
+        let mut c = Columns::new("dead_letters key", row);
+        keys.push(c.blob("key")?);
+    }
+    Ok(keys)
+}
+
+/// Of `keys` (of one partition), those parked letters block now, read in
+/// `tx` (a batch's, after its claims: a letter another consumer parked
+/// meanwhile, in a rebalance, is seen).
+pub async fn blocked_among(
+    tx: &mut Tx,
+    handler: &str,
+    topic: &str,
+    partition: i32,
+    keys: &[&[u8]],
+) -> Result<HashSet<Vec<u8>>, DbError> {
+    if keys.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let mut params: Vec<SqlValue> = vec![handler.into(), topic.into(), partition.into()];
+    let rows = match tx.backend() {
+        Backend::Postgres => {
+            let hex: Vec<String> = keys.iter().map(hex::encode).collect();
+            params.push(serde_json::to_string(&hex).unwrap_or_default().into());
+            tx.gate(
+                "SELECT inboxd_gate.blocked_keys($1, $2, $3, $4::pg_catalog.int4, $5::pg_catalog.json)",
+                &params,
+            )
+            .await?
+            .into_iter()
+            .filter_map(|row| {
+                row.first()
+                    .and_then(SqlValue::as_str)
+                    .and_then(|h| hex::decode(h).ok())
+            })
+            .collect()
+        }
+        Backend::Sqlite => {
+            let list: Vec<String> = keys
+                .iter()
+                .map(|key| {
+                    params.push((*key).into());
+                    format!("${}", params.len())
+                })
+                .collect();
+            let sql = format!(
+                "SELECT DISTINCT key FROM dead_letters WHERE {BLOCKING} AND key IN ({})",
+                list.join(", ")
+            );
+            let mut keys = Vec::new();
+            for row in tx.query(&sql, &params).await? {
+                keys.push(Columns::new("dead_letters key", row).blob("key")?);
+            }
+            keys
+        }
+    };
+    Ok(rows.into_iter().collect())
+}
+
+/// The first parked letter (by offset) that blocks `at`, as (id, offset):
+/// what its later records are held behind. `lock`: on PostgreSQL the row is
+/// locked for the rest of `tx`, so resolving it waits for `tx` (see
+/// `Pipeline::hold`); a letter resolved while this waited is skipped, and
+/// the answer is then none even if another blocks the key (look again).
+pub async fn first_blocking(tx: &mut Tx, at: &KeyAt<'_>, lock: bool) -> Result<Option<(i64, i64)>, DbError> {
+    let lock = match (lock, tx.backend()) {
+        (true, Backend::Postgres) => " FOR UPDATE",
+        _ => "",
+    };
+    let sql = format!(
+        "SELECT id, \"offset\" FROM dead_letters WHERE {BLOCKING} AND key = $4 ORDER BY \"offset\", id LIMIT 1{lock}"
+    );
+    let rows = tx.query(&sql, &at.params()).await?;
+    Ok(rows
+        .first()
+        .and_then(|r| Some((r.first()?.as_i64()?, r.get(1)?.as_i64()?))))
+}
+
+/// The letters held behind `letter` (kind `held`, same handler, partition
+/// and key, later offsets, up to the key's next parked letter that is not
+/// held), in offset order, records included.
+pub async fn held_behind(db: &Database, letter: &Row) -> Result<Vec<Row>, DbError> {
+    let Some(key) = &letter.key else {
+        return Ok(Vec::new());
+    };
+    let sql = format!(
+        "SELECT {COLUMNS} FROM dead_letters WHERE {BLOCKING} AND key = $4 AND reason_kind = 'held' \
+         AND \"offset\" > $5 AND \"offset\" < COALESCE((SELECT MIN(\"offset\") FROM dead_letters \
+         WHERE {BLOCKING} AND key = $4 AND reason_kind <> 'held' AND \"offset\" > $5), $6) \
+         ORDER BY \"offset\", id"
+    );
+    let at = KeyAt {
+        handler: &letter.handler,
+        topic: &letter.topic,
+        partition: letter.partition,
+        key,
+    };
+    let mut params = at.params();
+    params.push(letter.offset.into());
+    params.push(i64::MAX.into());
+    let mut letters = Vec::new();
+    for row in db.query(&sql, &params).await? {
+        letters.extend(decode(row)?);
+    }
+    Ok(letters)
+}
+
+/// The records a handler holds behind parked records of their keys.
+const HELD_OF: &str =
+    "SELECT COUNT(*) FROM dead_letters WHERE handler = $1 AND resolution IS NULL AND reason_kind = 'held'";
+
+/// Records `handler` holds behind parked records of their keys.
+pub async fn held_count(tx: &mut Tx, handler: &str) -> Result<i64, DbError> {
+    let rows = tx.query(HELD_OF, &[handler.into()]).await?;
+    Ok(rows
+        .first()
+        .and_then(|r| r.first())
+        .and_then(SqlValue::as_i64)
+        .unwrap_or(0))
+}
+
+/// As [`held_count`], outside a transaction.
+pub async fn held_of(db: &Database, handler: &str) -> Result<i64, DbError> {
+    db.query_i64(HELD_OF, &[handler.into()]).await
+}
+
+/// Records held behind a parked record of their key, per handler.
+pub async fn held_counts(db: &Database) -> Result<BTreeMap<String, i64>, DbError> {
+    db.counts_by_handler(
+        "SELECT handler, COUNT(*) FROM dead_letters WHERE resolution IS NULL AND reason_kind = 'held' \
+         GROUP BY handler",
+    )
+    .await
+}

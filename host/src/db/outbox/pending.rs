@@ -1,0 +1,142 @@
+//! The relay's read: the oldest sendable messages of the buckets it holds,
+//! bounded in count per bucket and in bytes in all.
+//!
+//! Bytes matter because a message is as large as a handler makes it (up to
+//! its `limits.max_outbox_bytes`, 8 MiB at the team ceiling): 64 buckets of
+//! 200 one-megabyte messages were 12.8 GB read into the host in one look. So
+//! the read sizes every candidate first (`octet_length`, which reads no
+//! payload) and fetches only the messages that fit, in one statement.
+
+use super::super::columns::Columns;
+use super::super::dead_letters::headers_column;
+use super::super::{Backend, Database, DbError, DecodeError};
+use super::{NewMessage, Pending, int_array};
+
+/// What one read may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Read {
+    /// Messages per bucket, at most: one bucket's backlog never fills a read.
+    pub per_bucket: i64,
+    /// Key, payload and header bytes in all, at most (see [`pending`]).
+    pub bytes: u64,
+    /// Whether the first message may come even if it alone is over `bytes`:
+    /// so a message larger than the relay's budget is still sent, alone.
+    pub at_least_one: bool,
+}
+
+impl Read {
+    /// At most `per_bucket` of each bucket, whatever their size.
+    pub fn messages(per_bucket: i64) -> Self {
+        Self {
+            per_bucket,
+            bytes: i64::MAX as u64,
+            at_least_one: true,
+        }
+    }
+}
+
+/// The oldest sendable (unpublished, not parked) messages of the given
+/// buckets within `read`, in relay order (bucket, then seq); of each bucket,
+/// a prefix of its line.
+///
+/// Candidates are the oldest `per_bucket` of each bucket: one
+/// `ORDER BY seq LIMIT n` per bucket, each walking the `outbox_pending`
+/// index and stopping after `n` rows, so a look costs the same whatever the
+/// backlog. (A global `ORDER BY bucket, seq LIMIT` let one bucket's backlog
+/// fill every read.) They are then taken in turns, every bucket's first,
+/// then every bucket's second, and so on, while the running total of their
+/// sizes stays within `read.bytes`: the total only grows along that order,
+/// so what is taken is a prefix of each bucket's line, and every bucket
+/// gets its share before any bucket gets a second message.
+///
+/// On PostgreSQL the buckets go as one array through a `LATERAL` join, so
+/// the text is the same every look and prepared once per connection,
+/// whatever buckets are ready; SQLite, which has neither, glues the
+/// per-bucket reads with UNION ALL (its prepares are local, not a round trip).
+pub async fn pending(db: &Database, buckets: &[i64], read: Read) -> Result<Vec<Pending>, DbError> {
+    if buckets.is_empty() || read.per_bucket <= 0 {
+        return Ok(Vec::new());
+    }
+    let budget = i64::try_from(read.bytes).unwrap_or(i64::MAX);
+    let first = i64::from(read.at_least_one);
+    let rows = match db.backend() {
+        Backend::Postgres => {
+            let candidates = "SELECT o.seq, o.bucket, o.bytes
+                 FROM unnest($2::int8[]) AS u(bucket)
+                 CROSS JOIN LATERAL (SELECT seq, bucket, CAST(octet_length(payload)
+                         + COALESCE(octet_length(key), 0) + octet_length(headers) AS BIGINT) AS bytes
+                     FROM outbox
+                     WHERE published_at IS NULL AND parked_at IS NULL AND bucket = u.bucket
+                     ORDER BY seq LIMIT $1) AS o";
+            db.query(
+                &within_budget(candidates, 3),
+                &[
+                    read.per_bucket.into(),
+                    int_array(buckets).into(),
+                    budget.into(),
+                    first.into(),
+                ],
+            )
+            .await?
+        }
+        Backend::Sqlite => {
+            // Bucket numbers are integers, safe to write inline. `length` of
+            // a BLOB column reads its size, not its content.
+            let parts: Vec<String> = buckets
+                .iter()
+                .map(|bucket| {
+                    format!(
+                        "SELECT * FROM (SELECT seq, bucket, length(payload)
+                             + COALESCE(length(key), 0) + length(headers) AS bytes
+                         FROM outbox
+                         WHERE published_at IS NULL AND parked_at IS NULL AND bucket = {bucket}
+                         ORDER BY seq LIMIT $1) AS b{bucket}"
+                    )
+                })
+                .collect();
+            db.query(
+                &within_budget(&parts.join("\nUNION ALL\n"), 2),
+                &[read.per_bucket.into(), budget.into(), first.into()],
+            )
+            .await?
+        }
+    };
+    let mut pending = rows
+        .into_iter()
+        .map(|row| {
+            let mut c = Columns::new("outbox row", row);
+            Ok(Pending {
+                seq: c.int("seq")?,
+                bucket: c.int("bucket")?,
+                message: NewMessage {
+                    id: c.text("id")?,
+                    topic: c.text("topic")?,
+                    key: c.opt_blob("key")?,
+                    payload: c.opt_blob("payload")?.unwrap_or_default(),
+                    headers: headers_column(&mut c, "headers")?,
+                },
+            })
+        })
+        .collect::<Result<Vec<Pending>, DecodeError>>()?;
+    pending.sort_by_key(|p| (p.bucket, p.seq));
+    Ok(pending)
+}
+
+/// The read around `candidates` (rows of seq, bucket, bytes): numbers each
+/// bucket's candidates (its turn), runs the total over the turns, and
+/// fetches whole rows only for those within the budget (parameter `$next`)
+/// or, when parameter `$next + 1` is 1, the very first.
+fn within_budget(candidates: &str, next: usize) -> String {
+    let (budget, first) = (format!("${next}"), format!("${}", next + 1));
+    format!(
+        "WITH candidates AS ({candidates}),
+         turns AS (SELECT seq, bucket, bytes,
+             ROW_NUMBER() OVER (PARTITION BY bucket ORDER BY seq) AS turn FROM candidates),
+         running AS (SELECT seq, bytes,
+             SUM(bytes) OVER (ORDER BY turn, bucket ROWS UNBOUNDED PRECEDING) AS total,
+             ROW_NUMBER() OVER (ORDER BY turn, bucket) AS place FROM turns)
+         SELECT o.seq, o.bucket, o.id, o.topic, o.key, o.payload, o.headers
+         FROM running AS r JOIN outbox AS o ON o.seq = r.seq
+         WHERE r.total <= {budget} OR (r.place = 1 AND {first} = 1)"
+    )
+}
