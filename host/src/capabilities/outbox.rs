@@ -23,9 +23,8 @@ use wasmtime::component::HasData;
 /// about 40 GB in the host (the seventeenth adversarial read, issue 23).
 pub const MAX_HEADERS: usize = 64;
 
-/// What the host holds for each header besides its name and value (a
-/// `String` and a `Vec`), counted against `limits.max_outbox_bytes`.
-const HEADER_OVERHEAD: usize = 48;
+use crate::config::MAX_TOPIC_NAME_BYTES;
+use crate::db::outbox::HEADER_OVERHEAD;
 
 pub struct OutboxState {
     messages: Vec<NewMessage>,
@@ -98,6 +97,14 @@ impl outbox_api::Host for OutboxView<'_> {
         let state = &mut *self.state;
         if message.topic.trim().is_empty() {
             return Err("the message has no topic".into());
+        }
+        // Before anything quotes it: a refusal once formatted a guest's
+        // 400 MiB topic several times over.
+        if message.topic.len() > MAX_TOPIC_NAME_BYTES {
+            return Err(format!(
+                "the message's topic name is {} bytes; outbox_topics names are at most {MAX_TOPIC_NAME_BYTES}",
+                message.topic.len()
+            ));
         }
         let Some(topic) = state.topics.get(&message.topic).cloned() else {
             return Err(refused_topic(&message.topic, &state.topics));
@@ -536,6 +543,11 @@ mod tests {
             .publish(message("anything", b""))
             .unwrap_err();
         assert!(error.contains("outbox_topics is empty"), "{error}");
+        // Regression (issue 23): a long topic was quoted, escaped, twice.
+        let error = OutboxView { state: &mut empty }
+            .publish(message(&"\u{1}".repeat(1 << 20), b""))
+            .unwrap_err();
+        assert!(error.contains("1048576 bytes") && error.len() < 200, "{error}");
         assert!(
             state.take().is_empty() && empty.take().is_empty(),
             "nothing refused is kept"

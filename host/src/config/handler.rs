@@ -465,6 +465,35 @@ impl HandlerConfig {
                 "must list at least one non-empty topic",
             ));
         }
+        // Topic names are copied onto every message and into every list and
+        // registry that names them: without a bound, a 1 MiB name was 1 GiB
+        // for an event of 1,000 messages. Kafka's own limit is 249.
+        let names = self
+            .topics
+            .iter()
+            .chain(self.outbox_topics.iter().flat_map(|(n, r)| [n, r]));
+        if let Some(long) = names.into_iter().find(|name| name.len() > MAX_TOPIC_NAME_BYTES) {
+            return Err(invalid(
+                format!("{key}.topics"),
+                format!(
+                    "a topic name (in topics or outbox_topics) is {} bytes, starting {:?}; \
+                     Kafka's limit is {MAX_TOPIC_NAME_BYTES}",
+                    long.len(),
+                    long.chars().take(40).collect::<String>()
+                ),
+            ));
+        }
+        for (field, count) in [
+            ("topics", self.topics.len()),
+            ("outbox_topics", self.outbox_topics.len()),
+        ] {
+            if count > MAX_TOPIC_ENTRIES {
+                return Err(invalid(
+                    format!("{key}.{field}"),
+                    format!("has {count} entries; at most {MAX_TOPIC_ENTRIES} are allowed"),
+                ));
+            }
+        }
         // The only topics the handler may publish to (capabilities::outbox).
         // A real name Kafka refuses is not caught here: the relay parks such
         // messages with the reason, where `inboxd outbox` shows them.
@@ -594,6 +623,13 @@ impl HandlerConfig {
 /// Names that are safe to splice into SQL identifiers and group ids.
 /// The longest `event_id.header` or `event_id.json_field`.
 pub const MAX_ID_NAME_BYTES: usize = 64;
+
+/// The longest topic name, in `topics` and in `outbox_topics` (either
+/// side): Kafka's own limit.
+pub const MAX_TOPIC_NAME_BYTES: usize = 249;
+
+/// The most entries `topics`, and `outbox_topics`, may have.
+pub const MAX_TOPIC_ENTRIES: usize = 256;
 
 pub fn is_identifier(name: &str) -> bool {
     let mut chars = name.chars();

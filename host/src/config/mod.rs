@@ -20,7 +20,7 @@ pub use ceilings::{CeilingsConfig, Pattern, Refused, TokenPolicy};
 
 pub use handler::{
     BatchConfig, DedupConfig, EventIdConfig, EventIdFormat, EventIdSource, HandlerConfig, InstancesConfig,
-    LimitsConfig, Ordering, RetryConfig, is_identifier,
+    LimitsConfig, MAX_TOPIC_NAME_BYTES, Ordering, RetryConfig, is_identifier,
 };
 
 #[derive(Debug, thiserror::Error)]

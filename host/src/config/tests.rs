@@ -254,6 +254,29 @@ fn upload_settings_reuse_the_handler_keys_and_name_the_bad_one() {
             ),
             "`settings.event_id.json_field` must be 1 to 64",
         ),
+        // Regression (issue 23): topic names were unbounded, and copied
+        // onto every message (1 MiB x 1,000 messages: 1 GiB per event).
+        (
+            &format!(r#"{{"topics": ["{}"]}}"#, "o".repeat(250)),
+            "is 250 bytes, starting \"oooo",
+        ),
+        (
+            &format!(
+                r#"{{"topics": ["o"], "outbox_topics": {{"a": "{}"}}}}"#,
+                "t".repeat(1 << 20)
+            ),
+            "is 1048576 bytes",
+        ),
+        (
+            &format!(
+                r#"{{"topics": [{}]}}"#,
+                (0..257)
+                    .map(|i| format!("\"t{i}\""))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            "`settings.topics` has 257 entries; at most 256",
+        ),
     ] {
         let err = HandlerConfig::from_settings("billing", settings)
             .unwrap_err()

@@ -13,6 +13,12 @@ use super::super::{Backend, Database, DbError, DecodeError};
 use super::{NewMessage, Pending, int_array};
 
 /// What one read may take.
+///
+/// A candidate's size is counted from what is stored, as an upper bound of
+/// what the host then holds for it ([`NewMessage::bytes`]): id, topic, key,
+/// payload, twice the headers' JSON (which has at least 22 bytes per header
+/// where the host holds 48 besides name and value) and 384 bytes of
+/// overhead (the message's own 128, and 4 for each of up to 64 headers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Read {
     /// Messages per bucket, at most: one bucket's backlog never fills a read.
@@ -63,8 +69,9 @@ pub async fn pending(db: &Database, buckets: &[i64], read: Read) -> Result<Vec<P
         Backend::Postgres => {
             let candidates = "SELECT o.seq, o.bucket, o.bytes
                  FROM unnest($2::int8[]) AS u(bucket)
-                 CROSS JOIN LATERAL (SELECT seq, bucket, CAST(octet_length(payload)
-                         + COALESCE(octet_length(key), 0) + octet_length(headers) AS BIGINT) AS bytes
+                 CROSS JOIN LATERAL (SELECT seq, bucket, CAST(384 + octet_length(id) + octet_length(topic)
+                         + octet_length(payload) + COALESCE(octet_length(key), 0)
+                         + 2 * octet_length(headers) AS BIGINT) AS bytes
                      FROM outbox
                      WHERE published_at IS NULL AND parked_at IS NULL AND bucket = u.bucket
                      ORDER BY seq LIMIT $1) AS o";
@@ -81,13 +88,15 @@ pub async fn pending(db: &Database, buckets: &[i64], read: Read) -> Result<Vec<P
         }
         Backend::Sqlite => {
             // Bucket numbers are integers, safe to write inline. `length` of
-            // a BLOB column reads its size, not its content.
+            // a BLOB column reads its size, not its content; text is cast
+            // to a BLOB so that its length is in bytes, not characters.
             let parts: Vec<String> = buckets
                 .iter()
                 .map(|bucket| {
                     format!(
-                        "SELECT * FROM (SELECT seq, bucket, length(payload)
-                             + COALESCE(length(key), 0) + length(headers) AS bytes
+                        "SELECT * FROM (SELECT seq, bucket, 384 + length(CAST(id AS BLOB))
+                             + length(CAST(topic AS BLOB)) + length(payload) + COALESCE(length(key), 0)
+                             + 2 * length(CAST(headers AS BLOB)) AS bytes
                          FROM outbox
                          WHERE published_at IS NULL AND parked_at IS NULL AND bucket = {bucket}
                          ORDER BY seq LIMIT $1) AS b{bucket}"

@@ -78,13 +78,14 @@ async fn sent_messages_are_deleted_unless_kept() {
 async fn a_read_takes_turns_within_its_byte_budget() {
     for db in each_backend().await {
         let sized = |key: &str| NewMessage {
-            payload: vec![b'x'; 97],
+            payload: vec![b'x'; 567],
             headers: Vec::new(),
             ..message(key)
         };
         // Two keys in different buckets, `low` in the lower-numbered one
-        // (turns go by bucket number). Every message is 100 bytes: a key of
-        // one, a payload of 97 and `[]`, the headers as stored.
+        // (turns go by bucket number). Every message counts 1,000 bytes: 384
+        // of overhead, an id of 36, the topic's 8, a key of 1, a payload of
+        // 567 and twice the 2 of `[]`, the headers as stored.
         let bucket_of = |key: &str| bucket("big", Some(key.as_bytes()));
         let mut keys: Vec<String> = ('a'..='z').map(String::from).collect();
         keys.sort_by_key(|key| bucket_of(key));
@@ -116,12 +117,18 @@ async fn a_read_takes_turns_within_its_byte_budget() {
             "{:?}",
             db.backend()
         );
-        // Turns: low's first, high's first, low's second (300 bytes), high's second...
-        assert_eq!(ids(read(10, 300, true)).await, [0, 1, 3], "{:?}", db.backend());
-        assert_eq!(ids(read(10, 399, false)).await, [0, 1, 3]);
-        assert_eq!(ids(read(1, 1_000, false)).await, [0, 3], "per bucket");
-        assert_eq!(ids(read(10, 50, true)).await, [0], "one over the budget, alone");
-        assert!(ids(read(10, 50, false)).await.is_empty(), "none over the budget");
+        // Turns: low's first, high's first, low's second (3,000 bytes), high's second...
+        assert_eq!(ids(read(10, 3_000, true)).await, [0, 1, 3], "{:?}", db.backend());
+        assert_eq!(ids(read(10, 3_999, false)).await, [0, 1, 3]);
+        assert_eq!(ids(read(1, 10_000, false)).await, [0, 3], "per bucket");
+        assert_eq!(ids(read(10, 500, true)).await, [0], "one over the budget, alone");
+        assert!(ids(read(10, 500, false)).await.is_empty(), "none over the budget");
+        // What a read counts is at least what the host then holds.
+        assert!(
+            messages.iter().all(|m| m.bytes() <= 1_000),
+            "{}",
+            messages[0].bytes()
+        );
     }
 }
 
@@ -213,7 +220,7 @@ fn a_postgresql_statement_carries_a_bounded_share_of_a_batch() {
         ..message("k")
     };
     let overhead = sized(0).bytes();
-    let limit = 1000;
+    let limit = 10_000;
     let small: Vec<NewMessage> = (0..10).map(|_| sized(10)).collect();
     assert_eq!(
         statement_share(&small, limit),
