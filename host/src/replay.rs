@@ -66,9 +66,14 @@ pub enum HeldChoice {
     Discard,
 }
 
-/// Rounds of looking for held letters at most: one more comes only if the
-/// partition held a record while the last round ran.
+/// Rounds of looking for held letters at most, not counting rounds that
+/// read a full [`HELD_CHUNK`]: one more comes only if the partition held a
+/// record while the last round ran.
 const RELEASE_ROUNDS: usize = 1_000;
+
+/// Held letters read at a time, records included (each may be as large as
+/// the handler's `limits.max_payload_bytes`): a key may hold 100,000.
+const HELD_CHUNK: i64 = 16;
 
 /// Releases the letters held behind `letter` (resolved just now), in offset
 /// order, each with its outcome: replayed (stopping at the first that is not
@@ -82,10 +87,18 @@ pub async fn release_held(
     choice: HeldChoice,
 ) -> Result<Vec<(i64, ReplayOutcome)>, PipelineError> {
     let mut released = Vec::new();
-    for _ in 0..RELEASE_ROUNDS {
-        let held = dead_letters::held_behind(db, letter).await?;
-        if held.is_empty() {
+    let (mut rounds, mut last_first) = (0, None);
+    while rounds < RELEASE_ROUNDS {
+        let held = dead_letters::held_behind(db, letter, HELD_CHUNK).await?;
+        // A full chunk is read on: every letter in it was resolved (or this
+        // returned), so each read makes progress; the same first letter
+        // twice would mean none was made.
+        if held.is_empty() || last_first == Some(held[0].id) {
             break;
+        }
+        last_first = Some(held[0].id);
+        if held.len() < HELD_CHUNK as usize {
+            rounds += 1;
         }
         for row in &held {
             let outcome = match choice {

@@ -214,7 +214,7 @@ async fn discard_row(state: &AppState, row: &Row, held: HeldChoice) -> Result<Va
     let discarded = dead_letters::resolve(&mut tx, row.id, "discarded").await?;
     tx.commit().await?;
     let mut answer = json!({ "id": row.id, "discarded": discarded });
-    if discarded && row.key.is_some() && !dead_letters::held_behind(db, row).await?.is_empty() {
+    if discarded && row.key.is_some() && !dead_letters::held_behind(db, row, 1).await?.is_empty() {
         let loaded = loaded(state, row).await?;
         answer["held"] = release(state, &loaded, row, held).await?;
     }
@@ -327,7 +327,7 @@ pub async fn discard_group(
         }
     }
     for (at, row) in resolved {
-        if row.key.is_none() || dead_letters::held_behind(db, &row).await?.is_empty() {
+        if row.key.is_none() || dead_letters::held_behind(db, &row, 1).await?.is_empty() {
             continue;
         }
         let released = match loaded(&state, &row).await {

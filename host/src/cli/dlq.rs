@@ -520,7 +520,7 @@ async fn discard(
     for row in resolved {
         // With key order, the letters held behind it go now, as chosen.
         if row.key.is_none()
-            || dead_letters::held_behind(db, row)
+            || dead_letters::held_behind(db, row, 1)
                 .await
                 .map_err(failed)?
                 .is_empty()

@@ -124,10 +124,12 @@ pub async fn first_blocking(tx: &mut Tx, at: &KeyAt<'_>, lock: bool) -> Result<O
         .and_then(|r| Some((r.first()?.as_i64()?, r.get(1)?.as_i64()?))))
 }
 
-/// The letters held behind `letter` (kind `held`, same handler, partition
-/// and key, later offsets, up to the key's next parked letter that is not
-/// held), in offset order, records included.
-pub async fn held_behind(db: &Database, letter: &Row) -> Result<Vec<Row>, DbError> {
+/// The first `limit` letters held behind `letter` (kind `held`, same
+/// handler, partition and key, later offsets, up to the key's next parked
+/// letter that is not held), in offset order, records included. Callers
+/// read a few at a time: a key may hold up to `max_held_records` (100,000
+/// by default), each with its payload.
+pub async fn held_behind(db: &Database, letter: &Row, limit: i64) -> Result<Vec<Row>, DbError> {
     let Some(key) = &letter.key else {
         return Ok(Vec::new());
     };
@@ -135,7 +137,7 @@ pub async fn held_behind(db: &Database, letter: &Row) -> Result<Vec<Row>, DbErro
         "SELECT {COLUMNS} FROM dead_letters WHERE {BLOCKING} AND key = $4 AND reason_kind = 'held' \
          AND \"offset\" > $5 AND \"offset\" < COALESCE((SELECT MIN(\"offset\") FROM dead_letters \
          WHERE {BLOCKING} AND key = $4 AND reason_kind <> 'held' AND \"offset\" > $5), $6) \
-         ORDER BY \"offset\", id"
+         ORDER BY \"offset\", id LIMIT $7"
     );
     let at = KeyAt {
         handler: &letter.handler,
@@ -146,6 +148,7 @@ pub async fn held_behind(db: &Database, letter: &Row) -> Result<Vec<Row>, DbErro
     let mut params = at.params();
     params.push(letter.offset.into());
     params.push(i64::MAX.into());
+    params.push(limit.max(0).into());
     let mut letters = Vec::new();
     for row in db.query(&sql, &params).await? {
         letters.extend(decode(row)?);

@@ -134,3 +134,48 @@ async fn a_list_filters_by_scope_and_kind_in_the_query_and_leaves_the_record_out
         assert_eq!(whole[0].payload, b"{}");
     }
 }
+
+/// Regression (issue 23, fourth read): the letters held behind a parked
+/// one were read all at once, records included (a key may hold 100,000).
+/// They are read a few at a time, in offset order, up to the key's next
+/// parked letter that is not held.
+#[tokio::test]
+async fn held_letters_are_read_a_few_at_a_time_in_offset_order() {
+    for db in each_backend().await {
+        let letter = |offset: i64, kind: ReasonKind| DeadLetter {
+            handler: "billing",
+            event_id: Some("e"),
+            topic: "orders",
+            partition: 0,
+            offset,
+            key: Some(b"k"),
+            payload: b"{}",
+            headers: &[],
+            kind,
+            reason: "r",
+            attempts: 1,
+            handler_version: None,
+            first_failed_at: now_ms(),
+        };
+        let mut tx = db.begin().await.unwrap();
+        insert(&mut tx, &letter(10, ReasonKind::Rejected)).await.unwrap();
+        for offset in [14, 11, 13, 12] {
+            insert(&mut tx, &letter(offset, ReasonKind::Held)).await.unwrap();
+        }
+        // The key's next parked letter: what is held after it waits for it.
+        insert(&mut tx, &letter(15, ReasonKind::Rejected)).await.unwrap();
+        insert(&mut tx, &letter(16, ReasonKind::Held)).await.unwrap();
+        tx.commit().await.unwrap();
+        let first = &find(&db, &Filter::default()).await.unwrap()[0];
+        assert_eq!(first.offset, 10);
+        let offsets = |limit| {
+            let db = db.clone();
+            async move {
+                let held = held_behind(&db, first, limit).await.unwrap();
+                held.iter().map(|row| row.offset).collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(offsets(2).await, [11, 12], "{:?}", db.backend());
+        assert_eq!(offsets(100).await, [11, 12, 13, 14], "{:?}", db.backend());
+    }
+}
