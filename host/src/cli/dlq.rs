@@ -180,11 +180,13 @@ pub async fn dlq(args: DlqArgs) -> Result<(), CliError> {
 }
 
 async fn list(db: &Database, handler: Option<&str>, all: bool, json: bool) -> Result<(), CliError> {
+    // A list shows no records: reading them held every payload at once.
     let rows = dead_letters::find(
         db,
         &Filter {
             handler,
             include_resolved: all,
+            without_record: true,
             ..Filter::default()
         },
     )
@@ -488,8 +490,25 @@ async fn discard(
     held: HeldChoice,
     json: bool,
 ) -> Result<(), CliError> {
-    // With their keys, to find what is held behind them.
-    let rows = fetch_rows(db, ids, false).await?;
+    // With their keys, to find what is held behind them (not their records:
+    // a group may be thousands of letters of a megabyte).
+    let rows = dead_letters::find(
+        db,
+        &Filter {
+            ids: Some(ids),
+            include_resolved: true,
+            without_record: true,
+            keep_key: true,
+            ..Filter::default()
+        },
+    )
+    .await
+    .map_err(failed)?;
+    if let Some(missing) = ids.iter().find(|id| !rows.iter().any(|r| r.id == **id)) {
+        return Err(CliError::Usage(format!(
+            "no dead letter with id {missing}: run `inboxd dlq list --all` to see the ids"
+        )));
+    }
     let mut results = Vec::new();
     // All of them first, then what each held: a letter held behind one of
     // them that is itself to be discarded is discarded, never replayed.

@@ -187,6 +187,9 @@ pub struct Filter<'a> {
     pub limit: Option<u32>,
     /// Leave out key, payload and headers (a list that shows none of them).
     pub without_record: bool,
+    /// With `without_record`: keep the key, which finds what key order
+    /// holds behind a letter (discarding needs no more).
+    pub keep_key: bool,
 }
 
 const COLUMNS: &str = r#"id, handler, event_id, topic, partition, "offset", key, payload, headers, reason_kind,
@@ -195,6 +198,10 @@ const COLUMNS: &str = r#"id, handler, event_id, topic, partition, "offset", key,
 /// [`COLUMNS`] without the record's key, payload and headers: for lists,
 /// which show none of them and would otherwise read every payload.
 const SUMMARY_COLUMNS: &str = r#"id, handler, event_id, topic, partition, "offset", NULL, NULL, NULL, reason_kind,
+    reason, attempts, handler_version, first_failed_at, last_failed_at, resolution, resolved_at"#;
+
+/// [`SUMMARY_COLUMNS`] with the key.
+const KEYED_SUMMARY_COLUMNS: &str = r#"id, handler, event_id, topic, partition, "offset", key, NULL, NULL, reason_kind,
     reason, attempts, handler_version, first_failed_at, last_failed_at, resolution, resolved_at"#;
 
 /// Reads headers back from [`headers_json`]; `None` if `json` is not what
@@ -269,10 +276,10 @@ fn decode(row: Vec<SqlValue>) -> Result<Option<Row>, DecodeError> {
 }
 
 pub async fn find(db: &Database, filter: &Filter<'_>) -> Result<Vec<Row>, DbError> {
-    let columns = if filter.without_record {
-        SUMMARY_COLUMNS
-    } else {
-        COLUMNS
+    let columns = match (filter.without_record, filter.keep_key) {
+        (false, _) => COLUMNS,
+        (true, false) => SUMMARY_COLUMNS,
+        (true, true) => KEYED_SUMMARY_COLUMNS,
     };
     let mut sql = format!("SELECT {columns} FROM dead_letters WHERE 1 = 1");
     let mut params: Vec<SqlValue> = Vec::new();
