@@ -11,3 +11,51 @@ pub struct Record {
     pub headers: Vec<(String, Vec<u8>)>,
     pub timestamp_ms: Option<i64>,
 }
+
+/// What the host holds for each header besides its name and value (a
+/// `String` and a `Vec`): a record of a megabyte of empty headers is some
+/// 24 MB in memory, which [`Record::bytes`] counts.
+const HEADER_OVERHEAD: usize = 48;
+
+/// What the host holds for a record besides its parts.
+const RECORD_OVERHEAD: usize = 128;
+
+impl Record {
+    /// What the host holds for it, in bytes: what bounds a partition's buffer.
+    pub fn bytes(&self) -> usize {
+        let headers: usize = self
+            .headers
+            .iter()
+            .map(|(n, v)| HEADER_OVERHEAD + n.len() + v.len())
+            .sum();
+        RECORD_OVERHEAD
+            + self.topic.len()
+            + self.key.as_ref().map_or(0, Vec::len)
+            + self.payload.len()
+            + headers
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression (issue 23, fourth read): a partition's buffer was bounded
+    /// in records only, and empty headers weighed nothing, where the host
+    /// holds 48 bytes for each.
+    #[test]
+    fn a_records_bytes_count_what_the_host_holds_for_its_headers() {
+        let record = |headers: usize| Record {
+            topic: "orders".into(),
+            partition: 0,
+            offset: 0,
+            key: Some(b"k".to_vec()),
+            payload: vec![0; 1000],
+            headers: vec![(String::new(), Vec::new()); headers],
+            timestamp_ms: None,
+        };
+        assert_eq!(record(0).bytes(), RECORD_OVERHEAD + 6 + 1 + 1000);
+        assert_eq!(record(1000).bytes() - record(0).bytes(), 1000 * HEADER_OVERHEAD);
+        assert!(record(1 << 20).bytes() > 48 << 20, "a million empty headers");
+    }
+}

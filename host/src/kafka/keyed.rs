@@ -22,7 +22,9 @@
 //! partition order among themselves.
 
 use super::outage::{Attempt, OutageLog};
-use super::partition::{Admit, BatchDone, BatchTask, Position, Stops, sleep_until, to_record};
+use super::partition::{
+    Admit, BatchDone, BatchTask, MAX_BUFFERED_BYTES, Position, Stops, sleep_until, to_record,
+};
 use crate::db::dead_letters::{self, ReasonKind};
 use crate::db::offsets;
 use crate::metrics::HostErrorKind;
@@ -71,6 +73,8 @@ enum Job {
 pub(super) struct KeyedTask {
     at: Position,
     buffer: VecDeque<Record>,
+    /// The buffer's [`Record::bytes`] (bounded as with partition order).
+    buffered_bytes: usize,
     /// When the oldest buffered record arrived: the linger clock.
     since: Option<Instant>,
     /// Offsets read and not yet settled (buffered, in a batch, waiting to be
@@ -98,6 +102,7 @@ impl KeyedTask {
         Self {
             at,
             buffer: VecDeque::new(),
+            buffered_bytes: 0,
             since: None,
             unsettled: BTreeSet::new(),
             high: None,
@@ -136,7 +141,7 @@ impl KeyedTask {
                 (false, Some(since)) if !self.buffer.is_empty() => Some(since + linger),
                 _ => None,
             };
-            let room = self.unsettled.len() < cap;
+            let room = self.unsettled.len() < cap && self.buffered_bytes < MAX_BUFFERED_BYTES;
             tokio::select! {
                 biased;
                 _ = stops.revoked.cancelled() => break,
@@ -187,6 +192,7 @@ impl KeyedTask {
             }
             self.unsettled.insert(record.offset);
             self.high = Some(record.offset + 1);
+            self.buffered_bytes += record.bytes();
             self.buffer.push_back(record);
             self.stalled = false;
         }
@@ -199,6 +205,7 @@ impl KeyedTask {
         for record in self.buffer.drain(..) {
             self.unsettled.remove(&record.offset);
         }
+        self.buffered_bytes = 0;
         self.since = None;
         self.high = self.at.next;
     }
@@ -314,6 +321,7 @@ impl KeyedTask {
             index += 1;
             !taken[index - 1]
         });
+        self.buffered_bytes = self.buffer.iter().map(Record::bytes).sum();
         if self.buffer.is_empty() {
             self.since = None;
         }
@@ -520,6 +528,7 @@ impl KeyedTask {
         }
         let mut all: Vec<Record> = self.buffer.drain(..).chain(records).collect();
         all.sort_by_key(|r| r.offset);
+        self.buffered_bytes = all.iter().map(Record::bytes).sum();
         self.buffer = all.into();
         let linger = Duration::from_millis(self.at.shared.batching.linger_ms);
         self.since = Some(Instant::now().checked_sub(linger).unwrap_or_else(Instant::now));

@@ -34,6 +34,13 @@ const BUFFERED_BATCHES: usize = 3;
 /// still reads ahead like the defaults (3 batches of 100).
 const MIN_BUFFERED: usize = 300;
 
+/// Bytes ([`Record::bytes`]) a partition may buffer before its queue is left
+/// unread, whatever the count: records are as large as their producers make
+/// them (a megabyte, or a megabyte of empty headers held as 24 MB), and 300
+/// of them were up to 7 GB per partition. A batch taken from the buffer
+/// holds at most as much again.
+pub(super) const MAX_BUFFERED_BYTES: usize = 32 << 20;
+
 /// Records a partition may buffer before its queue is left unread.
 pub(super) fn max_buffered(batching: &BatchConfig) -> usize {
     (batching.max_events * BUFFERED_BATCHES).max(MIN_BUFFERED)
@@ -247,6 +254,8 @@ impl Position {
 pub(super) struct PartitionTask {
     at: Position,
     buffer: Vec<Record>,
+    /// The buffer's [`Record::bytes`].
+    buffered_bytes: usize,
     /// When the oldest buffered record arrived: the linger clock.
     since: Option<Instant>,
     batch: Option<JoinHandle<BatchDone>>,
@@ -257,6 +266,7 @@ impl PartitionTask {
         Self {
             at,
             buffer: Vec::new(),
+            buffered_bytes: 0,
             since: None,
             batch: None,
         }
@@ -273,7 +283,8 @@ impl PartitionTask {
                 (None, Some(since)) => Some(since + linger),
                 _ => None,
             };
-            let room = self.buffer.len() < self.at.shared.max_buffered;
+            let room =
+                self.buffer.len() < self.at.shared.max_buffered && self.buffered_bytes < MAX_BUFFERED_BYTES;
             tokio::select! {
                 biased;
                 _ = stops.revoked.cancelled() => break,
@@ -323,6 +334,7 @@ impl PartitionTask {
             if self.buffer.is_empty() {
                 self.since = Some(Instant::now());
             }
+            self.buffered_bytes += record.bytes();
             self.buffer.push(record);
         }
         true
@@ -331,6 +343,7 @@ impl PartitionTask {
     /// Forgets what was buffered: the position was re-read.
     fn forget(&mut self) {
         self.buffer.clear();
+        self.buffered_bytes = 0;
         self.since = None;
     }
 
@@ -343,6 +356,7 @@ impl PartitionTask {
         }
         let take = self.buffer.len().min(max);
         let records: Vec<Record> = self.buffer.drain(..take).collect();
+        self.buffered_bytes -= records.iter().map(Record::bytes).sum::<usize>();
         // The rest waited since before this batch started: launch it as soon
         // as this one is done, if it is due by then.
         self.since = if self.buffer.is_empty() { None } else { self.since };
