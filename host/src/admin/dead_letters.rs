@@ -120,16 +120,7 @@ pub async fn replay_all(
     // Ids first, then records a chunk at a time, as a group's replay does:
     // 500 parked letters of 2 MB read at once held 1.16 GB of the host (the
     // third review of issue 23's walls today).
-    let parked = Filter {
-        handler: Some(&body.handler),
-        without_record: true,
-        ..Filter::default()
-    };
-    let ids: Vec<i64> = dead_letters::find(state.registry.db(), &parked)
-        .await?
-        .iter()
-        .map(|row| row.id)
-        .collect();
+    let ids = dead_letters::parked_ids(state.registry.db(), &body.handler).await?;
     let mut outcomes = Vec::with_capacity(ids.len());
     for chunk in ids.chunks(REPLAY_CHUNK) {
         let filter = Filter {

@@ -337,15 +337,7 @@ async fn replay_many(
     json: bool,
 ) -> Result<(), CliError> {
     let ids = match handler {
-        Some(handler) => {
-            let parked = Filter {
-                handler: Some(handler),
-                without_record: true,
-                ..Filter::default()
-            };
-            let rows = dead_letters::find(db, &parked).await.map_err(failed)?;
-            rows.iter().map(|r| r.id).collect()
-        }
+        Some(handler) => dead_letters::parked_ids(db, handler).await.map_err(failed)?,
         None => {
             // Every id must exist before any is replayed.
             fetch_rows(db, ids, true).await?;

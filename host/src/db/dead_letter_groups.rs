@@ -137,58 +137,108 @@ fn first_members<S: serde::Serializer>(members: &[i64], serializer: S) -> Result
     serializer.collect_seq(members.iter().take(MEMBERS_SHOWN))
 }
 
+/// Groups kept at most; letters of further patterns go to one overflow
+/// group per handler and kind ([`OVERFLOW_PATTERN`]). A reason is a guest's
+/// own text, so a team can make every reason a pattern of its own: a
+/// million of them were a million groups of up to 2.5 KB each.
+pub const MAX_GROUPS: usize = 10_000;
+
+/// The pattern of the overflow group (see [`MAX_GROUPS`]).
+pub const OVERFLOW_PATTERN: &str = "(other reasons: inboxd keeps at most 10,000 groups)";
+
+/// Summaries read at a time: groups are folded page by page, so a million
+/// parked letters (2.3 KB of summary each) are never held at once.
+const PAGE: u32 = 5_000;
+
 /// The parked dead letters `filter` selects, grouped: the largest group
 /// first, then the most recent. `filter.include_resolved` and `limit` are
 /// ignored (a group is of parked letters, all of them).
 pub async fn groups(db: &Database, filter: &Filter<'_>) -> Result<Vec<Group>, DbError> {
-    let filter = Filter {
-        include_resolved: false,
-        limit: None,
-        without_record: true,
-        ..*filter
-    };
-    let rows = dead_letters::find(db, &filter).await?;
-    // Masking many reasons is CPU work: off the async workers.
-    // (A panic there is the host's bug; it ends only the request that met it.)
-    Ok(tokio::task::spawn_blocking(move || group_rows(rows))
+    let mut grouping = Grouping::default();
+    let mut after_id = None;
+    loop {
+        let page = Filter {
+            include_resolved: false,
+            limit: Some(PAGE),
+            without_record: true,
+            after_id,
+            ..*filter
+        };
+        let rows = dead_letters::find(db, &page).await?;
+        let (Some(last), full) = (rows.last().map(|r| r.id), rows.len() == PAGE as usize) else {
+            break;
+        };
+        after_id = Some(last);
+        // Masking many reasons is CPU work: off the async workers.
+        // (A panic there is the host's bug; it ends only the request that met it.)
+        grouping = tokio::task::spawn_blocking(move || {
+            grouping.add(rows);
+            grouping
+        })
         .await
-        .expect("grouping dead letters panicked"))
+        .expect("grouping dead letters panicked");
+        if !full {
+            break;
+        }
+    }
+    Ok(grouping.finish())
 }
 
 /// [`groups`] over rows already read (oldest first, as `find` returns them).
 pub fn group_rows(rows: Vec<Row>) -> Vec<Group> {
-    let mut groups: Vec<Group> = Vec::new();
-    let mut index: HashMap<String, usize> = HashMap::new();
-    for row in rows {
-        let pattern = pattern(&row.reason);
-        let id = group_id(&row.handler, row.kind, &pattern);
-        match index.get(&id) {
-            Some(&at) => {
-                let group = &mut groups[at];
-                group.count += 1;
-                group.first_failed_at = group.first_failed_at.min(row.first_failed_at);
-                group.last_failed_at = group.last_failed_at.max(row.last_failed_at);
-                group.members.push(row.id);
+    let mut grouping = Grouping::default();
+    grouping.add(rows);
+    grouping.finish()
+}
+
+/// Groups being folded, page by page.
+#[derive(Default)]
+struct Grouping {
+    groups: Vec<Group>,
+    index: HashMap<String, usize>,
+}
+
+impl Grouping {
+    fn add(&mut self, rows: Vec<Row>) {
+        for row in rows {
+            let mut pattern = pattern(&row.reason);
+            let mut id = group_id(&row.handler, row.kind, &pattern);
+            if !self.index.contains_key(&id) && self.groups.len() >= MAX_GROUPS {
+                pattern = OVERFLOW_PATTERN.to_owned();
+                id = group_id(&row.handler, row.kind, &pattern);
             }
-            None => {
-                index.insert(id.clone(), groups.len());
-                groups.push(Group {
-                    id,
-                    handler: row.handler,
-                    kind: row.kind,
-                    pattern,
-                    count: 1,
-                    first_failed_at: row.first_failed_at,
-                    last_failed_at: row.last_failed_at,
-                    example_id: row.id,
-                    example_reason: row.reason,
-                    members: vec![row.id],
-                });
+            match self.index.get(&id) {
+                Some(&at) => {
+                    let group = &mut self.groups[at];
+                    group.count += 1;
+                    group.first_failed_at = group.first_failed_at.min(row.first_failed_at);
+                    group.last_failed_at = group.last_failed_at.max(row.last_failed_at);
+                    group.members.push(row.id);
+                }
+                None => {
+                    self.index.insert(id.clone(), self.groups.len());
+                    self.groups.push(Group {
+                        id,
+                        handler: row.handler,
+                        kind: row.kind,
+                        pattern,
+                        count: 1,
+                        first_failed_at: row.first_failed_at,
+                        last_failed_at: row.last_failed_at,
+                        example_id: row.id,
+                        example_reason: row.reason,
+                        members: vec![row.id],
+                    });
+                }
             }
         }
     }
-    groups.sort_by(|a, b| (b.count, b.last_failed_at, &a.id).cmp(&(a.count, a.last_failed_at, &b.id)));
-    groups
+
+    fn finish(self) -> Vec<Group> {
+        let mut groups = self.groups;
+        groups.sort_by(|a, b| (b.count, b.last_failed_at, &a.id).cmp(&(a.count, a.last_failed_at, &b.id)));
+        groups
+    }
 }
 
 /// The group with `id` among those `filter` selects, if any.
@@ -317,5 +367,89 @@ mod tests {
                 .expect("the group is still there");
             assert_eq!(again.members, retries.members[1..]);
         }
+    }
+
+    /// Regression (issue 23, fourth read): groups were made from every
+    /// parked summary read at once, and every distinct reason (a guest's own
+    /// text) made a group. Now summaries are read a page at a time, and past
+    /// [`MAX_GROUPS`] the rest of a handler's kind goes to one overflow group.
+    #[tokio::test]
+    async fn groups_are_folded_page_by_page_and_capped() {
+        for db in each_backend().await {
+            let mut tx = db.begin().await.unwrap();
+            let total = PAGE as usize + 3;
+            for offset in 0..total {
+                let reason = if offset % 2 == 0 {
+                    "attempt 1 of 3"
+                } else {
+                    "unknown attack"
+                };
+                let letter = DeadLetter {
+                    handler: "billing",
+                    event_id: Some("e"),
+                    topic: "orders",
+                    partition: 0,
+                    offset: offset as i64,
+                    key: None,
+                    payload: b"{}",
+                    headers: &[],
+                    kind: ReasonKind::Rejected,
+                    reason,
+                    attempts: 1,
+                    handler_version: None,
+                    first_failed_at: 1_000,
+                };
+                insert(&mut tx, &letter).await.unwrap();
+            }
+            tx.commit().await.unwrap();
+            let groups = groups(&db, &Filter::default()).await.unwrap();
+            let counts: Vec<usize> = groups.iter().map(|g| g.count).collect();
+            assert_eq!(counts, [total / 2 + 1, total / 2], "{:?}", db.backend());
+            assert_eq!(
+                groups[0].members.len(),
+                total / 2 + 1,
+                "every member, across pages"
+            );
+        }
+
+        // A word per letter of the alphabet, so no two patterns agree.
+        let word = |mut n: usize| {
+            let mut word = String::new();
+            loop {
+                word.push((b'a' + (n % 26) as u8) as char);
+                n /= 26;
+                if n == 0 {
+                    return word;
+                }
+            }
+        };
+        let rows: Vec<Row> = (0..MAX_GROUPS + 5)
+            .map(|i| Row {
+                id: i as i64,
+                handler: "billing".into(),
+                event_id: Some("e".into()),
+                topic: "orders".into(),
+                partition: 0,
+                offset: i as i64,
+                key: None,
+                payload: Vec::new(),
+                headers: Vec::new(),
+                kind: ReasonKind::Rejected,
+                reason: format!("reason {}", word(i)),
+                attempts: 1,
+                handler_version: None,
+                first_failed_at: 1_000,
+                last_failed_at: 1_000,
+                resolution: None,
+                resolved_at: None,
+            })
+            .collect();
+        let grouped = group_rows(rows);
+        assert_eq!(grouped.len(), MAX_GROUPS + 1);
+        assert_eq!(
+            (grouped[0].pattern.as_str(), grouped[0].count),
+            (OVERFLOW_PATTERN, 5),
+            "the largest group: the overflow"
+        );
     }
 }

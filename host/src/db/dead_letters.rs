@@ -190,6 +190,8 @@ pub struct Filter<'a> {
     /// With `without_record`: keep the key, which finds what key order
     /// holds behind a letter (discarding needs no more).
     pub keep_key: bool,
+    /// Only those with a greater id: the next page of a read in pages.
+    pub after_id: Option<i64>,
 }
 
 const COLUMNS: &str = r#"id, handler, event_id, topic, partition, "offset", key, payload, headers, reason_kind,
@@ -307,6 +309,10 @@ pub async fn find(db: &Database, filter: &Filter<'_>) -> Result<Vec<Row>, DbErro
             }
         ));
     }
+    if let Some(after) = filter.after_id {
+        params.push(after.into());
+        sql.push_str(&format!(" AND id > ${}", params.len()));
+    }
     if !filter.include_resolved {
         sql.push_str(" AND resolution IS NULL");
     }
@@ -319,6 +325,19 @@ pub async fn find(db: &Database, filter: &Filter<'_>) -> Result<Vec<Row>, DbErro
         letters.extend(decode(row)?);
     }
     Ok(letters)
+}
+
+/// The ids of a handler's parked dead letters, oldest first, and nothing
+/// else: what replaying all of them starts from (a summary is up to 2.3 KB,
+/// and a handler may park millions).
+pub async fn parked_ids(db: &Database, handler: &str) -> Result<Vec<i64>, DbError> {
+    let rows = db
+        .query(
+            "SELECT id FROM dead_letters WHERE handler = $1 AND resolution IS NULL ORDER BY id",
+            &[handler.into()],
+        )
+        .await?;
+    Ok(super::columns::ints(rows, "dead_letters row", "id")?)
 }
 
 /// Marks a parked dead letter resolved; `false` if it already was (another

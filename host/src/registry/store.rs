@@ -4,7 +4,7 @@
 
 use crate::db::columns::Columns;
 use crate::db::migrate::Migration;
-use crate::db::{Database, DbError, SqlValue, Tx, now_ms};
+use crate::db::{Backend, Database, DbError, SqlValue, Tx, now_ms};
 
 /// One uploaded handler's deployment state.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -58,10 +58,25 @@ pub async fn deployment(db: &Database, name: &str) -> Result<Option<Deployment>,
     Ok(deployments(db).await?.into_iter().find(|d| d.name == name))
 }
 
+/// Every version of a handler, without its component or migration SQL:
+/// the database picks the migrations' names out (a version's migrations
+/// may be most of a 100 MiB upload, and a listing read every version's).
 pub async fn versions(db: &Database, name: &str) -> Result<Vec<VersionInfo>, DbError> {
+    let names = match db.backend() {
+        Backend::Postgres => {
+            "(SELECT COALESCE(json_agg(m->>'name'), '[]'::json)::text \
+             FROM json_array_elements(migrations::json) AS m)"
+        }
+        Backend::Sqlite => {
+            "(SELECT json_group_array(json_extract(value, '$.name')) FROM json_each(migrations))"
+        }
+    };
     let rows = db
         .query(
-            "SELECT version, sha256, uploaded_at, uploaded_by, migrations FROM handlers WHERE name = $1 ORDER BY version",
+            &format!(
+                "SELECT version, sha256, uploaded_at, uploaded_by, {names} AS migrations \
+                 FROM handlers WHERE name = $1 ORDER BY version"
+            ),
             &[name.into()],
         )
         .await?;
@@ -72,14 +87,14 @@ pub async fn versions(db: &Database, name: &str) -> Result<Vec<VersionInfo>, DbE
             let sha256 = c.text("sha256")?;
             let uploaded_at = c.int("uploaded_at")?;
             let uploaded_by = c.text("uploaded_by")?;
-            let migrations: Vec<Migration> = serde_json::from_str(&c.text("migrations")?)
-                .map_err(|e| c.wrong("migrations", "a JSON list of migrations", &e.to_string()))?;
+            let migrations: Vec<String> = serde_json::from_str(&c.text("migrations")?)
+                .map_err(|e| c.wrong("migrations", "a JSON list of migration names", &e.to_string()))?;
             Ok(VersionInfo {
                 version,
                 sha256,
                 uploaded_at,
                 uploaded_by,
-                migrations: migrations.into_iter().map(|m| m.name).collect(),
+                migrations,
             })
         })
         .collect()

@@ -89,7 +89,7 @@ pub const BATCH_HELD_BYTES: usize = STATEMENT_BYTES_POSTGRES;
 
 /// Messages per INSERT statement on SQLite, at most.
 const INSERT_CHUNK: usize = 64;
-const COLUMNS: usize = 8;
+const COLUMNS: usize = 9;
 
 /// Writes the messages in the caller's transaction. Their `seq` (insert
 /// order) is the relay's order within a bucket; no row is locked for it, so
@@ -115,15 +115,18 @@ pub async fn insert(tx: &mut Tx, handler: &str, messages: &[NewMessage]) -> Resu
         let (chunk, tail) = rest.split_at(take);
         let mut params = Vec::with_capacity(chunk.len() * COLUMNS);
         for message in chunk {
+            let headers = headers_json(&message.headers);
+            let bytes = pending::stored_bytes(message, &headers) as i64;
             params.extend([
                 message.id.as_str().into(),
                 handler.into(),
                 message.topic.as_str().into(),
                 message.key.as_deref().map_or(SqlValue::Null, SqlValue::from),
                 message.payload.as_slice().into(),
-                headers_json(&message.headers).into(),
+                headers.into(),
                 bucket(handler, message.key.as_deref()).into(),
                 created_at.into(),
+                bytes.into(),
             ]);
         }
         tx.execute(&insert_sql(chunk.len()), &params).await?;
@@ -135,7 +138,7 @@ pub async fn insert(tx: &mut Tx, handler: &str, messages: &[NewMessage]) -> Resu
 /// SQLite, with anonymous parameters (see [`anonymous_rows`](crate::db::anonymous_rows)).
 fn insert_sql(rows: usize) -> String {
     format!(
-        "INSERT INTO outbox (id, handler, topic, key, payload, headers, bucket, created_at) VALUES {}",
+        "INSERT INTO outbox (id, handler, topic, key, payload, headers, bucket, created_at, bytes) VALUES {}",
         crate::db::anonymous_rows(rows, COLUMNS)
     )
 }

@@ -87,16 +87,18 @@ pub async fn pending(db: &Database, buckets: &[i64], read: Read) -> Result<Vec<P
             .await?
         }
         Backend::Sqlite => {
-            // Bucket numbers are integers, safe to write inline. `length` of
-            // a BLOB column reads its size, not its content; text is cast
-            // to a BLOB so that its length is in bytes, not characters.
+            // Bucket numbers are integers, safe to write inline. The size
+            // is stored with the message, in the pending index (migration
+            // 0009: reaching the headers, stored after the payload, walked
+            // the payload's overflow pages); a row from before is sized from
+            // its columns, text cast to BLOB for its length in bytes.
             let parts: Vec<String> = buckets
                 .iter()
                 .map(|bucket| {
                     format!(
-                        "SELECT * FROM (SELECT seq, bucket, 384 + length(CAST(id AS BLOB))
+                        "SELECT * FROM (SELECT seq, bucket, COALESCE(bytes, 384 + length(CAST(id AS BLOB))
                              + length(CAST(topic AS BLOB)) + length(payload) + COALESCE(length(key), 0)
-                             + 2 * length(CAST(headers AS BLOB)) AS bytes
+                             + 2 * length(CAST(headers AS BLOB))) AS bytes
                          FROM outbox
                          WHERE published_at IS NULL AND parked_at IS NULL AND bucket = {bucket}
                          ORDER BY seq LIMIT $1) AS b{bucket}"
@@ -129,6 +131,16 @@ pub async fn pending(db: &Database, buckets: &[i64], read: Read) -> Result<Vec<P
         .collect::<Result<Vec<Pending>, DecodeError>>()?;
     pending.sort_by_key(|p| (p.bucket, p.seq));
     Ok(pending)
+}
+
+/// What a read counts for a message whose headers are stored as
+/// `headers_json` (see [`Read`]): SQLite stores it with the message.
+pub(super) fn stored_bytes(message: &NewMessage, headers_json: &str) -> usize {
+    384 + message.id.len()
+        + message.topic.len()
+        + message.payload.len()
+        + message.key.as_ref().map_or(0, Vec::len)
+        + 2 * headers_json.len()
 }
 
 /// The read around `candidates` (rows of seq, bucket, bytes): numbers each
