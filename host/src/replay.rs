@@ -66,10 +66,11 @@ pub enum HeldChoice {
     Discard,
 }
 
-/// Rounds of looking for held letters at most, not counting rounds that
-/// read a full [`HELD_CHUNK`]: one more comes only if the partition held a
-/// record while the last round ran.
-const RELEASE_ROUNDS: usize = 1_000;
+/// Rounds of looking for held letters at most, [`HELD_CHUNK`] letters
+/// each: more than the default `max_held_records`, and a bound on one call
+/// while the partition holds records of the key as fast as they are
+/// released.
+const RELEASE_ROUNDS: usize = 10_000;
 
 /// Held letters read at a time, records included (each may be as large as
 /// the handler's `limits.max_payload_bytes`): a key may hold 100,000.
@@ -90,16 +91,13 @@ pub async fn release_held(
     let (mut rounds, mut last_first) = (0, None);
     while rounds < RELEASE_ROUNDS {
         let held = dead_letters::held_behind(db, letter, HELD_CHUNK).await?;
-        // A full chunk is read on: every letter in it was resolved (or this
-        // returned), so each read makes progress; the same first letter
-        // twice would mean none was made.
+        // Every letter of a chunk was resolved (or this returned), so each
+        // read makes progress; the same first letter twice would mean none.
         if held.is_empty() || last_first == Some(held[0].id) {
             break;
         }
         last_first = Some(held[0].id);
-        if held.len() < HELD_CHUNK as usize {
-            rounds += 1;
-        }
+        rounds += 1;
         for row in &held {
             let outcome = match choice {
                 HeldChoice::Replay => replay(db, handler, dedup, row).await?,

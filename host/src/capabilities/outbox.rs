@@ -24,7 +24,8 @@ use wasmtime::component::HasData;
 pub const MAX_HEADERS: usize = 64;
 
 use crate::config::MAX_TOPIC_NAME_BYTES;
-use crate::db::outbox::HEADER_OVERHEAD;
+use crate::db::dead_letters::headers_json;
+use crate::db::outbox::{HEADER_OVERHEAD, MAX_STORED_BYTES, stored_bytes};
 
 pub struct OutboxState {
     messages: Vec<NewMessage>,
@@ -163,14 +164,24 @@ impl outbox_api::Host for OutboxView<'_> {
                 .map(|name| (name, id.clone().into_bytes())),
         );
         let payload = stamp_json_id(&topic, message.payload, &id);
-        state.bytes += size;
-        state.messages.push(NewMessage {
+        let message = NewMessage {
             id: id.clone(),
             topic,
             key: message.key,
             payload,
             headers,
-        });
+        };
+        // As stored, escaped in JSON, a header of control characters is six
+        // times its size: what the relay counts must fit its budget.
+        let stored = stored_bytes(&message, &headers_json(&message.headers));
+        if stored > MAX_STORED_BYTES {
+            return Err(format!(
+                "the message takes {stored} bytes as stored (its headers as JSON); at most \
+                 {MAX_STORED_BYTES} are allowed"
+            ));
+        }
+        state.bytes += size;
+        state.messages.push(message);
         Ok(id)
     }
 }
@@ -478,6 +489,27 @@ mod tests {
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
         )
+    }
+
+    /// Regression (issue 23, fifth read): 64 header values of control
+    /// characters within `max_outbox_bytes` (8 MiB) were 100 MB as the relay
+    /// counts them (JSON escapes each as six bytes), over its whole budget,
+    /// and the message's bucket cut every read short of the buckets after it.
+    #[test]
+    fn a_message_over_its_stored_size_is_refused() {
+        let mut state = OutboxState::new(10, 8 << 20, topics(&[("x", "x")]), &[]);
+        let mut view = OutboxView { state: &mut state };
+        let mut escaped = message("x", b"{}");
+        escaped.headers = (0..64).map(|i| (format!("h{i}"), vec![1u8; 131_000])).collect();
+        let error = view.publish(escaped).unwrap_err();
+        assert!(
+            error.contains("as stored") && error.contains(&MAX_STORED_BYTES.to_string()),
+            "{error}"
+        );
+        let mut plain = message("x", b"{}");
+        plain.headers = (0..64).map(|i| (format!("h{i}"), vec![b'a'; 131_000])).collect();
+        view.publish(plain).unwrap();
+        assert_eq!(state.take().len(), 1, "only the one within bounds is kept");
     }
 
     #[test]

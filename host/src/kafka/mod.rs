@@ -2,6 +2,7 @@
 //! through the pipeline, and offsets told to Kafka only after the database.
 
 pub mod consumer;
+mod headers;
 mod keyed;
 mod outage;
 mod partition;

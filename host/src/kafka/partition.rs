@@ -17,7 +17,7 @@ use crate::pipeline::{BatchCursor, BatchEnd, Pipeline, PipelineError};
 use crate::record::Record;
 use rdkafka::Message;
 use rdkafka::consumer::Consumer;
-use rdkafka::message::{BorrowedMessage, Headers};
+use rdkafka::message::BorrowedMessage;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -471,14 +471,8 @@ pub(super) async fn sleep_until(wake: Option<Instant>) {
 }
 
 pub(super) fn to_record(message: &BorrowedMessage<'_>) -> Record {
-    let headers = message
-        .headers()
-        .map(|hs| {
-            hs.iter()
-                .map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec).unwrap_or_default()))
-                .collect()
-        })
-        .unwrap_or_default();
+    // Not rdkafka's header reader, which panics on a name that is not UTF-8.
+    let headers = super::headers::headers_of(message);
     Record {
         topic: message.topic().to_owned(),
         partition: message.partition(),

@@ -250,3 +250,51 @@ pub async fn delete(db: &Database, name: &str) -> Result<bool, DbError> {
     tx.commit().await?;
     Ok(changed == 1)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::test_support::each_backend;
+
+    /// Regression (issue 23, fourth read): listing versions parsed every
+    /// version's migrations, SQL included, to show their names. The
+    /// database picks the names out now, also of a version with none.
+    #[tokio::test]
+    async fn versions_list_migration_names_without_their_sql() {
+        for db in each_backend().await {
+            let migration = |version: i64, name: &str| Migration {
+                version,
+                name: name.into(),
+                sql: format!("-- {}\nCREATE TABLE t{version} (id INTEGER)", "x".repeat(10_000)),
+            };
+            for migrations in [
+                vec![migration(1, "0001_a.sql"), migration(2, "0002_b.sql")],
+                vec![],
+            ] {
+                let mut tx = db.begin().await.unwrap();
+                let new = NewVersion {
+                    name: "billing",
+                    sha256: "00",
+                    component: b"\0asm",
+                    settings: "{}",
+                    migrations: &migrations,
+                    uploaded_by: "ops",
+                };
+                insert_version(&mut tx, &new).await.unwrap();
+                tx.commit().await.unwrap();
+            }
+            let listed = versions(&db, "billing").await.unwrap();
+            let names: Vec<(i64, Vec<String>)> =
+                listed.into_iter().map(|v| (v.version, v.migrations)).collect();
+            assert_eq!(
+                names,
+                [
+                    (1, vec!["0001_a.sql".to_owned(), "0002_b.sql".to_owned()]),
+                    (2, vec![])
+                ],
+                "{:?}",
+                db.backend()
+            );
+        }
+    }
+}

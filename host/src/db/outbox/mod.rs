@@ -16,7 +16,7 @@
 
 mod pending;
 
-pub use pending::{Read, pending};
+pub use pending::{MAX_STORED_BYTES, Read, pending, stored_bytes};
 
 use super::columns::{Columns, ints};
 use super::dead_letters::{headers_column, headers_json};

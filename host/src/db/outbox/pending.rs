@@ -12,6 +12,14 @@ use super::super::dead_letters::headers_column;
 use super::super::{Backend, Database, DbError, DecodeError};
 use super::{NewMessage, Pending, int_array};
 
+/// The most a message may count ([`stored_bytes`]): half of the relay's
+/// in-flight budget (64 MiB), so a read with nothing in flight always
+/// takes the oldest message of every bucket in turn. A header value of
+/// control characters is six times its size as stored JSON: one message
+/// within `max_outbox_bytes` counted 100 MB, and its bucket's turn cut
+/// every read short of the buckets after it.
+pub const MAX_STORED_BYTES: usize = 32 << 20;
+
 /// What one read may take.
 ///
 /// A candidate's size is counted from what is stored, as an upper bound of
@@ -69,9 +77,9 @@ pub async fn pending(db: &Database, buckets: &[i64], read: Read) -> Result<Vec<P
         Backend::Postgres => {
             let candidates = "SELECT o.seq, o.bucket, o.bytes
                  FROM unnest($2::int8[]) AS u(bucket)
-                 CROSS JOIN LATERAL (SELECT seq, bucket, CAST(384 + octet_length(id) + octet_length(topic)
-                         + octet_length(payload) + COALESCE(octet_length(key), 0)
-                         + 2 * octet_length(headers) AS BIGINT) AS bytes
+                 CROSS JOIN LATERAL (SELECT seq, bucket, 384 + octet_length(id)::int8 + octet_length(topic)::int8
+                         + octet_length(payload)::int8 + COALESCE(octet_length(key)::int8, 0)
+                         + 2 * octet_length(headers)::int8 AS bytes
                      FROM outbox
                      WHERE published_at IS NULL AND parked_at IS NULL AND bucket = u.bucket
                      ORDER BY seq LIMIT $1) AS o";
@@ -134,8 +142,9 @@ pub async fn pending(db: &Database, buckets: &[i64], read: Read) -> Result<Vec<P
 }
 
 /// What a read counts for a message whose headers are stored as
-/// `headers_json` (see [`Read`]): SQLite stores it with the message.
-pub(super) fn stored_bytes(message: &NewMessage, headers_json: &str) -> usize {
+/// `headers_json` (see [`Read`]): SQLite stores it with the message, and a
+/// message is refused at publish when it is over [`MAX_STORED_BYTES`].
+pub fn stored_bytes(message: &NewMessage, headers_json: &str) -> usize {
     384 + message.id.len()
         + message.topic.len()
         + message.payload.len()

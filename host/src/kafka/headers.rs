@@ -1,0 +1,45 @@
+//! A consumed record's headers, read through librdkafka's C API.
+//!
+//! rdkafka's own reader (`BorrowedHeaders::try_get`) unwraps each header's
+//! name as UTF-8, so one record whose producer named a header with other
+//! bytes panicked the partition's task and shut the whole pump down, and
+//! the same record came back after every restart (issue 23, fifth read).
+//! Here a name that is not UTF-8 is read lossily (Kafka header names are
+//! strings; every client that writes them writes UTF-8) and nothing panics.
+
+use rdkafka::bindings as rd;
+use rdkafka::message::BorrowedMessage;
+use std::ffi::CStr;
+
+/// Every header of `message`, name and value, in order.
+pub fn headers_of(message: &BorrowedMessage<'_>) -> Vec<(String, Vec<u8>)> {
+    let mut headers: *mut rd::rd_kafka_headers_t = std::ptr::null_mut();
+    // SAFETY: `message.ptr()` is the live message `message` borrows; librdkafka
+    // only writes the pointer to its headers, which live as long as it.
+    let err = unsafe { rd::rd_kafka_message_headers(message.ptr(), &mut headers) };
+    if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || headers.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: `headers` is the message's header list, checked non-null.
+    let count = unsafe { rd::rd_kafka_header_cnt(headers) };
+    let mut out = Vec::with_capacity(count);
+    for idx in 0..count {
+        let (mut name, mut value, mut size) = (std::ptr::null(), std::ptr::null(), 0usize);
+        // SAFETY: `idx` is below the count; librdkafka writes a NUL-terminated
+        // name and a value pointer (or NULL) with its size, owned by the list.
+        let err = unsafe { rd::rd_kafka_header_get_all(headers, idx, &mut name, &mut value, &mut size) };
+        if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || name.is_null() {
+            continue;
+        }
+        // SAFETY: as above; both are copied before the next call.
+        let name = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
+        let value = if value.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: librdkafka gives `size` readable bytes at `value`.
+            unsafe { std::slice::from_raw_parts(value.cast::<u8>(), size) }.to_vec()
+        };
+        out.push((name, value));
+    }
+    out
+}
