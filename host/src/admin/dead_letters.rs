@@ -301,29 +301,38 @@ pub async fn discard_group(
     let mut resolved = Vec::new();
     for member in group.members {
         let discarded = async {
-            let mut row = fetch(&state, &caller, member).await?;
-            // Kept until every member is discarded: only what finds its held
-            // letters (a thousand records of a megabyte were all held).
-            (row.payload, row.headers) = (Vec::new(), Vec::new());
+            let row = fetch(&state, &caller, member).await?;
             let mut tx = db.begin_write().await?;
             let discarded = dead_letters::resolve(&mut tx, member, "discarded").await?;
             tx.commit().await?;
-            Ok::<_, ApiError>((row, discarded))
+            // Only the id of one that holds letters is kept for the second
+            // pass (every member's record, then its key, were all held).
+            let holds =
+                discarded && row.key.is_some() && !dead_letters::held_behind(db, &row, 1).await?.is_empty();
+            Ok::<_, ApiError>((discarded, holds))
         };
         match discarded.await {
-            Ok((row, discarded)) => {
+            Ok((discarded, holds)) => {
                 outcomes.push(json!({ "id": member, "discarded": discarded }));
-                if discarded {
-                    resolved.push((outcomes.len() - 1, row));
+                if holds {
+                    resolved.push((outcomes.len() - 1, member));
                 }
             }
             Err(error) => outcomes.push(json!({ "id": member, "discarded": false, "error": error.message })),
         }
     }
-    for (at, row) in resolved {
-        if row.key.is_none() || dead_letters::held_behind(db, &row, 1).await?.is_empty() {
+    for (at, member) in resolved {
+        let ids = [member];
+        let keyed = Filter {
+            ids: Some(&ids),
+            include_resolved: true,
+            without_record: true,
+            keep_key: true,
+            ..Filter::default()
+        };
+        let Some(row) = dead_letters::find(db, &keyed).await?.pop() else {
             continue;
-        }
+        };
         let released = match loaded(&state, &row).await {
             Ok(loaded) => release(&state, &loaded, &row, query.held).await,
             Err(error) => Err(error),

@@ -137,14 +137,17 @@ fn first_members<S: serde::Serializer>(members: &[i64], serializer: S) -> Result
     serializer.collect_seq(members.iter().take(MEMBERS_SHOWN))
 }
 
-/// Groups kept at most; letters of further patterns go to one overflow
-/// group per handler and kind ([`OVERFLOW_PATTERN`]). A reason is a guest's
-/// own text, so a team can make every reason a pattern of its own: a
-/// million of them were a million groups of up to 2.5 KB each.
-pub const MAX_GROUPS: usize = 10_000;
+/// Groups kept per handler and reason kind, at most; that handler's letters
+/// of that kind with further patterns go to one overflow group
+/// ([`OVERFLOW_PATTERN`]). A reason is a guest's own text, so a team can
+/// make every reason a pattern of its own: a million of them were a million
+/// groups of up to 2.5 KB each. Per handler and kind, so one team's reasons
+/// never push another's letters into an overflow, and a group's id does not
+/// depend on what else a read selects.
+pub const MAX_GROUPS: usize = 1_000;
 
 /// The pattern of the overflow group (see [`MAX_GROUPS`]).
-pub const OVERFLOW_PATTERN: &str = "(other reasons: inboxd keeps at most 10,000 groups)";
+pub const OVERFLOW_PATTERN: &str = "(other reasons: inboxd keeps at most 1,000 groups per handler and kind)";
 
 /// Summaries read at a time: groups are folded page by page, so a million
 /// parked letters (2.3 KB of summary each) are never held at once.
@@ -196,6 +199,8 @@ pub fn group_rows(rows: Vec<Row>) -> Vec<Group> {
 struct Grouping {
     groups: Vec<Group>,
     index: HashMap<String, usize>,
+    /// Groups made per (handler, kind).
+    made: HashMap<(String, ReasonKind), usize>,
 }
 
 impl Grouping {
@@ -203,9 +208,14 @@ impl Grouping {
         for row in rows {
             let mut pattern = pattern(&row.reason);
             let mut id = group_id(&row.handler, row.kind, &pattern);
-            if !self.index.contains_key(&id) && self.groups.len() >= MAX_GROUPS {
-                pattern = OVERFLOW_PATTERN.to_owned();
-                id = group_id(&row.handler, row.kind, &pattern);
+            if !self.index.contains_key(&id) {
+                let made = self.made.entry((row.handler.clone(), row.kind)).or_default();
+                if *made >= MAX_GROUPS {
+                    pattern = OVERFLOW_PATTERN.to_owned();
+                    id = group_id(&row.handler, row.kind, &pattern);
+                } else {
+                    *made += 1;
+                }
             }
             match self.index.get(&id) {
                 Some(&at) => {

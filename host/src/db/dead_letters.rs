@@ -15,7 +15,7 @@ use super::{Database, DbError, DecodeError, SqlValue, Tx, in_list, now_ms};
 use std::collections::BTreeMap;
 
 /// Why an event was parked. The kind is stable text for scripts; the message is for people.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ReasonKind {
     /// No usable event id: the record cannot be deduplicated, so it is never run.
     EventId,

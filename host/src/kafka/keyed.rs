@@ -25,6 +25,12 @@ use super::outage::{Attempt, OutageLog};
 use super::partition::{
     Admit, BatchDone, BatchTask, MAX_BUFFERED_BYTES, Position, Stops, sleep_until, to_record,
 };
+
+/// Bytes ([`Record::bytes`]) a partition may hold unsettled before its queue
+/// is left unread: its buffer and what its lanes, holds and retries hold.
+/// (Bounding the buffer alone let records waiting out a retry's backoff,
+/// one per key, reach 24 GB for a partition of 1 MB records.)
+const MAX_UNSETTLED_BYTES: usize = 2 * MAX_BUFFERED_BYTES;
 use crate::db::dead_letters::{self, ReasonKind};
 use crate::db::offsets;
 use crate::metrics::HostErrorKind;
@@ -32,7 +38,7 @@ use crate::pipeline::{
     BatchCursor, BatchEnd, Deferred, Fence, HOST_ERROR_ATTEMPTS, Held, Outcome, Pipeline, PipelineError,
 };
 use crate::record::Record;
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
@@ -73,13 +79,14 @@ enum Job {
 pub(super) struct KeyedTask {
     at: Position,
     buffer: VecDeque<Record>,
-    /// The buffer's [`Record::bytes`] (bounded as with partition order).
-    buffered_bytes: usize,
     /// When the oldest buffered record arrived: the linger clock.
     since: Option<Instant>,
     /// Offsets read and not yet settled (buffered, in a batch, waiting to be
-    /// retried or being held): the stored offset never passes the lowest.
-    unsettled: BTreeSet<i64>,
+    /// retried or being held), with their records' [`Record::bytes`]: the
+    /// stored offset never passes the lowest.
+    unsettled: BTreeMap<i64, usize>,
+    /// The sum of `unsettled`'s bytes: what bounds reading, with the count.
+    unsettled_bytes: usize,
     /// The offset after the last record kept (where reading goes on).
     high: Option<i64>,
     /// Records settled since the position was last written.
@@ -102,9 +109,9 @@ impl KeyedTask {
         Self {
             at,
             buffer: VecDeque::new(),
-            buffered_bytes: 0,
             since: None,
-            unsettled: BTreeSet::new(),
+            unsettled: BTreeMap::new(),
+            unsettled_bytes: 0,
             high: None,
             settled: 0,
             busy: HashSet::new(),
@@ -141,7 +148,7 @@ impl KeyedTask {
                 (false, Some(since)) if !self.buffer.is_empty() => Some(since + linger),
                 _ => None,
             };
-            let room = self.unsettled.len() < cap && self.buffered_bytes < MAX_BUFFERED_BYTES;
+            let room = self.unsettled.len() < cap && self.unsettled_bytes < MAX_UNSETTLED_BYTES;
             tokio::select! {
                 biased;
                 _ = stops.revoked.cancelled() => break,
@@ -190,9 +197,12 @@ impl KeyedTask {
             if self.buffer.is_empty() {
                 self.since = Some(Instant::now());
             }
-            self.unsettled.insert(record.offset);
+            let bytes = record.bytes();
+            self.unsettled_bytes += bytes;
+            if let Some(old) = self.unsettled.insert(record.offset, bytes) {
+                self.unsettled_bytes -= old;
+            }
             self.high = Some(record.offset + 1);
-            self.buffered_bytes += record.bytes();
             self.buffer.push_back(record);
             self.stalled = false;
         }
@@ -202,10 +212,10 @@ impl KeyedTask {
     /// Forgets what was buffered: the position was re-read, and the
     /// partition is read again from there.
     fn forget(&mut self) {
-        for record in self.buffer.drain(..) {
-            self.unsettled.remove(&record.offset);
+        let forgotten: Vec<i64> = self.buffer.drain(..).map(|record| record.offset).collect();
+        for offset in forgotten {
+            self.unsettle(offset);
         }
-        self.buffered_bytes = 0;
         self.since = None;
         self.high = self.at.next;
     }
@@ -321,7 +331,6 @@ impl KeyedTask {
             index += 1;
             !taken[index - 1]
         });
-        self.buffered_bytes = self.buffer.iter().map(Record::bytes).sum();
         if self.buffer.is_empty() {
             self.since = None;
         }
@@ -505,8 +514,15 @@ impl KeyedTask {
     }
 
     fn settle(&mut self, offset: i64) {
-        self.unsettled.remove(&offset);
+        self.unsettle(offset);
         self.settled += 1;
+    }
+
+    /// Takes `offset` out of the unsettled ones, with its bytes.
+    fn unsettle(&mut self, offset: i64) {
+        if let Some(bytes) = self.unsettled.remove(&offset) {
+            self.unsettled_bytes -= bytes;
+        }
     }
 
     /// Records that will not run here: they stay unsettled if the task goes
@@ -514,7 +530,7 @@ impl KeyedTask {
     /// which reads them again.
     fn drop_unrun(&mut self, records: &[Record]) {
         for record in records {
-            self.unsettled.remove(&record.offset);
+            self.unsettle(record.offset);
         }
         if let (Some(first), Some(high)) = (records.first(), self.high) {
             self.high = Some(high.min(first.offset));
@@ -528,7 +544,6 @@ impl KeyedTask {
         }
         let mut all: Vec<Record> = self.buffer.drain(..).chain(records).collect();
         all.sort_by_key(|r| r.offset);
-        self.buffered_bytes = all.iter().map(Record::bytes).sum();
         self.buffer = all.into();
         let linger = Duration::from_millis(self.at.shared.batching.linger_ms);
         self.since = Some(Instant::now().checked_sub(linger).unwrap_or_else(Instant::now));
@@ -537,7 +552,7 @@ impl KeyedTask {
     /// Raises the stored position to the lowest unsettled offset, if that
     /// moved; `tell`: then tells Kafka too.
     async fn raise(&mut self, tell: bool) {
-        let lowest = self.unsettled.first().copied();
+        let lowest = self.unsettled.first_key_value().map(|(offset, _)| *offset);
         let Some(safe) = [lowest, self.high].into_iter().flatten().min() else {
             return;
         };
