@@ -67,14 +67,16 @@ pub enum HeldChoice {
 }
 
 /// Rounds of looking for held letters at most, [`HELD_CHUNK`] letters
-/// each: more than the default `max_held_records`, and a bound on one call
-/// while the partition holds records of the key as fast as they are
-/// released.
-const RELEASE_ROUNDS: usize = 10_000;
+/// each: more than the default `max_held_records` (100,000), and a bound on
+/// one call while the partition holds records of the key as fast as they
+/// are released.
+const RELEASE_ROUNDS: usize = 200_000;
 
-/// Held letters read at a time, records included (each may be as large as
-/// the handler's `limits.max_payload_bytes`): a key may hold 100,000.
-const HELD_CHUNK: i64 = 16;
+/// Held letters read at a time, records included: one, since a record's
+/// headers have no bound on their count (a letter of a megabyte of empty
+/// headers is some 24 MB once read), and each is replayed in a transaction
+/// of its own anyway.
+const HELD_CHUNK: i64 = 1;
 
 /// Releases the letters held behind `letter` (resolved just now), in offset
 /// order, each with its outcome: replayed (stopping at the first that is not

@@ -248,9 +248,11 @@ async fn fetch_group(state: &AppState, caller: &Caller, id: &str) -> Result<Grou
         })
 }
 
-/// Dead letters are read with their records this many at a time when many
-/// are replayed: 5,000 are never 5,000 payloads in memory at once.
-const REPLAY_CHUNK: usize = 100;
+/// Dead letters are read with their records one at a time when many are
+/// replayed: a record's headers have no bound on their count, and a letter
+/// of a megabyte of empty headers is some 24 MB once read, so a chunk of 100
+/// could be 2.4 GB (each is replayed in a transaction of its own anyway).
+const REPLAY_CHUNK: usize = 1;
 
 /// `POST /v1/dead-letters/groups/{id}/replay`: every member, oldest first,
 /// each with its own outcome (a member resolved meanwhile says so).

@@ -325,8 +325,9 @@ async fn show(db: &Database, id: i64, json: bool) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Dead letters read with their records at a time, when replaying many.
-const REPLAY_CHUNK: usize = 100;
+/// Dead letters read with their records at a time, when replaying many: one
+/// (see the admin API's `REPLAY_CHUNK`).
+const REPLAY_CHUNK: usize = 1;
 
 async fn replay_many(
     db: &Database,
