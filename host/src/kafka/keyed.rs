@@ -25,12 +25,6 @@ use super::outage::{Attempt, OutageLog};
 use super::partition::{
     Admit, BatchDone, BatchTask, MAX_BUFFERED_BYTES, Position, Stops, sleep_until, to_record,
 };
-
-/// Bytes ([`Record::bytes`]) a partition may hold unsettled before its queue
-/// is left unread: its buffer and what its lanes, holds and retries hold.
-/// (Bounding the buffer alone let records waiting out a retry's backoff,
-/// one per key, reach 24 GB for a partition of 1 MB records.)
-const MAX_UNSETTLED_BYTES: usize = 2 * MAX_BUFFERED_BYTES;
 use crate::db::dead_letters::{self, ReasonKind};
 use crate::db::offsets;
 use crate::metrics::HostErrorKind;
@@ -44,6 +38,12 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+
+/// Bytes ([`Record::bytes`]) a partition may hold unsettled before its queue
+/// is left unread: its buffer and what its lanes, holds and retries hold.
+/// (Bounding the buffer alone let records waiting out a retry's backoff,
+/// one per key, reach 24 GB for a partition of 1 MB records.)
+const MAX_UNSETTLED_BYTES: usize = 2 * MAX_BUFFERED_BYTES;
 
 /// Batches of one partition in flight at once, at most: each holds a
 /// database connection for its transaction, so this times the assigned
