@@ -64,8 +64,8 @@ pub async fn deployment(db: &Database, name: &str) -> Result<Option<Deployment>,
 pub async fn versions(db: &Database, name: &str) -> Result<Vec<VersionInfo>, DbError> {
     let names = match db.backend() {
         Backend::Postgres => {
-            "(SELECT COALESCE(json_agg(m->>'name'), '[]'::json)::text \
-             FROM json_array_elements(migrations::json) AS m)"
+            "(SELECT COALESCE(json_agg(m->>'name' ORDER BY n), '[]'::json)::text \
+             FROM json_array_elements(migrations::json) WITH ORDINALITY AS t(m, n))"
         }
         Backend::Sqlite => {
             "(SELECT json_group_array(json_extract(value, '$.name')) FROM json_each(migrations))"
