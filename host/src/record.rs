@@ -14,8 +14,17 @@ pub struct Record {
 
 /// What the host holds for each header besides its name and value (a
 /// `String` and a `Vec`): a record of a megabyte of empty headers is some
-/// 24 MB in memory, which [`Record::bytes`] counts.
-const HEADER_OVERHEAD: usize = 48;
+/// 24 MB in memory. [`Record::bytes`] counts it, and so do an outbox
+/// message's bytes and `limits.max_outbox_bytes`.
+pub const HEADER_OVERHEAD: usize = 48;
+
+/// What the host holds for `headers`: names, values and [`HEADER_OVERHEAD`] each.
+pub fn headers_bytes(headers: &[(String, Vec<u8>)]) -> usize {
+    headers
+        .iter()
+        .map(|(n, v)| HEADER_OVERHEAD + n.len() + v.len())
+        .sum()
+}
 
 /// What the host holds for a record besides its parts.
 const RECORD_OVERHEAD: usize = 128;
@@ -23,16 +32,11 @@ const RECORD_OVERHEAD: usize = 128;
 impl Record {
     /// What the host holds for it, in bytes: what bounds a partition's buffer.
     pub fn bytes(&self) -> usize {
-        let headers: usize = self
-            .headers
-            .iter()
-            .map(|(n, v)| HEADER_OVERHEAD + n.len() + v.len())
-            .sum();
         RECORD_OVERHEAD
             + self.topic.len()
             + self.key.as_ref().map_or(0, Vec::len)
             + self.payload.len()
-            + headers
+            + headers_bytes(&self.headers)
     }
 }
 

@@ -37,11 +37,6 @@ pub struct NewMessage {
     pub headers: Vec<(String, Vec<u8>)>,
 }
 
-/// What the host holds for each header besides its name and value (a
-/// `String` and a `Vec`): counted against `limits.max_outbox_bytes`, and in
-/// [`NewMessage::bytes`].
-pub const HEADER_OVERHEAD: usize = 48;
-
 /// What the host holds for each message besides its parts (the struct, its
 /// vectors' headers, a row's bookkeeping), in [`NewMessage::bytes`].
 const MESSAGE_OVERHEAD: usize = 128;
@@ -53,17 +48,12 @@ impl NewMessage {
     /// counts in flight. (Key, payload and header names and values alone
     /// counted 1,000 messages of 64 empty headers as nothing: 3 MB held.)
     pub fn bytes(&self) -> usize {
-        let headers: usize = self
-            .headers
-            .iter()
-            .map(|(n, v)| HEADER_OVERHEAD + n.len() + v.len())
-            .sum();
         MESSAGE_OVERHEAD
             + self.id.len()
             + self.topic.len()
             + self.payload.len()
             + self.key.as_ref().map_or(0, Vec::len)
-            + headers
+            + crate::record::headers_bytes(&self.headers)
     }
 }
 

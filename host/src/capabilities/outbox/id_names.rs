@@ -1,0 +1,260 @@
+//! Where consumers take their event id from, by topic, and stamping the
+//! host's id into a published message's JSON payload under each of those
+//! names: what keeps a publisher from choosing the id its consumer
+//! deduplicates on.
+
+use crate::config::defaults::EVENT_ID_HEADER;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{LazyLock, RwLock};
+
+/// The headers and top-level JSON fields the handlers this host runs take
+/// their event id from (`[handlers.event_id]` of the config file and of every
+/// upload it has loaded), besides `event_id`, by the topic they consume. A
+/// message's consumer may be any handler of its topic, so the host alone
+/// writes these names on a message to that topic: a guest's own are dropped
+/// or overwritten with the message's id (issue 23: the relay stamped only
+/// `event_id`, and a consumer reading another name deduplicated on a value
+/// the publisher chose).
+///
+/// Regression (the eighteenth adversarial read, issue 23): the names were
+/// once one set for every topic, so a team's upload that read its ids from
+/// `content-type` and `amount` stripped every other team's `content-type`
+/// header and overwrote their `amount` fields. Now a handler's names reach
+/// only the messages sent to the topics it consumes.
+#[derive(Default)]
+struct IdNames {
+    by_topic: BTreeMap<String, TopicNames>,
+}
+
+#[derive(Default)]
+struct TopicNames {
+    /// Header names as configured (a consumer matches its header exactly).
+    headers: BTreeSet<String>,
+    fields: BTreeSet<String>,
+}
+
+static ID_NAMES: LazyLock<RwLock<IdNames>> = LazyLock::new(RwLock::default);
+
+/// Registers where a handler consuming `topics` takes its event id from (see
+/// [`IdNames`]); kept for the life of the process.
+pub fn register_id_source(topics: &[String], header: &str, json_field: &str) {
+    let mut names = ID_NAMES.write().unwrap_or_else(|p| p.into_inner());
+    for topic in topics {
+        let names = names.by_topic.entry(topic.clone()).or_default();
+        if !is_default_id_header(header) {
+            names.headers.insert(header.to_owned());
+        }
+        if json_field != EVENT_ID_HEADER {
+            names.fields.insert(json_field.to_owned());
+        }
+    }
+}
+
+/// `topic`'s registered names, headers or fields.
+fn registered(topic: &str, pick: fn(&TopicNames) -> &BTreeSet<String>) -> Vec<String> {
+    let names = ID_NAMES.read().unwrap_or_else(|p| p.into_inner());
+    names
+        .by_topic
+        .get(topic)
+        .map(|n| pick(n).iter().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// The header names registered for `topic` (besides `event_id`): the host
+/// writes the message's id under each.
+pub(super) fn id_headers(topic: &str) -> Vec<String> {
+    registered(topic, |n| &n.headers)
+}
+
+/// Whether a header name is one a consumer of `topic` may take the event id
+/// from: a spelling of `event_id` (see [`is_default_id_header`]) or one
+/// registered for the topic. Such headers are the host's.
+pub fn is_id_header(topic: &str, name: &str) -> bool {
+    let name = name.trim();
+    is_default_id_header(name)
+        || registered(topic, |n| &n.headers)
+            .iter()
+            .any(|h| h.trim().eq_ignore_ascii_case(name))
+}
+
+/// Whether a header name reads as the event id: `event_id` in any case, with
+/// `-`, `.` or ` ` for `_`, and with an `x-` prefix.
+fn is_default_id_header(name: &str) -> bool {
+    let name = name.trim();
+    let bare = name
+        .get(..2)
+        .filter(|prefix| prefix.eq_ignore_ascii_case("x-") || prefix.eq_ignore_ascii_case("x_"))
+        .map_or(name, |_| &name[2..]);
+    let normalised: String = bare
+        .chars()
+        .map(|c| match c {
+            '-' | '.' | ' ' => '_',
+            c => c.to_ascii_lowercase(),
+        })
+        .collect();
+    normalised == EVENT_ID_HEADER || normalised == "eventid"
+}
+
+/// The payload with its top-level JSON `event_id` field set to `id`, if it is
+/// a JSON object; anything else is returned untouched. Every top-level copy of
+/// the field is removed (a consumer may keep the first or the last) and one
+/// is written first; so are the fields registered for `topic` (see
+/// [`IdNames`]) that the payload has. The other members keep their text.
+pub fn stamp_json_id(topic: &str, payload: Vec<u8>, id: &str) -> Vec<u8> {
+    stamp_json_fields(payload, id, &registered(topic, |n| &n.fields))
+}
+
+/// [`stamp_json_id`] with `others` as the registered fields.
+///
+/// Two passes over the members, one to find which registered fields the
+/// payload has and one to write: the host holds the payload and its
+/// stamped copy, nothing per member (a list of members and their names was
+/// about 15 times a payload of many small members).
+pub(super) fn stamp_json_fields(payload: Vec<u8>, id: &str, others: &[String]) -> Vec<u8> {
+    // Cheap for what is not a JSON object: one look at the first byte.
+    let start = payload.iter().position(|b| !b.is_ascii_whitespace());
+    if start.is_none_or(|i| payload[i] != b'{') {
+        return payload;
+    }
+    if serde_json::from_slice::<serde::de::IgnoredAny>(&payload).is_err() {
+        return payload;
+    }
+    // A key's text is at most 6 bytes per character (`\uXXXX`) and its
+    // quotes: a longer one cannot be a field to stamp, and is not decoded.
+    let longest = others
+        .iter()
+        .map(String::len)
+        .max()
+        .unwrap_or(0)
+        .max(EVENT_ID_HEADER.len());
+    let stamped_name = |key: &[u8]| -> Option<String> {
+        let name: String = (key.len() <= longest * 6 + 2)
+            .then(|| serde_json::from_slice(key).ok())
+            .flatten()?;
+        (name == EVENT_ID_HEADER || others.contains(&name)).then_some(name)
+    };
+    let mut stamped: Vec<String> = vec![EVENT_ID_HEADER.to_owned()];
+    let found = json::for_each_member(&payload, |key, _| {
+        if let Some(name) = stamped_name(&payload[key])
+            && !stamped.contains(&name)
+        {
+            stamped.push(name);
+        }
+    });
+    if found.is_none() {
+        return payload;
+    }
+    let value = serde_json::to_string(id).expect("a string serializes");
+    let mut out = Vec::with_capacity(payload.len() + stamped.len() * (value.len() + 16) + 2);
+    out.push(b'{');
+    for (i, field) in stamped.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(
+            serde_json::to_string(field)
+                .expect("a string serializes")
+                .as_bytes(),
+        );
+        out.push(b':');
+        out.extend_from_slice(value.as_bytes());
+    }
+    json::for_each_member(&payload, |key, value| {
+        if stamped_name(&payload[key.clone()]).is_none() {
+            out.push(b',');
+            out.extend_from_slice(&payload[key.start..value.end]);
+        }
+    });
+    out.push(b'}');
+    out
+}
+
+/// Just enough of a JSON reader to find a valid document's top-level members.
+pub(super) mod json {
+    use std::ops::Range;
+
+    fn skip_blank(b: &[u8], mut i: usize) -> usize {
+        while i < b.len() && b[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        i
+    }
+
+    /// `i` is at an opening quote; returns the index after the closing one.
+    fn skip_string(b: &[u8], mut i: usize) -> Option<usize> {
+        i += 1;
+        while i < b.len() {
+            match b[i] {
+                b'\\' => i += 2,
+                b'"' => return Some(i + 1),
+                _ => i += 1,
+            }
+        }
+        None
+    }
+
+    /// `i` is at a value's first byte; returns the index after its last.
+    fn skip_value(b: &[u8], mut i: usize) -> Option<usize> {
+        match *b.get(i)? {
+            b'"' => skip_string(b, i),
+            b'{' | b'[' => {
+                let mut depth = 0usize;
+                while i < b.len() {
+                    match b[i] {
+                        b'"' => {
+                            i = skip_string(b, i)?;
+                            continue;
+                        }
+                        b'{' | b'[' => depth += 1,
+                        b'}' | b']' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                return Some(i + 1);
+                            }
+                        }
+                        _ => {}
+                    }
+                    i += 1;
+                }
+                None
+            }
+            _ => {
+                while i < b.len() && !matches!(b[i], b',' | b'}' | b']') && !b[i].is_ascii_whitespace() {
+                    i += 1;
+                }
+                Some(i)
+            }
+        }
+    }
+
+    /// Calls `member` with the key (quotes included) and value ranges of each
+    /// top-level member of a document already known to be valid JSON whose
+    /// first non-blank byte is `{`, in order; `None` if it is not one.
+    pub fn for_each_member(b: &[u8], mut member: impl FnMut(Range<usize>, Range<usize>)) -> Option<()> {
+        let mut i = skip_blank(b, 0);
+        if b.get(i) != Some(&b'{') {
+            return None;
+        }
+        i = skip_blank(b, i + 1);
+        if b.get(i) == Some(&b'}') {
+            return Some(());
+        }
+        loop {
+            let key_end = skip_string(b, i)?;
+            let key = i..key_end;
+            i = skip_blank(b, key_end);
+            if b.get(i) != Some(&b':') {
+                return None;
+            }
+            let value_start = skip_blank(b, i + 1);
+            let value_end = skip_value(b, value_start)?;
+            member(key, value_start..value_end);
+            i = skip_blank(b, value_end);
+            match b.get(i)? {
+                b',' => i = skip_blank(b, i + 1),
+                b'}' => return Some(()),
+                _ => return None,
+            }
+        }
+    }
+}
