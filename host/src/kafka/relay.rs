@@ -440,6 +440,20 @@ mod tests {
     use crate::db::test_support::sqlite_db;
     use rdkafka::mocking::MockCluster;
 
+    /// An idempotent producer to `cluster` that refuses messages over `max_bytes`.
+    fn mock_producer(
+        cluster: &MockCluster<'_, rdkafka::producer::DefaultProducerContext>,
+        max_bytes: &str,
+    ) -> FutureProducer {
+        ClientConfig::new()
+            .set("bootstrap.servers", cluster.bootstrap_servers())
+            .set("enable.idempotence", "true")
+            .set("message.max.bytes", max_bytes)
+            .set("message.timeout.ms", "10000")
+            .create()
+            .unwrap()
+    }
+
     fn message(topic: &str, key: &str, payload: Vec<u8>) -> NewMessage {
         NewMessage {
             id: uuid::Uuid::now_v7().to_string(),
@@ -473,13 +487,7 @@ mod tests {
     async fn undeliverable_messages_are_parked_and_the_rest_is_relayed() {
         let cluster = MockCluster::new(1).unwrap();
         cluster.create_topic("good", 1, 1).unwrap();
-        let producer: FutureProducer = ClientConfig::new()
-            .set("bootstrap.servers", cluster.bootstrap_servers())
-            .set("enable.idempotence", "true")
-            .set("message.max.bytes", "2000")
-            .set("message.timeout.ms", "10000")
-            .create()
-            .unwrap();
+        let producer = mock_producer(&cluster, "2000");
         let db = sqlite_db().await;
         // One key, so one bucket: the bad ones come first in it.
         let invalid = message("bad topic!", "k", b"{}".to_vec());
@@ -539,13 +547,7 @@ mod tests {
     async fn the_relay_holds_at_most_its_byte_budget_and_drains() {
         let cluster = MockCluster::new(1).unwrap();
         cluster.create_topic("good", 1, 1).unwrap();
-        let producer: FutureProducer = ClientConfig::new()
-            .set("bootstrap.servers", cluster.bootstrap_servers())
-            .set("enable.idempotence", "true")
-            .set("message.max.bytes", "4000000")
-            .set("message.timeout.ms", "10000")
-            .create()
-            .unwrap();
+        let producer = mock_producer(&cluster, "4000000");
         let db = sqlite_db().await;
         // 48 keys (about as many buckets) of two 1.5 MiB messages each: 144 MiB.
         let size = 3 * 1024 * 1024 / 2;
