@@ -105,7 +105,10 @@ impl Handler for NativeBilling {
             });
             // The host's id goes into the JSON too, as `outbox.publish` does.
             let id = uuid::Uuid::now_v7().to_string();
-            let payload = stamp_json_id(&self.invoices_topic, created.to_string().into_bytes(), &id);
+            let payload = match stamp_json_id(&self.invoices_topic, created.to_string().into_bytes(), &id) {
+                Ok(payload) => payload,
+                Err(error) => return done(tx, Err(GuestFailure::Retry(error)), vec![]),
+            };
             let message = NewMessage {
                 id,
                 topic: self.invoices_topic.clone(),

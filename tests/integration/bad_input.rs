@@ -106,3 +106,96 @@ async fn bad_messages_are_dead_lettered_with_reasons_and_the_partition_moves_on(
     assert_eq!(status, vec![vec![SqlValue::Text("dead".into())]]);
     assert_eq!(host.terminate(Duration::from_secs(30)).await, Some(0));
 }
+
+on_both_backends!(a_header_name_that_is_not_utf8_neither_panics_nor_loses_the_event);
+
+/// Regression (issue 23, fifth read): rdkafka's header reader unwraps each
+/// name as UTF-8, so one record whose producer named a header with other
+/// bytes panicked the partition's task and shut the pump down, after every
+/// restart. Now the name is read lossily and the event runs as any other:
+/// one applied, one rejected with its header kept in the dead letter.
+async fn a_header_name_that_is_not_utf8_neither_panics_nor_loses_the_event(backend: Backend) {
+    let topic = unique("orders");
+    create_topic(&topic, 1).await;
+    let env = TestEnv::new(backend, "billing", &topic, "").await;
+    let (applied, rejected) = (new_id(), new_id());
+    let order = Send::order(&applied, "o1");
+    produce_with_raw_header(&topic, &applied, &order.payload).await;
+    produce_with_raw_header(&topic, &rejected, b"not json").await;
+    let after = new_id();
+    let ends = produce(&topic, &[Send::order(&after, "o3")]).await;
+
+    let mut host = env.spawn_host();
+    env.wait_for_offsets(&ends, Duration::from_secs(120), &mut host)
+        .await;
+    assert!(host.is_running(), "a header name must not crash the host");
+    let db = env.db().await;
+    let invoices = env.table("invoices").await;
+    let invoiced = rows(&db, &format!("SELECT event_id FROM {invoices} ORDER BY order_id")).await;
+    assert_eq!(
+        invoiced,
+        vec![vec![SqlValue::Text(applied)], vec![SqlValue::Text(after)]]
+    );
+    let letters = inboxd::db::dead_letters::list(&db, "billing").await.unwrap();
+    assert_eq!(letters.len(), 1, "{letters:#?}");
+    assert_eq!(letters[0].event_id.as_deref(), Some(rejected.as_str()));
+    let ids = [letters[0].id];
+    let filter = inboxd::db::dead_letters::Filter {
+        ids: Some(&ids),
+        ..Default::default()
+    };
+    let letter = inboxd::db::dead_letters::find(&db, &filter)
+        .await
+        .unwrap()
+        .remove(0);
+    assert!(
+        letter
+            .headers
+            .contains(&("\u{fffd}\u{fffd}-trace".to_owned(), b"x".to_vec())),
+        "{:?}",
+        letter.headers
+    );
+    assert_eq!(host.terminate(Duration::from_secs(30)).await, Some(0));
+}
+
+/// Produces one record with an `event_id` header and a header whose name is
+/// the bytes `ff fe` then `-trace`: rdkafka's own API takes names as `&str`,
+/// so the header is added through librdkafka's C API.
+async fn produce_with_raw_header(topic: &str, event_id: &str, payload: &[u8]) {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let headers = OwnedHeaders::new().insert(Header {
+        key: "event_id",
+        value: Some(event_id.as_bytes()),
+    });
+    let name = b"\xff\xfe-trace";
+    let raw = headers.as_borrowed() as *const _ as *mut rdkafka::bindings::rd_kafka_headers_t;
+    // SAFETY: `raw` is the live, writable header list `headers` owns (its
+    // borrowed view is the same pointer); librdkafka copies name and value.
+    let err = unsafe {
+        rdkafka::bindings::rd_kafka_header_add(
+            raw,
+            name.as_ptr().cast(),
+            name.len() as isize,
+            b"x".as_ptr().cast(),
+            1,
+        )
+    };
+    assert_eq!(
+        err,
+        rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+    );
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .create()
+        .expect("producer");
+    producer
+        .send(
+            FutureRecord::to(topic).key("k").payload(payload).headers(headers),
+            Duration::from_secs(30),
+        )
+        .await
+        .map_err(|(e, _)| e)
+        .expect("delivered");
+}

@@ -108,19 +108,42 @@ pub async fn replay(
 #[derive(serde::Deserialize)]
 pub struct ReplayAll {
     handler: String,
+    /// Only letters with a greater id: the `next_after_id` of the page before.
+    #[serde(default)]
+    after_id: Option<i64>,
+    /// At most this many letters (default and ceiling [`REPLAY_ALL_PAGE`]).
+    #[serde(default)]
+    limit: Option<u32>,
 }
 
-/// `inboxd dlq replay --handler H --all`: every parked dead letter of one handler.
+/// Parked letters replayed by one `POST /v1/dead-letters/replay` at most: a
+/// handler may park millions, and one answer listed one outcome per letter
+/// (issue 23, fifth read). A client asks for the next page with the
+/// answer's `next_after_id` until it is null.
+const REPLAY_ALL_PAGE: u32 = 1_000;
+
+/// `inboxd dlq replay --handler H --all`, a page at a time: the oldest
+/// parked letters of one handler after `after_id`. Answers their outcomes
+/// and `next_after_id`, null once no parked letter is left after this page.
 pub async fn replay_all(
     State(state): State<AppState>,
     caller: Caller,
     Json(body): Json<ReplayAll>,
-) -> Result<Json<Vec<Value>>, ApiError> {
+) -> Result<Json<Value>, ApiError> {
     caller.check(&body.handler)?;
+    let limit = match body.limit {
+        None => REPLAY_ALL_PAGE,
+        Some(limit @ 1..=REPLAY_ALL_PAGE) => limit,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "limit {other}: a page replays 1 to {REPLAY_ALL_PAGE} dead letters"
+            )));
+        }
+    };
     // Ids first, then records a chunk at a time, as a group's replay does:
     // 500 parked letters of 2 MB read at once held 1.16 GB of the host (the
-    // third review of issue 23's walls today).
-    let ids = dead_letters::parked_ids(state.registry.db(), &body.handler).await?;
+    // third review of issue 23's walls).
+    let ids = dead_letters::parked_ids(state.registry.db(), &body.handler, body.after_id, limit).await?;
     let mut outcomes = Vec::with_capacity(ids.len());
     for chunk in ids.chunks(REPLAY_CHUNK) {
         let filter = Filter {
@@ -131,7 +154,13 @@ pub async fn replay_all(
             outcomes.push(replay_row(&state, &caller, &row, HeldChoice::Replay).await?);
         }
     }
-    Ok(Json(outcomes))
+    let next_after_id = match ids.last() {
+        Some(&last) if ids.len() == limit as usize => Some(last),
+        _ => None,
+    };
+    Ok(Json(
+        json!({ "outcomes": outcomes, "next_after_id": next_after_id }),
+    ))
 }
 
 async fn replay_row(

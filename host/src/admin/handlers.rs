@@ -12,6 +12,7 @@ use axum::Json;
 use axum::extract::{Multipart, Path, State};
 use axum::http::StatusCode;
 use serde_json::{Value, json};
+use std::time::Duration;
 
 #[derive(serde::Serialize)]
 pub struct HandlerView {
@@ -77,6 +78,20 @@ pub async fn show(
     view_or_404(&state, &name).await
 }
 
+/// Uploads this host reads and checks at once; more wait their turn before
+/// their body is read. Each holds its component (up to
+/// `admin.max_component_mb`) in memory while it is compiled and its
+/// migrations run, so concurrent uploads once held as many components as
+/// clients cared to send (the sixth read of this round, issue 23).
+pub(super) const UPLOADS_AT_ONCE: usize = 2;
+
+/// How long an upload waits for its turn before it is answered 503.
+const UPLOAD_WAIT: Duration = Duration::from_secs(120);
+
+/// How long an upload's body may take to arrive once its turn came: a client
+/// that sends a byte a minute would otherwise keep the turn for good.
+const UPLOAD_READ: Duration = Duration::from_secs(120);
+
 /// A multipart upload: `component` (the .wasm), `settings` (JSON, optional:
 /// the keys of a `[[handlers]]` entry but name, component and migrations; at
 /// least `topics`), and any number of `migration` parts named `NNNN_x.sql`.
@@ -87,6 +102,18 @@ pub async fn upload(
     mut form: Multipart,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     caller.check(&name)?;
+    // Before a byte of the body is read: what waits holds no component.
+    let _turn = tokio::time::timeout(UPLOAD_WAIT, state.uploads.acquire())
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .ok_or_else(|| {
+            ApiError::unavailable(format!(
+                "this host checks {UPLOADS_AT_ONCE} uploads at a time and none finished within {} s; \
+                 try again later",
+                UPLOAD_WAIT.as_secs()
+            ))
+        })?;
     let mut component = None;
     let mut settings = None;
     let mut migrations = Vec::new();
@@ -100,23 +127,32 @@ pub async fn upload(
             ),
         )
     };
-    while let Some(field) = form.next_field().await.map_err(too_large)? {
-        match field.name().unwrap_or_default() {
-            "component" => component = Some(field.bytes().await.map_err(too_large)?.to_vec()),
-            "settings" => settings = Some(field.text().await.map_err(too_large)?),
-            "migration" => {
-                let file = field.file_name().map(str::to_owned).ok_or_else(|| {
-                    ApiError::bad_request("a `migration` part needs a file name (NNNN_x.sql)")
-                })?;
-                migrations.push((file, field.text().await.map_err(too_large)?));
-            }
-            other => {
-                return Err(ApiError::bad_request(format!(
-                    "unknown part {other:?}: an upload has `component`, `settings` and `migration` parts"
-                )));
+    let read = async {
+        while let Some(field) = form.next_field().await.map_err(too_large)? {
+            match field.name().unwrap_or_default() {
+                "component" => component = Some(field.bytes().await.map_err(too_large)?.to_vec()),
+                "settings" => settings = Some(field.text().await.map_err(too_large)?),
+                "migration" => {
+                    let file = field.file_name().map(str::to_owned).ok_or_else(|| {
+                        ApiError::bad_request("a `migration` part needs a file name (NNNN_x.sql)")
+                    })?;
+                    migrations.push((file, field.text().await.map_err(too_large)?));
+                }
+                other => {
+                    return Err(ApiError::bad_request(format!(
+                        "unknown part {other:?}: an upload has `component`, `settings` and `migration` parts"
+                    )));
+                }
             }
         }
-    }
+        Ok(())
+    };
+    tokio::time::timeout(UPLOAD_READ, read).await.map_err(|_| {
+        ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            format!("the upload did not arrive within {} s", UPLOAD_READ.as_secs()),
+        )
+    })??;
     let component = component.ok_or_else(|| ApiError::bad_request("the upload has no `component` part"))?;
     let upload = Upload {
         name: name.clone(),

@@ -87,6 +87,7 @@ impl Listener {
             tokens: Tokens::new(&self.config.tokens),
             max_component_bytes: self.config.max_component_bytes(),
             broker: ops::BrokerProbe::new(registry.kafka()),
+            uploads: tokio::sync::Semaphore::new(handlers::UPLOADS_AT_ONCE),
             registry,
         }));
         let app = router(state, self.config.max_component_bytes());
@@ -156,6 +157,8 @@ pub struct Shared {
     tokens: Tokens,
     max_component_bytes: usize,
     broker: ops::BrokerProbe,
+    /// Turns for uploads (see [`handlers::UPLOADS_AT_ONCE`]).
+    uploads: tokio::sync::Semaphore,
 }
 
 impl std::ops::Deref for AppState {

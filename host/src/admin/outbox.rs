@@ -70,7 +70,7 @@ pub async fn retry(
     Path((name, seq)): Path<(String, i64)>,
 ) -> Result<Json<Value>, ApiError> {
     caller.check(&name)?;
-    let requeued = outbox::requeue(state.registry.db(), &name, Some(&[seq])).await?;
+    let requeued = outbox::requeue(state.registry.db(), &name, &[seq]).await?;
     if requeued.is_empty() {
         return Err(not_parked(&name, seq));
     }
@@ -83,16 +83,16 @@ pub async fn retry(
     Ok(Json(json!({ "seq": seq, "requeued": true })))
 }
 
-/// Re-queues every parked (not discarded) message of the handler.
+/// Re-queues every parked (not discarded) message of the handler, answering how many.
 pub async fn retry_all(
     State(state): State<AppState>,
     caller: Caller,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     caller.check(&name)?;
-    let requeued = outbox::requeue(state.registry.db(), &name, None).await?;
+    let requeued = outbox::requeue_all(state.registry.db(), &name).await?;
     tracing::info!(
-        count = requeued.len(),
+        count = requeued,
         handler = name,
         by = caller.name,
         "parked outbox messages re-queued through the API"

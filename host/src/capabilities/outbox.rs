@@ -28,7 +28,7 @@ pub use id_names::{is_id_header, register_id_source, stamp_json_id};
 pub const MAX_HEADERS: usize = 64;
 
 use crate::config::MAX_TOPIC_NAME_BYTES;
-use crate::db::dead_letters::headers_json;
+use crate::db::headers::headers_json;
 use crate::db::outbox::{MAX_STORED_BYTES, stored_bytes};
 use crate::record::headers_bytes;
 
@@ -164,7 +164,7 @@ impl outbox_api::Host for OutboxView<'_> {
                 .into_iter()
                 .map(|name| (name, id.clone().into_bytes())),
         );
-        let payload = stamp_json_id(&topic, message.payload, &id);
+        let payload = stamp_json_id(&topic, message.payload, &id)?;
         let message = NewMessage {
             id: id.clone(),
             topic,
@@ -437,7 +437,8 @@ mod tests {
     #[test]
     fn json_stamping_adds_the_field_and_leaves_other_payloads_alone() {
         let id = "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b";
-        let stamped = |p: &str| String::from_utf8(stamp_json_id("t", p.as_bytes().to_vec(), id)).unwrap();
+        let stamped =
+            |p: &str| String::from_utf8(stamp_json_id("t", p.as_bytes().to_vec(), id).unwrap()).unwrap();
         assert_eq!(stamped("{}"), format!(r#"{{"event_id":"{id}"}}"#));
         assert_eq!(
             stamped(r#"{"n": 18446744073709551617, "s": "a\"}b", "l": [1, {"x": null}], "t": true}"#),
@@ -451,10 +452,76 @@ mod tests {
             format!(r#"{{"event_id":"{id}"}}"#),
             "an escaped key is the same key"
         );
-        for untouched in ["not json", "[1, 2]", "\"event_id\"", "{broken", "{} trailing", ""] {
+        for untouched in ["not json", "[1, 2]", "\"event_id\"", "", " x{"] {
             assert_eq!(stamped(untouched), untouched);
         }
-        let binary = vec![0xff, b'{', 0];
-        assert_eq!(stamp_json_id("t", binary.clone(), id), binary);
+        // Binary formats pass untouched, Confluent's Avro framing (magic 0,
+        // schema id 123 = `{`) among them.
+        for binary in [vec![0xff, b'{', 0], vec![0, 0, 0, 0, b'{', 1], vec![0xfe]] {
+            assert_eq!(stamp_json_id("t", binary.clone(), id).unwrap(), binary);
+        }
+    }
+
+    #[test]
+    fn a_payload_a_lenient_reader_takes_for_an_object_is_refused_not_sent_unstamped() {
+        let id = "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b";
+        let refused = |p: Vec<u8>| stamp_json_id("t", p, id).unwrap_err();
+        let forged = r#"{"event_id": "forged", "v": 1}"#;
+        // Not strict JSON: each once went out with the guest's event_id.
+        for text in [
+            r#"{"event_id": "forged", "v": NaN}"#,
+            r#"{"event_id": "forged"} trailing"#,
+            r#"{"event_id": "forged", /* c */ "v": 1}"#,
+            "{broken",
+        ] {
+            let err = refused(text.as_bytes().to_vec());
+            assert!(err.contains("not strict JSON (RFC 8259)"), "{text}: {err}");
+        }
+        // Deep nesting is strict JSON, and stamped (the check keeps no stack).
+        let deep = format!(
+            r#"{{"event_id": "forged", "v": {}1{}}}"#,
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        );
+        let stamped = String::from_utf8(stamp_json_id("t", deep.into_bytes(), id).unwrap()).unwrap();
+        assert!(
+            stamped.starts_with(&format!(r#"{{"event_id":"{id}","v": [["#)) && !stamped.contains("forged")
+        );
+        // Other encodings a lenient reader detects.
+        let utf16 = |big: bool, bom: bool| {
+            let mut out: Vec<u8> = if bom { vec![0xfe, 0xff] } else { vec![] };
+            for unit in format!(" {forged}").encode_utf16() {
+                out.extend(if big {
+                    unit.to_be_bytes()
+                } else {
+                    unit.to_le_bytes()
+                });
+            }
+            if bom && !big {
+                out.splice(0..2, [0xff, 0xfe]);
+            }
+            out
+        };
+        for (payload, named) in [
+            (
+                [&[0xef, 0xbb, 0xbf][..], forged.as_bytes()].concat(),
+                "UTF-8 with a byte-order mark",
+            ),
+            (utf16(true, false), "in UTF-16;"),
+            (utf16(false, false), "in UTF-16;"),
+            (utf16(true, true), "UTF-16 with a byte-order mark"),
+            (utf16(false, true), "UTF-16 with a byte-order mark"),
+            (
+                forged.chars().flat_map(|c| (c as u32).to_le_bytes()).collect(),
+                "in UTF-32;",
+            ),
+            (
+                forged.chars().flat_map(|c| (c as u32).to_be_bytes()).collect(),
+                "in UTF-32;",
+            ),
+        ] {
+            let err = refused(payload);
+            assert!(err.contains(named) && err.contains("event_id"), "{named}: {err}");
+        }
     }
 }

@@ -5,6 +5,7 @@
 //! Output is a readable table or block for people, and with `--json` one JSON
 //! document for scripts. Every error says what was wrong and what to do.
 
+use super::replay_report::Report;
 use super::{CliError, failed, time};
 use crate::config::{Config, DedupConfig};
 use crate::db::Database;
@@ -329,6 +330,12 @@ async fn show(db: &Database, id: i64, json: bool) -> Result<(), CliError> {
 /// (see the admin API's `REPLAY_CHUNK`).
 const REPLAY_CHUNK: usize = 1;
 
+/// Parked ids read at a time for `--handler H --all`: a handler may have
+/// millions, and none is kept once replayed.
+const IDS_PAGE: u32 = 1_000;
+
+/// Replays `ids`, or with `handler` every parked letter of it (read a page
+/// of ids at a time), printing each outcome as it comes.
 async fn replay_many(
     db: &Database,
     config: &Config,
@@ -337,101 +344,48 @@ async fn replay_many(
     held: HeldChoice,
     json: bool,
 ) -> Result<(), CliError> {
-    let ids = match handler {
-        Some(handler) => dead_letters::parked_ids(db, handler).await.map_err(failed)?,
-        None => {
-            // Every id must exist before any is replayed.
-            fetch_rows(db, ids, true).await?;
-            ids.to_vec()
-        }
-    };
+    if handler.is_none() {
+        // Every id must exist before any is replayed.
+        fetch_rows(db, ids, true).await?;
+    }
     let engine = WasmEngine::new(&config.wasm)
         .map_err(|e| failed(format!("cannot start the WebAssembly engine: {e:#}")))?;
     let mut handlers: HashMap<String, (HandlerComponent, Option<DedupConfig>)> = HashMap::new();
-    let mut results = Vec::new();
-    // Records are read a chunk at a time: a handler's 5,000 dead letters are
-    // never 5,000 payloads in memory at once.
-    for chunk in ids.chunks(REPLAY_CHUNK) {
-        for row in &fetch(db, chunk).await? {
-            if !handlers.contains_key(&row.handler) {
-                let component = handler_for(db, &engine, config, row).await?;
-                handlers.insert(row.handler.clone(), component);
-            }
-            let (component, dedup) = &handlers[&row.handler];
-            // A host failure on one (the database, say) is that one's
-            // outcome: the others still run, and every one is reported.
-            let outcome = replay(db, component, dedup.as_ref(), row)
+    let mut report = Report::start(json);
+    let (mut page, mut after) = (ids.to_vec(), None);
+    loop {
+        if let Some(handler) = handler {
+            page = dead_letters::parked_ids(db, handler, after, IDS_PAGE)
                 .await
-                .map_err(|e| e.to_string());
-            let release = matches!(&outcome, Ok(o) if o.resolved_here());
-            results.push((row.id, outcome));
-            if release {
-                results.extend(released(db, component, dedup.as_ref(), row, held).await);
+                .map_err(failed)?;
+            after = page.last().copied();
+        }
+        // Records are read a chunk at a time: a handler's 5,000 dead letters
+        // are never 5,000 payloads in memory at once.
+        for chunk in page.chunks(REPLAY_CHUNK) {
+            for row in &fetch(db, chunk).await? {
+                if !handlers.contains_key(&row.handler) {
+                    let component = handler_for(db, &engine, config, row).await?;
+                    handlers.insert(row.handler.clone(), component);
+                }
+                let (component, dedup) = &handlers[&row.handler];
+                // A host failure on one (the database, say) is that one's
+                // outcome: the others still run, and every one is reported.
+                let outcome = replay(db, component, dedup.as_ref(), row)
+                    .await
+                    .map_err(|e| e.to_string());
+                report.push(row.id, &outcome);
+                if matches!(&outcome, Ok(o) if o.resolved_here()) {
+                    for (id, outcome) in released(db, component, dedup.as_ref(), row, held).await {
+                        report.push(id, &outcome);
+                    }
+                }
             }
         }
-    }
-    if json {
-        let list: Vec<serde_json::Value> = results
-            .iter()
-            .map(|(id, outcome)| {
-                let mut value = match outcome {
-                    Ok(outcome) => serde_json::to_value(outcome).unwrap_or_default(),
-                    Err(error) => serde_json::json!({ "outcome": "error", "detail": error }),
-                };
-                value["id"] = (*id).into();
-                value
-            })
-            .collect();
-        print_json(&list)?;
-    } else {
-        for (id, outcome) in &results {
-            let outcome = match outcome {
-                Ok(outcome) => outcome,
-                Err(error) => {
-                    println!("{id}: not replayed, the host failed ({error}); run it again");
-                    continue;
-                }
-            };
-            match outcome {
-                ReplayOutcome::Replayed => println!("{id}: replayed"),
-                ReplayOutcome::AlreadyApplied => {
-                    println!("{id}: already applied by another replay; nothing to do")
-                }
-                ReplayOutcome::AlreadyResolved(how) => println!("{id}: already {how}; nothing to do"),
-                ReplayOutcome::NoEventId => {
-                    println!("{id}: has no event id, so it can never be deduplicated: discard it")
-                }
-                ReplayOutcome::Failed(reason) => println!("{id}: failed again, still parked: {reason}"),
-                ReplayOutcome::DuplicateByKey => println!(
-                    "{id}: another event with its business key was applied meanwhile; marked replayed, not run"
-                ),
-                ReplayOutcome::Discarded => println!("{id}: held behind it, discarded with it"),
-                ReplayOutcome::HeldBehind(first) => println!(
-                    "{id}: held behind dead letter {first} of its key: replay or discard {first} first"
-                ),
-            }
-        }
-        if results.is_empty() {
-            println!("no parked dead letters to replay");
+        if handler.is_none() || page.len() < IDS_PAGE as usize {
+            return report.finish();
         }
     }
-    let failures = results
-        .iter()
-        .filter(|(_, o)| {
-            matches!(
-                o,
-                Err(_)
-                    | Ok(ReplayOutcome::Failed(_) | ReplayOutcome::NoEventId | ReplayOutcome::HeldBehind(_))
-            )
-        })
-        .count();
-    if failures > 0 {
-        return Err(CliError::Failed(format!(
-            "{failures} of {} dead letters were not replayed; see `inboxd dlq show ID`",
-            results.len()
-        )));
-    }
-    Ok(())
 }
 
 /// The handler that replays a dead letter, with its business-key dedup: the

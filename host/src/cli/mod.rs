@@ -8,6 +8,7 @@ pub mod handler_files;
 pub mod outbox;
 pub mod purge;
 pub mod remote;
+mod replay_report;
 pub mod run;
 pub mod status;
 

@@ -180,21 +180,26 @@ async fn show(db: &Database, seq: i64, json: bool) -> Result<(), CliError> {
 }
 
 async fn retry(db: &Database, seqs: &[i64], all_of: Option<&str>, json: bool) -> Result<(), CliError> {
-    let requeued = match all_of {
-        Some(handler) => outbox::requeue(db, handler, None).await.map_err(failed)?,
-        None => {
-            let mut requeued = Vec::new();
-            for row in fetch(db, seqs, false).await? {
-                let seqs = [row.seq];
-                requeued.extend(
-                    outbox::requeue(db, &row.handler, Some(&seqs))
-                        .await
-                        .map_err(failed)?,
-                );
-            }
-            requeued
+    if let Some(handler) = all_of {
+        // A count, not the seqs: a handler may have millions parked.
+        let count = outbox::requeue_all(db, handler).await.map_err(failed)?;
+        if json {
+            return print_json(&serde_json::json!({ "requeued": count }));
         }
-    };
+        match count {
+            0 => println!("no parked outbox messages to retry"),
+            n => println!("{n} outbox messages re-queued; the relay sends them next in their buckets"),
+        }
+        return Ok(());
+    }
+    let mut requeued = Vec::new();
+    for row in fetch(db, seqs, false).await? {
+        requeued.extend(
+            outbox::requeue(db, &row.handler, &[row.seq])
+                .await
+                .map_err(failed)?,
+        );
+    }
     if json {
         return print_json(&serde_json::json!({ "requeued": requeued }));
     }
@@ -203,10 +208,10 @@ async fn retry(db: &Database, seqs: &[i64], all_of: Option<&str>, json: bool) ->
             println!("{seq}: discarded or no longer parked; nothing to do");
         }
     }
-    match requeued.len() {
-        0 if all_of.is_some() => println!("no parked outbox messages to retry"),
-        n => println!("{n} outbox messages re-queued; the relay sends them next in their buckets"),
-    }
+    println!(
+        "{} outbox messages re-queued; the relay sends them next in their buckets",
+        requeued.len()
+    );
     Ok(())
 }
 

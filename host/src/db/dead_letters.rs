@@ -11,6 +11,7 @@ pub use holds::{
 };
 
 use super::columns::Columns;
+use super::headers::{headers_column, headers_json};
 use super::{Database, DbError, DecodeError, SqlValue, Tx, in_list, now_ms};
 use std::collections::BTreeMap;
 
@@ -98,19 +99,6 @@ pub struct DeadLetter<'a> {
     pub attempts: u32,
     pub handler_version: Option<&'a str>,
     pub first_failed_at: i64,
-}
-
-/// Headers as JSON: `[{"name": .., "value": ..}]`, or `"hex"` instead of
-/// `"value"` when a value is not UTF-8, so nothing is lost.
-pub fn headers_json(headers: &[(String, Vec<u8>)]) -> String {
-    let list: Vec<serde_json::Value> = headers
-        .iter()
-        .map(|(name, value)| match std::str::from_utf8(value) {
-            Ok(text) => serde_json::json!({ "name": name, "value": text }),
-            Err(_) => serde_json::json!({ "name": name, "hex": hex::encode(value) }),
-        })
-        .collect();
-    serde_json::Value::Array(list).to_string()
 }
 
 const INSERT: &str = r#"INSERT INTO dead_letters
@@ -205,30 +193,6 @@ const SUMMARY_COLUMNS: &str = r#"id, handler, event_id, topic, partition, "offse
 /// [`SUMMARY_COLUMNS`] with the key.
 const KEYED_SUMMARY_COLUMNS: &str = r#"id, handler, event_id, topic, partition, "offset", key, NULL, NULL, reason_kind,
     reason, attempts, handler_version, first_failed_at, last_failed_at, resolution, resolved_at"#;
-
-/// Reads headers back from [`headers_json`]; `None` if `json` is not what
-/// it writes (a header is never dropped for being unreadable).
-fn parse_headers(json: &str) -> Option<Vec<(String, Vec<u8>)>> {
-    let list: Vec<serde_json::Value> = serde_json::from_str(json).ok()?;
-    list.iter()
-        .map(|h| {
-            let name = h.get("name")?.as_str()?.to_owned();
-            if let Some(text) = h.get("value").and_then(|v| v.as_str()) {
-                return Some((name, text.as_bytes().to_vec()));
-            }
-            Some((name, hex::decode(h.get("hex")?.as_str()?).ok()?))
-        })
-        .collect()
-}
-
-/// A host row's headers column ([`headers_json`]); NULL (a summary's) is none.
-pub fn headers_column(c: &mut Columns, column: &'static str) -> Result<Vec<(String, Vec<u8>)>, DecodeError> {
-    match c.opt_text(column)? {
-        None => Ok(Vec::new()),
-        Some(json) => parse_headers(&json)
-            .ok_or_else(|| c.wrong(column, "headers as the host writes them", "other text")),
-    }
-}
 
 /// One dead letter; `None` for a reason kind this version does not know
 /// (only a newer host writes one: during a rolling upgrade it is skipped
@@ -327,14 +291,23 @@ pub async fn find(db: &Database, filter: &Filter<'_>) -> Result<Vec<Row>, DbErro
     Ok(letters)
 }
 
-/// The ids of a handler's parked dead letters, oldest first, and nothing
-/// else: what replaying all of them starts from (a summary is up to 2.3 KB,
-/// and a handler may park millions).
-pub async fn parked_ids(db: &Database, handler: &str) -> Result<Vec<i64>, DbError> {
+/// The ids of a handler's parked dead letters, oldest first, after
+/// `after_id` and at most `limit`, and nothing else: what replaying all of
+/// them reads a page at a time (a summary is up to 2.3 KB, and a handler
+/// may park millions).
+pub async fn parked_ids(
+    db: &Database,
+    handler: &str,
+    after_id: Option<i64>,
+    limit: u32,
+) -> Result<Vec<i64>, DbError> {
     let rows = db
         .query(
-            "SELECT id FROM dead_letters WHERE handler = $1 AND resolution IS NULL ORDER BY id",
-            &[handler.into()],
+            &format!(
+                "SELECT id FROM dead_letters WHERE handler = $1 AND resolution IS NULL AND id > $2 \
+                 ORDER BY id LIMIT {limit}"
+            ),
+            &[handler.into(), after_id.unwrap_or(0).into()],
         )
         .await?;
     Ok(super::columns::ints(rows, "dead_letters row", "id")?)

@@ -12,6 +12,7 @@ pub mod columns;
 pub mod dead_letter_groups;
 pub mod dead_letters;
 mod error;
+pub mod headers;
 pub mod inbox;
 pub mod invariants;
 mod logins;

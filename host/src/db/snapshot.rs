@@ -7,7 +7,7 @@
 //! commands instead.
 
 use super::columns::Columns;
-use super::dead_letters::headers_column;
+use super::headers::headers_column;
 use super::migrate::own_tables;
 use super::{Backend, Database, DbError, DecodeError, SqlValue, handler_schema, quote_ident};
 use serde_json::{Map, Value};

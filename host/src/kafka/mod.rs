@@ -4,6 +4,7 @@
 pub mod consumer;
 mod headers;
 mod keyed;
+mod missing_topics;
 mod outage;
 mod partition;
 pub mod pump;

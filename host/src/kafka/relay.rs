@@ -15,8 +15,11 @@
 //! over the size limit, a topic the relay may not write: see [`permanent`])
 //! is *parked* at once with its reason, and the bucket goes on with the
 //! messages after it; `inboxd outbox` and the admin API show, re-queue or
-//! discard parked messages.
+//! discard parked messages. A message to a topic the broker says does not
+//! exist waits like any passing failure, but not for ever: see
+//! [`missing_topics`](super::missing_topics).
 
+use super::missing_topics::{MissingTopics, is_missing_topic, quarantined_reason};
 use crate::config::{KafkaConfig, RetryConfig};
 use crate::db::outbox::{self, Pending, Settle};
 use crate::db::{Database, DbError};
@@ -27,7 +30,7 @@ use rdkafka::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -121,6 +124,8 @@ pub(crate) struct Outcome {
     /// The first message that failed for a passing reason; the bucket's
     /// later messages wait behind it.
     pub failed: Option<(i64, String)>,
+    /// The failed message's topic, when the broker said it does not exist.
+    pub missing_topic: Option<String>,
 }
 
 /// The relay's state between looks at the outbox.
@@ -136,9 +141,13 @@ pub(crate) struct Relay {
     /// and those sends.
     busy: HashMap<i64, u64>,
     in_flight: JoinSet<(i64, Outcome)>,
+    /// Each send task's bucket: what a task that ends without an outcome
+    /// (a `JoinError`) hands back, so its bytes are not counted in flight for good.
+    tasks: HashMap<tokio::task::Id, i64>,
     /// Buckets backing off after a passing failure: until when, and how many
     /// failures in a row.
     waiting: HashMap<i64, (Instant, u32)>,
+    missing: MissingTopics,
 }
 
 impl Relay {
@@ -152,7 +161,9 @@ impl Relay {
             renewed: None,
             busy: HashMap::new(),
             in_flight: JoinSet::new(),
+            tasks: HashMap::new(),
             waiting: HashMap::new(),
+            missing: MissingTopics::default(),
         }
     }
 
@@ -179,7 +190,18 @@ impl Relay {
                 }
                 let finished = finished
                     .into_iter()
-                    .filter_map(|joined| joined.inspect_err(|e| tracing::error!("an outbox send task failed: {e}")).ok())
+                    .filter_map(|joined| match joined {
+                        Ok(done) => Some(done),
+                        Err(error) => {
+                            // Its bucket is handed back with nothing settled:
+                            // its messages are still pending and are read again.
+                            tracing::error!("an outbox send task failed: {error}");
+                            if let Some(bucket) = self.tasks.remove(&error.id()) {
+                                self.busy.remove(&bucket);
+                            }
+                            None
+                        }
+                    })
                     .collect();
                 self.settle(finished).await
             }
@@ -214,23 +236,27 @@ impl Relay {
             return Ok(());
         }
         failpoints::hit("relay-before-publish");
+        let quarantined = self.missing.quarantined();
         for rows in by_bucket(pending) {
             let number = rows[0].bucket;
             let producer = self.producer.clone();
+            let quarantined = quarantined.clone();
             let bytes = rows.iter().map(|row| row.message.bytes() as u64).sum();
             self.busy.insert(number, bytes);
-            self.in_flight.spawn(async move {
+            let task = self.in_flight.spawn(async move {
                 // A send that panics must still hand its bucket back (else
                 // the bucket is busy for good and its lease keeps others off):
                 // it counts as a passing failure of the bucket's first message.
                 let first = rows[0].seq;
-                let sent = std::panic::AssertUnwindSafe(send_in_order(&producer, &rows)).catch_unwind();
+                let sent = std::panic::AssertUnwindSafe(send_in_order(&producer, &rows, &quarantined))
+                    .catch_unwind();
                 let outcome = sent.await.unwrap_or_else(|_| Outcome {
                     failed: Some((first, "the relay's send task panicked".to_owned())),
                     ..Outcome::default()
                 });
                 (number, outcome)
             });
+            self.tasks.insert(task.id(), number);
         }
         Ok(())
     }
@@ -245,6 +271,8 @@ impl Relay {
         for (bucket, _) in &finished {
             self.busy.remove(bucket);
         }
+        // Tasks are few (one per bucket in flight): forget the finished ones.
+        self.tasks.retain(|_, bucket| self.busy.contains_key(bucket));
         if !published.is_empty() {
             failpoints::hit("relay-after-publish");
         }
@@ -257,6 +285,21 @@ impl Relay {
                      (`inboxd outbox list` shows it; retry or discard it): {reason}"
                 );
                 outbox::park(&self.db, *seq, reason).await?;
+            }
+            if let (Some((seq, error)), Some(topic)) = (&outcome.failed, &outcome.missing_topic)
+                && let Some(reason) = self.missing.failed(bucket, *seq, topic, error)
+            {
+                tracing::warn!(
+                    seq,
+                    topic,
+                    "an outbox message to a missing topic is parked: {reason}"
+                );
+                outbox::park(&self.db, *seq, &reason).await?;
+                self.waiting.remove(&bucket);
+                continue;
+            }
+            if outcome.missing_topic.is_none() {
+                self.missing.settled(bucket);
             }
             match &outcome.failed {
                 Some((seq, error)) => {
@@ -340,17 +383,28 @@ pub(crate) fn invalid_topic(topic: &str) -> Option<String> {
 enum Sent {
     Queued(DeliveryFuture),
     Parked(String),
-    Failed(String),
+    /// The error, and whether it says the topic does not exist.
+    Failed(String, bool),
 }
 
 /// Sends a bucket's messages and waits for each acknowledgement in order. A
 /// message that can never be delivered is parked and the rest go on; at the
-/// first passing failure the rest wait, so the bucket's order holds.
-pub(crate) async fn send_in_order(producer: &FutureProducer, bucket: &[Pending]) -> Outcome {
+/// first passing failure the rest wait, so the bucket's order holds. A
+/// message to a `quarantined` topic is parked without a try.
+pub(crate) async fn send_in_order(
+    producer: &FutureProducer,
+    bucket: &[Pending],
+    quarantined: &HashSet<String>,
+) -> Outcome {
     let mut sends = Vec::new();
     for row in bucket {
         let message = &row.message;
-        if let Some(reason) = invalid_topic(&message.topic) {
+        let unsendable = invalid_topic(&message.topic).or_else(|| {
+            quarantined
+                .contains(&message.topic)
+                .then(|| quarantined_reason(&message.topic))
+        });
+        if let Some(reason) = unsendable {
             sends.push((row.seq, Sent::Parked(reason), tracing::Span::none()));
             continue;
         }
@@ -378,14 +432,18 @@ pub(crate) async fn send_in_order(producer: &FutureProducer, bucket: &[Pending])
                 sends.push((row.seq, Sent::Parked(error.to_string()), span))
             }
             Err((error, _)) => {
-                sends.push((row.seq, Sent::Failed(error.to_string()), span));
+                sends.push((
+                    row.seq,
+                    Sent::Failed(error.to_string(), is_missing_topic(&error)),
+                    span,
+                ));
                 break;
             }
         }
     }
     let mut outcome = Outcome::default();
-    for (seq, sent, span) in sends {
-        let error = match sent {
+    for ((seq, sent, span), row) in sends.into_iter().zip(bucket) {
+        let (error, missing) = match sent {
             Sent::Queued(delivery) => match delivery.await {
                 Ok(Ok(_)) => {
                     span.record("outcome", "published");
@@ -397,18 +455,19 @@ pub(crate) async fn send_in_order(producer: &FutureProducer, bucket: &[Pending])
                     outcome.parked.push((seq, error.to_string()));
                     continue;
                 }
-                Ok(Err((error, _))) => error.to_string(),
-                Err(_) => "the producer dropped the message".to_owned(),
+                Ok(Err((error, _))) => (error.to_string(), is_missing_topic(&error)),
+                Err(_) => ("the producer dropped the message".to_owned(), false),
             },
             Sent::Parked(reason) => {
                 span.record("outcome", "parked");
                 outcome.parked.push((seq, reason));
                 continue;
             }
-            Sent::Failed(error) => error,
+            Sent::Failed(error, missing) => (error, missing),
         };
         span.record("outcome", "failed");
         outcome.failed = Some((seq, error));
+        outcome.missing_topic = missing.then(|| row.message.topic.clone());
         break;
     }
     outcome
@@ -537,6 +596,95 @@ mod tests {
             .unwrap();
         let published: Vec<&str> = published.iter().map(|r| r[0].as_str().unwrap()).collect();
         assert_eq!(published, [after.id.as_str(), elsewhere.id.as_str()]);
+    }
+
+    /// Regression (the sixth read of this round, issue 23): a message to a
+    /// topic nobody created failed for a passing reason for good, and held
+    /// back every other handler's messages in its bucket. Now it is parked
+    /// (here at once: no wait is configured), later messages to that topic
+    /// are parked without a try, and the other handler's message goes.
+    #[tokio::test]
+    async fn a_missing_topic_is_parked_and_its_bucket_goes_on() {
+        let cluster = MockCluster::new(1).unwrap();
+        cluster.create_topic("good", 1, 1).unwrap();
+        let producer = mock_producer(&cluster, "2000");
+        let db = sqlite_db().await;
+        let shared = outbox::bucket("h", Some(b"k"));
+        let their_key = (0..)
+            .map(|i| format!("k{i}"))
+            .find(|k| outbox::bucket("other", Some(k.as_bytes())) == shared)
+            .unwrap();
+        let first = message("nowhere", "k", b"1".to_vec());
+        let again = message("nowhere", "k", b"2".to_vec());
+        let theirs = message("good", &their_key, b"theirs".to_vec());
+        let mut tx = db.begin().await.unwrap();
+        outbox::insert(&mut tx, "h", &[first.clone(), again.clone()])
+            .await
+            .unwrap();
+        outbox::insert(&mut tx, "other", std::slice::from_ref(&theirs))
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        let seq = |id: String| {
+            let db = db.clone();
+            async move {
+                let rows = db
+                    .query("SELECT seq FROM outbox WHERE id = $1", &[id.into()])
+                    .await
+                    .unwrap();
+                rows[0][0].as_i64().unwrap()
+            }
+        };
+
+        let mut relay = Relay::new(db.clone(), producer, "host-1".into(), Settle::Keep);
+        relay.missing = MissingTopics::new(Duration::ZERO);
+        // The mock cluster creates any topic asked for, so the broker's
+        // answer for the first message is the one thing made up here.
+        let refused = Outcome {
+            failed: Some((
+                seq(first.id.clone()).await,
+                "Broker: Unknown topic or partition".into(),
+            )),
+            missing_topic: Some("nowhere".into()),
+            ..Outcome::default()
+        };
+        relay.settle(vec![(shared, refused)]).await.unwrap();
+
+        let shutdown = CancellationToken::new();
+        let started = Instant::now();
+        let parked = loop {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "the bucket did not go on"
+            );
+            relay.step(&shutdown).await.unwrap();
+            let parked = outbox::parked(&db, &ParkedFilter::default()).await.unwrap();
+            let sent = db
+                .query(
+                    "SELECT 1 FROM outbox WHERE id = $1 AND published_at IS NOT NULL",
+                    &[theirs.id.clone().into()],
+                )
+                .await
+                .unwrap();
+            if parked.len() == 2 && !sent.is_empty() && relay.busy.is_empty() {
+                break parked;
+            }
+        };
+        // The second was never tried (the mock would have created the topic
+        // and taken it): its reason is the quarantine's.
+        for (message, why) in [(&first, "Unknown topic"), (&again, "was parked for this")] {
+            let reason = parked
+                .iter()
+                .find(|p| p.id == message.id)
+                .unwrap()
+                .reason
+                .clone()
+                .unwrap();
+            assert!(
+                reason.contains("\"nowhere\" does not exist") && reason.contains(why),
+                "{reason}"
+            );
+        }
     }
 
     /// Regression (issue 23, third read): a look read 200 messages of each

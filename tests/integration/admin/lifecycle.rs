@@ -225,24 +225,38 @@ async fn hot_swap_and_rollback(backend: Backend) {
         .await;
     assert_eq!(status, 200);
     assert_eq!(shown["kind"], "event-id", "{shown}");
-    let replay_all = |token: &'static str| {
+    let replay_all = |token: &'static str, page: serde_json::Value| {
         admin.call(
             admin
                 .http
                 .post(format!("{}/v1/dead-letters/replay", admin.url))
-                .json(&json!({ "handler": "billing" })),
+                .json(&page),
             Some(token),
         )
     };
-    assert_eq!(replay_all(NOTIFY_TOKEN).await.0, 403);
-    let (status, outcomes) = replay_all(BILLING_TOKEN).await;
-    assert_eq!(status, 200, "{outcomes}");
-    let outcomes: Vec<&str> = outcomes
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|o| o["outcome"].as_str().unwrap())
-        .collect();
+    assert_eq!(
+        replay_all(NOTIFY_TOKEN, json!({ "handler": "billing" })).await.0,
+        403
+    );
+    let (status, answer) = replay_all(BILLING_TOKEN, json!({ "handler": "billing", "limit": 0 })).await;
+    assert_eq!(status, 400, "{answer}");
+    // In pages: the answer names where the next one starts, null at the end.
+    let (mut outcomes, mut after) = (Vec::new(), serde_json::Value::Null);
+    for expected in [Some(2), None] {
+        let page = json!({ "handler": "billing", "limit": 2, "after_id": after });
+        let (status, answer) = replay_all(BILLING_TOKEN, page).await;
+        assert_eq!(status, 200, "{answer}");
+        let listed = answer["outcomes"].as_array().unwrap();
+        outcomes.extend(listed.iter().map(|o| o["outcome"].as_str().unwrap().to_owned()));
+        after = answer["next_after_id"].clone();
+        match expected {
+            Some(n) => {
+                assert_eq!(listed.len(), n, "{answer}");
+                assert_eq!(after, listed[n - 1]["id"], "{answer}");
+            }
+            None => assert!(after.is_null(), "{answer}"),
+        }
+    }
     assert_eq!(
         outcomes, ["no-event-id"; 3],
         "dead letters without an event id are never run"

@@ -100,8 +100,67 @@ fn is_default_id_header(name: &str) -> bool {
 /// the field is removed (a consumer may keep the first or the last) and one
 /// is written first; so are the fields registered for `topic` (see
 /// [`IdNames`]) that the payload has. The other members keep their text.
-pub fn stamp_json_id(topic: &str, payload: Vec<u8>, id: &str) -> Vec<u8> {
-    stamp_json_fields(payload, id, &registered(topic, |n| &n.fields))
+///
+/// Refused: a payload that a consumer's JSON reader may take for an object
+/// but that is not one the host can stamp: not strict JSON (RFC 8259:
+/// `NaN`, comments, trailing bytes) or
+/// not UTF-8 without a byte-order mark (Python's `json.loads` and Jackson
+/// read a BOM, UTF-16 and UTF-32). Such a payload once went out untouched,
+/// its guest-chosen top-level `event_id` with it (the sixth read of this
+/// round, issue 23).
+pub fn stamp_json_id(topic: &str, payload: Vec<u8>, id: &str) -> Result<Vec<u8>, String> {
+    if let Some(encoding) = foreign_json_object(&payload) {
+        return Err(format!(
+            "the payload reads as a JSON object in {encoding}; a JSON payload must be UTF-8 without a \
+             byte-order mark (RFC 8259), so the host can set its event_id field"
+        ));
+    }
+    if starts_like_object(&payload)
+        && let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&payload)
+    {
+        return Err(format!(
+            "the payload starts like a JSON object but is not strict JSON (RFC 8259): {e}; the host \
+             sets a JSON object's top-level event_id, so it refuses one it cannot read"
+        ));
+    }
+    Ok(stamp_json_fields(payload, id, &registered(topic, |n| &n.fields)))
+}
+
+/// Its first byte other than JSON's blanks is `{`.
+fn starts_like_object(payload: &[u8]) -> bool {
+    payload.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+}
+
+/// The encoding other than plain UTF-8 in which `payload` starts with `{`
+/// after JSON's blanks, detected as lenient readers do (RFC 4627's rule on
+/// the first four bytes, and a byte-order mark): `None` for anything else,
+/// a binary format that starts with zero bytes among them (Confluent's
+/// Avro framing reads as UTF-32 text whose first character is NUL).
+fn foreign_json_object(payload: &[u8]) -> Option<&'static str> {
+    let (name, bom, unit, big_endian): (_, usize, usize, bool) = match payload {
+        [0xff, 0xfe, 0, 0, ..] => ("UTF-32 with a byte-order mark", 4, 4, false),
+        [0, 0, 0xfe, 0xff, ..] => ("UTF-32 with a byte-order mark", 4, 4, true),
+        [0xef, 0xbb, 0xbf, ..] => ("UTF-8 with a byte-order mark", 3, 1, false),
+        [0xff, 0xfe, ..] => ("UTF-16 with a byte-order mark", 2, 2, false),
+        [0xfe, 0xff, ..] => ("UTF-16 with a byte-order mark", 2, 2, true),
+        [0, 0, _, _, ..] => ("UTF-32", 0, 4, true),
+        [0, _, ..] => ("UTF-16", 0, 2, true),
+        [_, 0, 0, 0, ..] => ("UTF-32", 0, 4, false),
+        [_, 0, ..] => ("UTF-16", 0, 2, false),
+        _ => return None,
+    };
+    let first = payload[bom..]
+        .chunks_exact(unit)
+        .map(|c| {
+            let c = c.iter().map(|&b| u32::from(b));
+            if big_endian {
+                c.fold(0, |acc, b| acc << 8 | b)
+            } else {
+                c.rev().fold(0, |acc, b| acc << 8 | b)
+            }
+        })
+        .find(|&c| !matches!(c, 0x20 | 0x09 | 0x0a | 0x0d));
+    (first == Some(u32::from(b'{'))).then_some(name)
 }
 
 /// [`stamp_json_id`] with `others` as the registered fields.
@@ -112,11 +171,7 @@ pub fn stamp_json_id(topic: &str, payload: Vec<u8>, id: &str) -> Vec<u8> {
 /// about 15 times a payload of many small members).
 pub(super) fn stamp_json_fields(payload: Vec<u8>, id: &str, others: &[String]) -> Vec<u8> {
     // Cheap for what is not a JSON object: one look at the first byte.
-    let start = payload.iter().position(|b| !b.is_ascii_whitespace());
-    if start.is_none_or(|i| payload[i] != b'{') {
-        return payload;
-    }
-    if serde_json::from_slice::<serde::de::IgnoredAny>(&payload).is_err() {
+    if !starts_like_object(&payload) || serde_json::from_slice::<serde::de::IgnoredAny>(&payload).is_err() {
         return payload;
     }
     // A key's text is at most 6 bytes per character (`\uXXXX`) and its

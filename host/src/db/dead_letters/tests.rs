@@ -39,7 +39,7 @@ async fn insert_and_list_keep_the_reason() {
     assert_eq!((listed[0].partition, listed[0].offset), (2, 41));
     assert_eq!(
         headers_json(&headers),
-        r#"[{"name":"trace","value":"abc"},{"hex":"ff00","name":"bin"}]"#
+        r#"[{"name":"trace","value":"abc"},{"name":"bin","hex":"ff00"}]"#
     );
 }
 

@@ -19,7 +19,7 @@ mod pending;
 pub use pending::{MAX_STORED_BYTES, Read, pending, stored_bytes};
 
 use super::columns::{Columns, ints};
-use super::dead_letters::{headers_column, headers_json};
+use super::headers::{headers_column, headers_json};
 use super::{Backend, Database, DbError, DecodeError, SqlValue, Tx, now_ms};
 use std::collections::BTreeMap;
 
@@ -486,28 +486,34 @@ pub async fn oldest_pending(db: &Database) -> Result<BTreeMap<String, i64>, DbEr
     .await
 }
 
-/// Puts parked messages back in line (`seqs`, or every parked one of
-/// `handler`): the relay sends them next in their buckets, before the
-/// messages published after them. Discarded ones stay discarded. Returns the
-/// seqs re-queued.
-pub async fn requeue(db: &Database, handler: &str, seqs: Option<&[i64]>) -> Result<Vec<i64>, DbError> {
-    let mut sql = "UPDATE outbox SET parked_at = NULL
-                   WHERE handler = $1 AND parked_at IS NOT NULL AND discarded_at IS NULL
-                   AND published_at IS NULL"
-        .to_owned();
-    if let Some(seqs) = seqs {
-        if seqs.is_empty() {
-            return Ok(Vec::new());
-        }
-        let list: Vec<String> = seqs.iter().map(i64::to_string).collect();
-        sql.push_str(&format!(" AND seq IN ({})", list.join(", ")));
+/// Re-queues the named parked messages of a handler: the relay sends them
+/// next in their buckets, in their old places. Answers those re-queued
+/// (not one discarded or no longer parked).
+pub async fn requeue(db: &Database, handler: &str, seqs: &[i64]) -> Result<Vec<i64>, DbError> {
+    if seqs.is_empty() {
+        return Ok(Vec::new());
     }
-    sql.push_str(" RETURNING seq");
+    let list: Vec<String> = seqs.iter().map(i64::to_string).collect();
+    let sql = format!("{REQUEUE} AND seq IN ({}) RETURNING seq", list.join(", "));
     let mut tx = db.begin().await?;
     let rows = tx.query(&sql, &[handler.into()]).await?;
     tx.commit().await?;
     Ok(ints(rows, "outbox row", "seq")?)
 }
+
+/// Re-queues every parked message of a handler, answering how many: a
+/// handler may have millions parked, and listing them answered one seq per
+/// message (issue 23, fifth read).
+pub async fn requeue_all(db: &Database, handler: &str) -> Result<u64, DbError> {
+    let mut tx = db.begin().await?;
+    let count = tx.execute(REQUEUE, &[handler.into()]).await?;
+    tx.commit().await?;
+    Ok(count)
+}
+
+const REQUEUE: &str = "UPDATE outbox SET parked_at = NULL
+                       WHERE handler = $1 AND parked_at IS NOT NULL AND discarded_at IS NULL
+                       AND published_at IS NULL";
 
 /// Marks a parked message as handled without sending it; it stays for the
 /// record until `outbox.retention` has passed. False if it is not parked (or

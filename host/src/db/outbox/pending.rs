@@ -8,7 +8,7 @@
 //! payload) and fetches only the messages that fit, in one statement.
 
 use super::super::columns::Columns;
-use super::super::dead_letters::headers_column;
+use super::super::headers::headers_column;
 use super::super::{Backend, Database, DbError, DecodeError};
 use super::{NewMessage, Pending, int_array};
 

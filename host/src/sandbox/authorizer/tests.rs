@@ -16,8 +16,14 @@ fn only_own_tables_are_read_and_written_in_every_scope() {
             ffi::SQLITE_INSERT,
             ffi::SQLITE_DELETE,
         ] {
-            assert_eq!(p.decide(action, Some("INVOICES"), None, &[]), ffi::SQLITE_OK);
-            assert_eq!(p.decide(action, Some("customers"), None, &[]), ffi::SQLITE_OK);
+            // A DELETE is allowed row by row (see `delete_without_where_stops_at_the_deadline`).
+            let allowed = if action == ffi::SQLITE_DELETE {
+                ffi::SQLITE_IGNORE
+            } else {
+                ffi::SQLITE_OK
+            };
+            assert_eq!(p.decide(action, Some("INVOICES"), None, &[]), allowed);
+            assert_eq!(p.decide(action, Some("customers"), None, &[]), allowed);
             // Host tables, another handler's, one added tomorrow: none is listed, all are denied.
             for other in [
                 "inbox",
@@ -182,4 +188,60 @@ fn no_policy_is_the_hosts_own_work_and_the_deadline_interrupts() {
         walls.decide(ffi::SQLITE_DELETE, Some("inbox"), None),
         ffi::SQLITE_OK
     );
+}
+
+/// Regression (the sixth read of this round, issue 23): `DELETE FROM t`
+/// without WHERE took SQLite's truncate optimisation, one VM step that no
+/// progress handler interrupts, so a large table outlived the deadline.
+#[test]
+fn delete_without_where_stops_at_the_deadline() {
+    use std::ffi::CString;
+    let exec = |db: *mut ffi::sqlite3, sql: &str| {
+        let sql = CString::new(sql).unwrap();
+        // SAFETY: `db` is open and used by this thread only.
+        unsafe { ffi::sqlite3_exec(db, sql.as_ptr(), None, std::ptr::null_mut(), std::ptr::null_mut()) }
+    };
+    let mut db = std::ptr::null_mut();
+    let name = CString::new(":memory:").unwrap();
+    // SAFETY: a fresh in-memory database, closed at the end of the test.
+    assert_eq!(
+        unsafe { ffi::sqlite3_open(name.as_ptr(), &mut db) },
+        ffi::SQLITE_OK
+    );
+    // SAFETY: `db` is open and used by this thread only.
+    unsafe { install(db) };
+    let walls = walls_of(db).unwrap();
+    let filled = "CREATE TABLE invoices (n INTEGER); \
+        INSERT INTO invoices WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 10000) SELECT i FROM n";
+    assert_eq!(exec(db, filled), ffi::SQLITE_OK);
+    let count = || {
+        let mut left = 0;
+        let sql = CString::new("SELECT count(*) FROM invoices").unwrap();
+        let mut stmt = std::ptr::null_mut();
+        // SAFETY: as above; the statement is finalized before it returns.
+        unsafe {
+            ffi::sqlite3_prepare_v2(db, sql.as_ptr(), -1, &mut stmt, std::ptr::null_mut());
+            if ffi::sqlite3_step(stmt) == ffi::SQLITE_ROW {
+                left = ffi::sqlite3_column_int(stmt, 0);
+            }
+            ffi::sqlite3_finalize(stmt);
+        }
+        left
+    };
+    // Past its deadline already: the DELETE must stop at the first check.
+    walls.enter(Arc::new(policy(Scope::Guest)), Instant::now());
+    assert_eq!(exec(db, "DELETE FROM invoices"), ffi::SQLITE_INTERRUPT);
+    assert!(walls.take_interrupted());
+    walls.leave();
+    assert_eq!(count(), 10000, "nothing deleted");
+    // In time, it deletes every row.
+    walls.enter(
+        Arc::new(policy(Scope::Guest)),
+        Instant::now() + std::time::Duration::from_secs(60),
+    );
+    assert_eq!(exec(db, "DELETE FROM invoices"), ffi::SQLITE_OK);
+    walls.leave();
+    assert_eq!(count(), 0);
+    // SAFETY: nothing uses `db` after this.
+    unsafe { ffi::sqlite3_close(db) };
 }

@@ -1,0 +1,153 @@
+//! Topics the broker says do not exist, as the relay learns them: a message
+//! to one is parked once it has failed for [`STUCK`], and later messages to
+//! it are parked at once for a while, so the messages behind them go on.
+//!
+//! Why: an unknown topic is a passing failure (it may be created any moment),
+//! and a bucket waits behind its first failing message to keep its order.
+//! But a bucket holds the messages of every handler whose (handler, key)
+//! hashes to it, so one team that published to a topic nobody created (its
+//! token's topic allowlist may be a prefix) held back every other team's
+//! messages in those buckets, for good: 64 keys were enough for all of them
+//! (the sixth read of this round, issue 23). The broker being away is not
+//! this: it fails every bucket alike and is retried for as long as it lasts.
+
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a bucket's first message may fail for an unknown topic before it
+/// is parked: time for a deployment to create the topic it publishes to.
+pub const STUCK: Duration = Duration::from_secs(300);
+
+/// After a park, messages to the same topic are parked without a try for
+/// this long; then one is tried again (librdkafka takes up to its
+/// `topic.metadata.propagation.max.ms`, 30 s, to say no).
+pub const QUARANTINE: Duration = Duration::from_secs(300);
+
+/// A topic confirmed missing within this long is parked at its next failure,
+/// without waiting [`STUCK`] again.
+const REMEMBERED: Duration = Duration::from_secs(3600);
+
+/// Whether `error` says the message's topic (or partition) does not exist.
+pub fn is_missing_topic(error: &KafkaError) -> bool {
+    use RDKafkaErrorCode as Code;
+    matches!(
+        error.rdkafka_error_code(),
+        Some(Code::UnknownTopicOrPartition | Code::UnknownTopic | Code::UnknownPartition)
+    )
+}
+
+#[derive(Debug)]
+pub struct MissingTopics {
+    stuck_after: Duration,
+    /// Per bucket: the message failing for a missing topic, and since when.
+    failing: HashMap<i64, (i64, Instant)>,
+    /// Topics confirmed missing (a message to each was parked), and when last.
+    confirmed: HashMap<String, Instant>,
+}
+
+impl Default for MissingTopics {
+    fn default() -> Self {
+        Self::new(STUCK)
+    }
+}
+
+impl MissingTopics {
+    pub fn new(stuck_after: Duration) -> Self {
+        Self {
+            stuck_after,
+            failing: HashMap::new(),
+            confirmed: HashMap::new(),
+        }
+    }
+
+    /// The topics whose messages are parked without a try now.
+    pub fn quarantined(&self) -> Arc<HashSet<String>> {
+        Arc::new(
+            self.confirmed
+                .iter()
+                .filter(|(_, at)| at.elapsed() < QUARANTINE)
+                .map(|(topic, _)| topic.clone())
+                .collect(),
+        )
+    }
+
+    /// Message `seq`, first of `bucket`, failed because `topic` is unknown:
+    /// the reason to park it now, if it is time.
+    pub fn failed(&mut self, bucket: i64, seq: i64, topic: &str, error: &str) -> Option<String> {
+        self.confirmed.retain(|_, at| at.elapsed() < REMEMBERED);
+        let known = self.confirmed.contains_key(topic);
+        let since = match self.failing.get(&bucket) {
+            Some((failing, since)) if *failing == seq => *since,
+            _ => {
+                self.failing.insert(bucket, (seq, Instant::now()));
+                Instant::now()
+            }
+        };
+        if !known && since.elapsed() < self.stuck_after {
+            return None;
+        }
+        self.failing.remove(&bucket);
+        self.confirmed.insert(topic.to_owned(), Instant::now());
+        Some(parked_reason(topic, error))
+    }
+
+    /// The bucket's first message went, or failed for another reason.
+    pub fn settled(&mut self, bucket: i64) {
+        self.failing.remove(&bucket);
+    }
+}
+
+/// Why a message to a quarantined topic is parked without a try.
+pub fn quarantined_reason(topic: &str) -> String {
+    parked_reason(
+        topic,
+        "a message to it was parked for this within the last minutes",
+    )
+}
+
+fn parked_reason(topic: &str, error: &str) -> String {
+    format!(
+        "the topic {topic:?} does not exist ({error}); the message is parked so the messages \
+         behind it go on: create the topic, then retry the message"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_topic_parks_after_the_wait_then_at_once() {
+        let mut missing = MissingTopics::new(Duration::from_millis(50));
+        assert_eq!(missing.failed(1, 10, "nowhere", "unknown topic"), None);
+        assert!(missing.quarantined().is_empty());
+        std::thread::sleep(Duration::from_millis(60));
+        let reason = missing.failed(1, 10, "nowhere", "unknown topic").unwrap();
+        assert!(
+            reason.contains("\"nowhere\" does not exist") && reason.contains("retry"),
+            "{reason}"
+        );
+        assert!(missing.quarantined().contains("nowhere"));
+        // Known missing: another bucket's message to it is parked at its first failure.
+        assert!(missing.failed(2, 20, "nowhere", "unknown topic").is_some());
+        // A message that goes, or fails otherwise, starts the wait over.
+        assert_eq!(missing.failed(3, 30, "later", "unknown topic"), None);
+        missing.settled(3);
+        assert_eq!(missing.failed(3, 30, "later", "unknown topic"), None);
+        // A new first message in the bucket starts its own wait.
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(missing.failed(3, 31, "later", "unknown topic"), None);
+    }
+
+    #[test]
+    fn only_a_missing_topic_is_one() {
+        let missing = KafkaError::MessageProduction(RDKafkaErrorCode::UnknownTopicOrPartition);
+        assert!(is_missing_topic(&missing));
+        let away = KafkaError::MessageProduction(RDKafkaErrorCode::AllBrokersDown);
+        assert!(!is_missing_topic(&away));
+        let timed_out = KafkaError::MessageProduction(RDKafkaErrorCode::MessageTimedOut);
+        assert!(!is_missing_topic(&timed_out));
+    }
+}
