@@ -78,16 +78,6 @@ pub async fn show(
     view_or_404(&state, &name).await
 }
 
-/// Uploads this host reads and checks at once; more wait their turn before
-/// their body is read. Each holds its component (up to
-/// `admin.max_component_mb`) in memory while it is compiled and its
-/// migrations run, so concurrent uploads once held as many components as
-/// clients cared to send (the sixth read of this round, issue 23).
-pub(super) const UPLOADS_AT_ONCE: usize = 2;
-
-/// How long an upload waits for its turn before it is answered 503.
-const UPLOAD_WAIT: Duration = Duration::from_secs(120);
-
 /// How long an upload's body may take to arrive once its turn came: a client
 /// that sends a byte a minute would otherwise keep the turn for good.
 const UPLOAD_READ: Duration = Duration::from_secs(120);
@@ -103,17 +93,8 @@ pub async fn upload(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     caller.check(&name)?;
     // Before a byte of the body is read: what waits holds no component.
-    let _turn = tokio::time::timeout(UPLOAD_WAIT, state.uploads.acquire())
-        .await
-        .ok()
-        .and_then(Result::ok)
-        .ok_or_else(|| {
-            ApiError::unavailable(format!(
-                "this host checks {UPLOADS_AT_ONCE} uploads at a time and none finished within {} s; \
-                 try again later",
-                UPLOAD_WAIT.as_secs()
-            ))
-        })?;
+    let turn = state.upload_turns.begin(&caller)?;
+    let _slot = turn.slot().await?;
     let mut component = None;
     let mut settings = None;
     let mut migrations = Vec::new();
@@ -166,6 +147,7 @@ pub async fn upload(
         config_handlers: registry.config_handlers(),
         max_component_bytes: state.max_component_bytes,
         policy: &caller.policy,
+        writer_held_ms: Some(turn.writer_held_ms()),
     };
     let uploaded = upload::upload(registry.db(), registry.engine(), &rules, upload)
         .await

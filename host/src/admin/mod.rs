@@ -19,6 +19,7 @@ mod handlers;
 mod ops;
 mod outbox;
 mod overview;
+mod upload_turns;
 
 use crate::config::AdminConfig;
 use crate::registry::Registry;
@@ -87,7 +88,7 @@ impl Listener {
             tokens: Tokens::new(&self.config.tokens),
             max_component_bytes: self.config.max_component_bytes(),
             broker: ops::BrokerProbe::new(registry.kafka()),
-            uploads: tokio::sync::Semaphore::new(handlers::UPLOADS_AT_ONCE),
+            upload_turns: upload_turns::UploadTurns::default(),
             registry,
         }));
         let app = router(state, self.config.max_component_bytes());
@@ -157,8 +158,8 @@ pub struct Shared {
     tokens: Tokens,
     max_component_bytes: usize,
     broker: ops::BrokerProbe,
-    /// Turns for uploads (see [`handlers::UPLOADS_AT_ONCE`]).
-    uploads: tokio::sync::Semaphore,
+    /// Who may upload now (see [`upload_turns::UploadTurns`]).
+    upload_turns: upload_turns::UploadTurns,
 }
 
 impl std::ops::Deref for AppState {

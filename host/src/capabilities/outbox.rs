@@ -417,6 +417,16 @@ mod tests {
         // A field the payload does not have is not added.
         let other = stamp_json_fields(b"{\"n\": 1}".to_vec(), &id, &["absent".to_owned()]);
         assert!(!String::from_utf8(other).unwrap().contains("absent"));
+        // A registered field in another case is the field (the seventh read).
+        let folded = stamp_json_fields(
+            br#"{"TEST_ORDER_REF": "forged", "n": 1}"#.to_vec(),
+            &id,
+            &["test_order_ref".to_owned()],
+        );
+        assert_eq!(
+            String::from_utf8(folded).unwrap(),
+            format!(r#"{{"event_id":"{id}","test_order_ref":"{id}","n": 1}}"#)
+        );
         // On a topic whose consumers read other names, the guest's own stay:
         // the names of t's consumer are not every team's.
         let mut view = OutboxView { state: &mut state };
@@ -452,6 +462,13 @@ mod tests {
             format!(r#"{{"event_id":"{id}"}}"#),
             "an escaped key is the same key"
         );
+        // So is the same name in any case, to readers that ignore case (Go's
+        // encoding/json takes the last): dotless ı, long ſ and Kelvin K too.
+        assert_eq!(
+            stamped(r#"{"n": 1, "EVENT_ID": "a", "Event_Id": "b", "event_ıd": "c", "\u0045vent_id": "d"}"#),
+            format!(r#"{{"event_id":"{id}","n": 1}}"#),
+        );
+
         for untouched in ["not json", "[1, 2]", "\"event_id\"", "", " x{"] {
             assert_eq!(stamped(untouched), untouched);
         }
@@ -476,6 +493,18 @@ mod tests {
         ] {
             let err = refused(text.as_bytes().to_vec());
             assert!(err.contains("not strict JSON (RFC 8259)"), "{text}: {err}");
+        }
+        // What lenient readers skip before the object (the seventh read).
+        for prefix in ["/**/", "// c\n", "# c\n", ")]}'\n", " /* a */ // b\n"] {
+            let err = refused(format!("{prefix}{forged}").into_bytes());
+            assert!(err.contains("lenient reader"), "{prefix:?}: {err}");
+        }
+        for text in ["/ not a comment {", "#tag", ")]}", "/* never closed {"] {
+            assert_eq!(
+                stamp_json_id("t", text.as_bytes().to_vec(), id).unwrap(),
+                text.as_bytes(),
+                "{text:?}"
+            );
         }
         // Deep nesting is strict JSON, and stamped (the check keeps no stack).
         let deep = format!(

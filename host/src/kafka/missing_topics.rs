@@ -1,6 +1,7 @@
 //! Topics the broker says do not exist, as the relay learns them: a message
-//! to one is parked once it has failed for [`STUCK`], and later messages to
-//! it are parked at once for a while, so the messages behind them go on.
+//! to one is parked once it has failed for [`STUCK`], later messages to it
+//! are parked at once for a while, and a handler that published to one is
+//! not waited for again, so the messages behind them go on.
 //!
 //! Why: an unknown topic is a passing failure (it may be created any moment),
 //! and a bucket waits behind its first failing message to keep its order.
@@ -8,8 +9,11 @@
 //! hashes to it, so one team that published to a topic nobody created (its
 //! token's topic allowlist may be a prefix) held back every other team's
 //! messages in those buckets, for good: 64 keys were enough for all of them
-//! (the sixth read of this round, issue 23). The broker being away is not
-//! this: it fails every bucket alike and is retried for as long as it lasts.
+//! (the sixth read of this round, issue 23). Every fresh topic name once got
+//! its own wait, so a handler with hundreds of names of topics nobody made
+//! stalled the buckets for hours (the seventh read): the wait is now paid
+//! once per handler an hour. The broker being away is not this: it fails
+//! every bucket alike and is retried for as long as it lasts.
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use std::collections::{HashMap, HashSet};
@@ -17,16 +21,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long a bucket's first message may fail for an unknown topic before it
-/// is parked: time for a deployment to create the topic it publishes to.
-pub const STUCK: Duration = Duration::from_secs(300);
+/// is parked: time for a deployment to create the topic it publishes to,
+/// and as long as other handlers' messages in the bucket wait behind it.
+pub const STUCK: Duration = Duration::from_secs(60);
 
 /// After a park, messages to the same topic are parked without a try for
 /// this long; then one is tried again (librdkafka takes up to its
 /// `topic.metadata.propagation.max.ms`, 30 s, to say no).
 pub const QUARANTINE: Duration = Duration::from_secs(300);
 
-/// A topic confirmed missing within this long is parked at its next failure,
-/// without waiting [`STUCK`] again.
+/// A topic confirmed missing within this long, or a message of a handler
+/// that had one parked within this long, is parked at its next failure for
+/// a missing topic, without waiting [`STUCK`] again.
 const REMEMBERED: Duration = Duration::from_secs(3600);
 
 /// Whether `error` says the message's topic (or partition) does not exist.
@@ -45,6 +51,8 @@ pub struct MissingTopics {
     failing: HashMap<i64, (i64, Instant)>,
     /// Topics confirmed missing (a message to each was parked), and when last.
     confirmed: HashMap<String, Instant>,
+    /// Handlers that had a message to a missing topic parked, and when last.
+    publishers: HashMap<String, Instant>,
 }
 
 impl Default for MissingTopics {
@@ -59,6 +67,7 @@ impl MissingTopics {
             stuck_after,
             failing: HashMap::new(),
             confirmed: HashMap::new(),
+            publishers: HashMap::new(),
         }
     }
 
@@ -73,11 +82,19 @@ impl MissingTopics {
         )
     }
 
-    /// Message `seq`, first of `bucket`, failed because `topic` is unknown:
-    /// the reason to park it now, if it is time.
-    pub fn failed(&mut self, bucket: i64, seq: i64, topic: &str, error: &str) -> Option<String> {
+    /// Message `seq` of `handler`, first of `bucket`, failed because `topic`
+    /// is unknown: the reason to park it now, if it is time.
+    pub fn failed(
+        &mut self,
+        bucket: i64,
+        seq: i64,
+        handler: &str,
+        topic: &str,
+        error: &str,
+    ) -> Option<String> {
         self.confirmed.retain(|_, at| at.elapsed() < REMEMBERED);
-        let known = self.confirmed.contains_key(topic);
+        self.publishers.retain(|_, at| at.elapsed() < REMEMBERED);
+        let known = self.confirmed.contains_key(topic) || self.publishers.contains_key(handler);
         let since = match self.failing.get(&bucket) {
             Some((failing, since)) if *failing == seq => *since,
             _ => {
@@ -90,6 +107,7 @@ impl MissingTopics {
         }
         self.failing.remove(&bucket);
         self.confirmed.insert(topic.to_owned(), Instant::now());
+        self.publishers.insert(handler.to_owned(), Instant::now());
         Some(parked_reason(topic, error))
     }
 
@@ -121,24 +139,31 @@ mod tests {
     #[test]
     fn a_missing_topic_parks_after_the_wait_then_at_once() {
         let mut missing = MissingTopics::new(Duration::from_millis(50));
-        assert_eq!(missing.failed(1, 10, "nowhere", "unknown topic"), None);
+        assert_eq!(missing.failed(1, 10, "a", "nowhere", "unknown topic"), None);
         assert!(missing.quarantined().is_empty());
         std::thread::sleep(Duration::from_millis(60));
-        let reason = missing.failed(1, 10, "nowhere", "unknown topic").unwrap();
+        let reason = missing.failed(1, 10, "a", "nowhere", "unknown topic").unwrap();
         assert!(
             reason.contains("\"nowhere\" does not exist") && reason.contains("retry"),
             "{reason}"
         );
         assert!(missing.quarantined().contains("nowhere"));
-        // Known missing: another bucket's message to it is parked at its first failure.
-        assert!(missing.failed(2, 20, "nowhere", "unknown topic").is_some());
-        // A message that goes, or fails otherwise, starts the wait over.
-        assert_eq!(missing.failed(3, 30, "later", "unknown topic"), None);
+        // Known missing: another handler's message to it is parked at its first failure.
+        assert!(missing.failed(2, 20, "b", "nowhere", "unknown topic").is_some());
+        // And handler a's next missing topic, whatever its name (the seventh read).
+        assert!(
+            missing
+                .failed(4, 40, "a", "fresh-name", "unknown topic")
+                .is_some()
+        );
+        // Another handler's new missing topic waits its time; a message that
+        // goes, or fails otherwise, starts the wait over.
+        assert_eq!(missing.failed(3, 30, "c", "later", "unknown topic"), None);
         missing.settled(3);
-        assert_eq!(missing.failed(3, 30, "later", "unknown topic"), None);
+        assert_eq!(missing.failed(3, 30, "c", "later", "unknown topic"), None);
         // A new first message in the bucket starts its own wait.
         std::thread::sleep(Duration::from_millis(60));
-        assert_eq!(missing.failed(3, 31, "later", "unknown topic"), None);
+        assert_eq!(missing.failed(3, 31, "c", "later", "unknown topic"), None);
     }
 
     #[test]

@@ -124,8 +124,9 @@ pub(crate) struct Outcome {
     /// The first message that failed for a passing reason; the bucket's
     /// later messages wait behind it.
     pub failed: Option<(i64, String)>,
-    /// The failed message's topic, when the broker said it does not exist.
-    pub missing_topic: Option<String>,
+    /// The failed message's handler and topic, when the broker said the
+    /// topic does not exist.
+    pub missing_topic: Option<(String, String)>,
 }
 
 /// The relay's state between looks at the outbox.
@@ -286,8 +287,8 @@ impl Relay {
                 );
                 outbox::park(&self.db, *seq, reason).await?;
             }
-            if let (Some((seq, error)), Some(topic)) = (&outcome.failed, &outcome.missing_topic)
-                && let Some(reason) = self.missing.failed(bucket, *seq, topic, error)
+            if let (Some((seq, error)), Some((handler, topic))) = (&outcome.failed, &outcome.missing_topic)
+                && let Some(reason) = self.missing.failed(bucket, *seq, handler, topic, error)
             {
                 tracing::warn!(
                     seq,
@@ -467,7 +468,7 @@ pub(crate) async fn send_in_order(
         };
         span.record("outcome", "failed");
         outcome.failed = Some((seq, error));
-        outcome.missing_topic = missing.then(|| row.message.topic.clone());
+        outcome.missing_topic = missing.then(|| (row.handler.clone(), row.message.topic.clone()));
         break;
     }
     outcome
@@ -645,7 +646,7 @@ mod tests {
                 seq(first.id.clone()).await,
                 "Broker: Unknown topic or partition".into(),
             )),
-            missing_topic: Some("nowhere".into()),
+            missing_topic: Some(("h".into(), "nowhere".into())),
             ..Outcome::default()
         };
         relay.settle(vec![(shared, refused)]).await.unwrap();

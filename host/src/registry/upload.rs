@@ -21,6 +21,7 @@ use crate::db::migrate::{self, Migration};
 use crate::db::{Backend, Database, DbError, Tx};
 use crate::wasm::{HandlerComponent, WasmEngine};
 use sha2::{Digest, Sha256};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// One upload, as the API received it.
 pub struct Upload {
@@ -41,6 +42,24 @@ pub struct Rules<'a> {
     pub max_component_bytes: usize,
     /// The calling token's ceilings and allowlists.
     pub policy: &'a TokenPolicy,
+    /// Set, however the upload ends, to the milliseconds it held SQLite's
+    /// only writer (its admission and migrations): what the admin API
+    /// charges the token for (see `admin::handlers::UploadTurns`).
+    pub writer_held_ms: Option<&'a AtomicU64>,
+}
+
+/// Stores the time since its making into `out` when dropped: on every way
+/// out of an upload, refusals included.
+struct HeldFor<'a> {
+    since: std::time::Instant,
+    out: &'a AtomicU64,
+}
+
+impl Drop for HeldFor<'_> {
+    fn drop(&mut self) {
+        let ms = u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.out.store(ms, Ordering::Relaxed);
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -118,6 +137,13 @@ pub async fn upload(
         .await
         .map_err(UploadError::Database)?;
     let mut tx = db.begin_immediate().await.map_err(UploadError::Database)?;
+    let _held = rules
+        .writer_held_ms
+        .filter(|_| db.backend() == Backend::Sqlite)
+        .map(|out| HeldFor {
+            since: std::time::Instant::now(),
+            out,
+        });
     admit(
         &mut tx,
         rules.config_handlers,

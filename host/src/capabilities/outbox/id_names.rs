@@ -115,12 +115,12 @@ pub fn stamp_json_id(topic: &str, payload: Vec<u8>, id: &str) -> Result<Vec<u8>,
              byte-order mark (RFC 8259), so the host can set its event_id field"
         ));
     }
-    if starts_like_object(&payload)
+    if lenient_object(&payload)
         && let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&payload)
     {
         return Err(format!(
-            "the payload starts like a JSON object but is not strict JSON (RFC 8259): {e}; the host \
-             sets a JSON object's top-level event_id, so it refuses one it cannot read"
+            "the payload reads as a JSON object to a lenient reader but is not strict JSON (RFC 8259): \
+             {e}; the host sets a JSON object's top-level event_id, so it refuses one it cannot read"
         ));
     }
     Ok(stamp_json_fields(payload, id, &registered(topic, |n| &n.fields)))
@@ -129,6 +129,56 @@ pub fn stamp_json_id(topic: &str, payload: Vec<u8>, id: &str) -> Result<Vec<u8>,
 /// Its first byte other than JSON's blanks is `{`.
 fn starts_like_object(payload: &[u8]) -> bool {
     payload.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+}
+
+/// Whether a lenient reader finds an object at its start: after blanks,
+/// comments (`//`, `/* */`, `#`) and the `)]}'` prefix that Gson's lenient
+/// mode and Jackson's `ALLOW_COMMENTS` skip (the seventh read of this round:
+/// `/**/{"event_id": ...}` went out unstamped).
+fn lenient_object(payload: &[u8]) -> bool {
+    let mut rest = payload;
+    loop {
+        rest = &rest[rest
+            .iter()
+            .position(|b| !b.is_ascii_whitespace())
+            .unwrap_or(rest.len())..];
+        let line_end = |from: usize| {
+            rest[from..]
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(rest.len(), |i| from + i)
+        };
+        rest = match rest {
+            [b'/', b'/', ..] => &rest[line_end(2)..],
+            [b'#', ..] => &rest[line_end(1)..],
+            [b'/', b'*', tail @ ..] => match tail.windows(2).position(|w| w == b"*/") {
+                Some(end) => &tail[end + 2..],
+                None => return false,
+            },
+            [b')', b']', b'}', b'\'', tail @ ..] => tail,
+            [b'{', ..] => return true,
+            _ => return false,
+        };
+    }
+}
+
+/// `a` and `b` are the same name to a reader that ignores case: each
+/// character compared by its simple upper-, then lower-case form, so `ſ`
+/// is `s`, `K` (Kelvin) is `k` and `ı` is `i`, as Go's `encoding/json`
+/// (which matches keys case-insensitively, the last one winning) and .NET's
+/// `OrdinalIgnoreCase` have them (the seventh read of this round:
+/// `{"EVENT_ID": ...}` went out beside the host's `event_id`).
+fn same_folded(a: &str, b: &str) -> bool {
+    fn single(mut chars: impl Iterator<Item = char>) -> Option<char> {
+        let first = chars.next()?;
+        chars.next().is_none().then_some(first)
+    }
+    let fold = |c: char| {
+        single(c.to_uppercase())
+            .and_then(|upper| single(upper.to_lowercase()))
+            .unwrap_or(c)
+    };
+    a.chars().map(fold).eq(b.chars().map(fold))
 }
 
 /// The encoding other than plain UTF-8 in which `payload` starts with `{`
@@ -182,11 +232,16 @@ pub(super) fn stamp_json_fields(payload: Vec<u8>, id: &str, others: &[String]) -
         .max()
         .unwrap_or(0)
         .max(EVENT_ID_HEADER.len());
+    // The name a key stands for, in any case: every such key is dropped and
+    // the name written once, with the id.
     let stamped_name = |key: &[u8]| -> Option<String> {
         let name: String = (key.len() <= longest * 6 + 2)
             .then(|| serde_json::from_slice(key).ok())
             .flatten()?;
-        (name == EVENT_ID_HEADER || others.contains(&name)).then_some(name)
+        std::iter::once(EVENT_ID_HEADER)
+            .chain(others.iter().map(String::as_str))
+            .find(|candidate| same_folded(&name, candidate))
+            .map(str::to_owned)
     };
     let mut stamped: Vec<String> = vec![EVENT_ID_HEADER.to_owned()];
     let found = json::for_each_member(&payload, |key, _| {

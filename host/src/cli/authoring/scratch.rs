@@ -87,6 +87,7 @@ impl Scratch {
             config_handlers: &[],
             max_component_bytes: (defaults::MAX_COMPONENT_MB as usize) << 20,
             policy: &policy,
+            writer_held_ms: None,
         };
         let uploaded = upload::upload(&self.db, &self.engine, &rules, upload)
             .await

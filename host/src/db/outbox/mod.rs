@@ -208,6 +208,8 @@ fn statement_share(messages: &[NewMessage], limit: usize) -> usize {
 pub struct Pending {
     pub seq: i64,
     pub bucket: i64,
+    /// The handler that published it.
+    pub handler: String,
     pub message: NewMessage,
 }
 

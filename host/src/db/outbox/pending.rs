@@ -127,6 +127,7 @@ pub async fn pending(db: &Database, buckets: &[i64], read: Read) -> Result<Vec<P
             Ok(Pending {
                 seq: c.int("seq")?,
                 bucket: c.int("bucket")?,
+                handler: c.text("handler")?,
                 message: NewMessage {
                     id: c.text("id")?,
                     topic: c.text("topic")?,
@@ -165,7 +166,7 @@ fn within_budget(candidates: &str, next: usize) -> String {
          running AS (SELECT seq, bytes,
              SUM(bytes) OVER (ORDER BY turn, bucket ROWS UNBOUNDED PRECEDING) AS total,
              ROW_NUMBER() OVER (ORDER BY turn, bucket) AS place FROM turns)
-         SELECT o.seq, o.bucket, o.id, o.topic, o.key, o.payload, o.headers
+         SELECT o.seq, o.bucket, o.handler, o.id, o.topic, o.key, o.payload, o.headers
          FROM running AS r JOIN outbox AS o ON o.seq = r.seq
          WHERE r.total <= {budget} OR (r.place = 1 AND {first} = 1)"
     )

@@ -234,3 +234,38 @@ async fn after_a_failure_the_handlers_next_batches_skip_the_optimistic_run() {
         assert_eq!(h.offset().await, Some(6), "{on:?}");
     }
 }
+
+/// Regression (the sixth read of this round, issue 23): a batch of slow
+/// events held its transaction (on SQLite, the only writer) for all of
+/// them. Now a batch commits what it did once it has run a second, and the
+/// rest go in the next transaction: event 1 is committed while 2 still runs.
+#[tokio::test]
+async fn a_slow_batch_commits_in_parts_and_applies_each_event_once() {
+    for db in each_backend().await {
+        let h = Harness::new(db).await;
+        let on = h.backend();
+        let slow = std::time::Duration::from_millis(1_200);
+        for n in [1, 2] {
+            h.handler.on(&id(n), vec![Act::Effect, Act::Sleep(slow)]);
+        }
+        let watch = async {
+            let started = std::time::Instant::now();
+            while started.elapsed() < 2 * slow {
+                let (one, two) = (h.status(&id(1)).await, h.status(&id(2)).await);
+                if one.as_deref() == Some("done") && two.is_none() {
+                    return true;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            false
+        };
+        let batch = records(0, &[1, 2, 3]);
+        let ((end, cursor), split) = tokio::join!(h.batch(&batch), watch);
+        assert_eq!(end, BatchEnd::Done, "{on:?}");
+        assert_eq!(cursor.done, 3, "{on:?}");
+        assert!(split, "{on:?}: event 1 was committed before event 2 ended");
+        assert_eq!(h.effects().await, effects(&[(1, 1), (2, 1), (3, 1)]), "{on:?}");
+        assert_eq!(h.offset().await, Some(3), "{on:?}");
+        assert_eq!(h.handler.call_order(), first_calls(&[1, 2, 3]), "{on:?}");
+    }
+}

@@ -36,6 +36,8 @@ pub enum Act {
     Publish(&'static str),
     /// Ends the call with this failure.
     Fail(GuestFailure),
+    /// Takes this long (a slow handler), holding its transaction.
+    Sleep(std::time::Duration),
     /// Steps out of its walls and deletes its own event's inbox claim with a
     /// host statement (`Tx::execute`), then puts the walls back up: what a
     /// hole in the walls would allow, so only the invariant check sees it.
@@ -154,6 +156,7 @@ impl Scripted {
                     headers: vec![],
                 }),
                 Act::Fail(failure) => return Err(failure),
+                Act::Sleep(time) => tokio::time::sleep(time).await,
                 Act::BreakInbox => {
                     // As if every wall had fallen: the host's own unclaim
                     // (on PostgreSQL through its gate, with its key).

@@ -246,6 +246,11 @@ impl ConnectionWalls {
         }
     }
 
+    /// Whether a handler's walls are up.
+    pub fn is_up(&self) -> bool {
+        self.policy.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+    }
+
     /// Takes the walls down: the host's own statements run unrestricted.
     pub fn leave(&self) {
         self.set_ctes(Ctes::from([]));

@@ -671,3 +671,51 @@ async fn postgres_plain_inserts_of_shared_calls_go_out_together_and_in_order() {
     tx.commit().await.unwrap();
     assert_eq!(rows(&db, &h).await, [1, 2, 3, 6, 7, 9]);
 }
+
+/// Regression (the seventh read of this round, issue 23): a transaction
+/// dropped while its guest statement ran (a replay whose client went away)
+/// took the walls, and with them the deadline, down under the running
+/// statement, which then held SQLite's write lock for good. Now the
+/// statement is interrupted and the next writer commits at once.
+#[tokio::test]
+async fn a_transaction_dropped_mid_statement_stops_its_statement() {
+    let db = sqlite_db().await;
+    let h = handler(&db, "wt_dropped").await;
+    let mut fill = db.begin_write().await.unwrap();
+    let rows = "INSERT INTO wt_dropped_t WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000) SELECT i FROM n";
+    fill.execute(rows, &[]).await.unwrap();
+    fill.commit().await.unwrap();
+    let mut tx = db.begin_guest(h.handler()).await.unwrap();
+    // It holds the write lock, as a batch or a replay does.
+    assert!(claim(&mut tx, "wt_dropped", "before").await.unwrap());
+    tx.enter_guest(CALL, &h).await.unwrap();
+    // 10^12 rows to count: it runs until something stops it.
+    let endless = "SELECT count(*) FROM wt_dropped_t a, wt_dropped_t b, wt_dropped_t c, wt_dropped_t d";
+    let ran = tokio::time::timeout(
+        Duration::from_millis(300),
+        tx.guest_query(endless, &[], 1, 1 << 20),
+    )
+    .await;
+    assert!(
+        ran.is_err(),
+        "the statement is still running when its caller gives up: {ran:?}"
+    );
+    drop(tx);
+    let started = std::time::Instant::now();
+    let mut host = tokio::time::timeout(Duration::from_secs(10), db.begin_write())
+        .await
+        .expect("the writer is free again")
+        .unwrap();
+    assert!(claim(&mut host, "wt_dropped", "after").await.unwrap());
+    host.commit().await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        claims(&db).await,
+        ["after"],
+        "the dropped transaction was rolled back"
+    );
+}
