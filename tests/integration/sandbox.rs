@@ -498,3 +498,70 @@ async fn a_statement_dies_at_its_deadline_even_when_the_host_is_killed() {
         killed_at.elapsed()
     );
 }
+
+/// Regression (the eighth read of this round, issue 23): a guest in a loop
+/// held one of tokio's worker threads for its whole timeout, and as many
+/// looping guests as workers (partitions on PostgreSQL) held them all:
+/// every other handler, the relay and the admin API stood still. Now a
+/// running guest yields at every epoch tick, and billing commits while two
+/// loops run on the host's two worker threads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn looping_guests_hold_no_worker_thread_postgres() {
+    let loop_topic = unique("loops");
+    let order_topic = unique("orders");
+    create_topic(&loop_topic, 4).await;
+    create_topic(&order_topic, 1).await;
+    let extra = format!(
+        "[handlers.limits]\ntimeout_ms = 15000\n[handlers.retry]\nmax_attempts = 1\n\n{}",
+        handler_block("billing", &order_topic)
+    );
+    let env = TestEnv::new(Backend::Postgres, "hostile", &loop_topic, &extra).await;
+    // Keyed by their random ids, so spread over the partitions.
+    let loops: Vec<Send> = (0..8)
+        .map(|_| Send::json(&new_id(), json!({ "attack": "loop" })))
+        .collect();
+    let loop_ends = produce(&loop_topic, &loops).await;
+    let mut host = env.spawn_host_with(&[("TOKIO_WORKER_THREADS", "2")]);
+    let db = env.db().await;
+    // Two loops running at once: two of the handler's sessions wait in
+    // their transactions while their guests spin.
+    let role = inboxd::db::handler_role("hostile");
+    let sessions = format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE usename = '{role}' AND state = 'idle in transaction'"
+    );
+    let spinning = poll_until(Duration::from_secs(60), || {
+        let (db, sql) = (db.clone(), sessions.clone());
+        async move { count(&db, &sql).await >= 2 }
+    })
+    .await;
+    assert!(spinning, "two loops never ran at once:\n{}", host.log());
+
+    let orders: Vec<Send> = (0..50)
+        .map(|i| Send::order(&new_id(), &format!("o{i}")))
+        .collect();
+    let order_ends = produce(&order_topic, &orders).await;
+    let billing_done = poll_until(Duration::from_secs(60), || {
+        let db = db.clone();
+        let topic = order_topic.clone();
+        let want = order_ends.clone();
+        async move { polled_offsets(&db, "billing", &topic).await.ok() == Some(want) }
+    })
+    .await;
+    assert!(billing_done, "billing never finished:\n{}", host.log());
+    let parked_meanwhile = inboxd::db::dead_letters::list(&db, "hostile")
+        .await
+        .unwrap()
+        .len();
+    assert_eq!(
+        parked_meanwhile, 0,
+        "billing finished only once the first loops were stopped at their 15 s deadline"
+    );
+    env.wait_for_offsets(&loop_ends, Duration::from_secs(180), &mut host)
+        .await;
+    let letters = inboxd::db::dead_letters::list(&db, "hostile").await.unwrap();
+    assert_eq!(letters.len(), loops.len());
+    for letter in &letters {
+        assert!(letter.reason.contains("limits.timeout_ms"), "{}", letter.reason);
+    }
+    assert_eq!(host.terminate(Duration::from_secs(30)).await, Some(0));
+}

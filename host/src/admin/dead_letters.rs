@@ -102,6 +102,7 @@ pub async fn replay(
     Query(query): Query<HeldQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let row = fetch(&state, &caller, id).await?;
+    let _turn = state.replays.enter(&caller, "dead-letter replay")?;
     Ok(Json(replay_row(&state, &caller, &row, query.held).await?))
 }
 
@@ -131,6 +132,7 @@ pub async fn replay_all(
     Json(body): Json<ReplayAll>,
 ) -> Result<Json<Value>, ApiError> {
     caller.check(&body.handler)?;
+    let _turn = state.replays.enter(&caller, "dead-letter replay")?;
     let limit = match body.limit {
         None => REPLAY_ALL_PAGE,
         Some(limit @ 1..=REPLAY_ALL_PAGE) => limit,
@@ -291,6 +293,7 @@ pub async fn replay_group(
     Path(id): Path<String>,
 ) -> Result<Json<Vec<Value>>, ApiError> {
     let group = fetch_group(&state, &caller, &id).await?;
+    let _turn = state.replays.enter(&caller, "dead-letter replay")?;
     let mut outcomes = Vec::with_capacity(group.members.len());
     for ids in group.members.chunks(REPLAY_CHUNK) {
         let filter = Filter {

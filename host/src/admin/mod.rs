@@ -16,6 +16,7 @@ mod auth;
 mod console;
 mod dead_letters;
 mod handlers;
+mod in_flight;
 mod ops;
 mod outbox;
 mod overview;
@@ -89,6 +90,7 @@ impl Listener {
             max_component_bytes: self.config.max_component_bytes(),
             broker: ops::BrokerProbe::new(registry.kafka()),
             upload_turns: upload_turns::UploadTurns::default(),
+            replays: in_flight::InFlight::default(),
             registry,
         }));
         let app = router(state, self.config.max_component_bytes());
@@ -160,6 +162,8 @@ pub struct Shared {
     broker: ops::BrokerProbe,
     /// Who may upload now (see [`upload_turns::UploadTurns`]).
     upload_turns: upload_turns::UploadTurns,
+    /// Team tokens with a dead-letter replay running (see [`in_flight`]).
+    replays: in_flight::InFlight,
 }
 
 impl std::ops::Deref for AppState {

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use wasmtime::component::HasData;
 
 mod id_names;
+mod lenient;
 
 use id_names::id_headers;
 pub use id_names::{is_id_header, register_id_source, stamp_json_id};
@@ -495,7 +496,15 @@ mod tests {
             assert!(err.contains("not strict JSON (RFC 8259)"), "{text}: {err}");
         }
         // What lenient readers skip before the object (the seventh read).
-        for prefix in ["/**/", "// c\n", "# c\n", ")]}'\n", " /* a */ // b\n"] {
+        for prefix in [
+            "/**/",
+            "// c\n",
+            "# c\n",
+            ")]}'\n",
+            " /* a */ // b\n",
+            "// c\r",
+            "# c\u{2028}",
+        ] {
             let err = refused(format!("{prefix}{forged}").into_bytes());
             assert!(err.contains("lenient reader"), "{prefix:?}: {err}");
         }
@@ -547,6 +556,18 @@ mod tests {
             (
                 forged.chars().flat_map(|c| (c as u32).to_be_bytes()).collect(),
                 "in UTF-32;",
+            ),
+            // Decoded first, then read past a comment (the eighth read).
+            (
+                format!("/**/{forged}")
+                    .encode_utf16()
+                    .flat_map(u16::to_le_bytes)
+                    .collect(),
+                "in UTF-16;",
+            ),
+            (
+                [&[0xef, 0xbb, 0xbf][..], b"// x\r", forged.as_bytes()].concat(),
+                "UTF-8 with a byte-order mark",
             ),
         ] {
             let err = refused(payload);

@@ -134,6 +134,14 @@ async fn sqlite_settled(conn: &mut sqlx::SqliteConnection) -> bool {
     // reads the connection's autocommit flag.
     let open_in_sqlite =
         unsafe { libsqlite3_sys::sqlite3_get_autocommit(handle.as_raw_handle().as_ptr()) } == 0;
+    // A transaction dropped with a handler's walls up left them draining
+    // (see `ConnectionWalls::drain`); after this trip through the worker
+    // nothing of it runs any more, and they come down.
+    if let Some(walls) = crate::sandbox::authorizer::walls_of(handle.as_raw_handle().as_ptr())
+        && walls.is_up()
+    {
+        walls.leave();
+    }
     drop(handle);
     let settled = !open_in_sqlite && !conn.is_in_transaction();
     if !settled {

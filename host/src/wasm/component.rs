@@ -7,7 +7,6 @@
 //! memory or its event count passes the handler's recycle bounds.
 
 use super::engine::WasmEngine;
-use super::limits::deadline_ticks;
 use super::state::StoreState;
 use crate::bindings::{Event, Handler as Instance, HandlerError, HandlerPre};
 use crate::capabilities::log::LogTag;
@@ -257,11 +256,24 @@ impl HandlerComponent {
                 );
                 let mut store = Store::new(&self.engine, state);
                 store.limiter(|s| &mut s.limiter);
-                store.epoch_deadline_trap();
+                // At every epoch tick the guest runs through, it yields to
+                // the runtime until its deadline, where it traps: a guest in
+                // a loop once held one of tokio's worker threads for its
+                // whole timeout (up to 30 s), and a few of them every thread,
+                // so every other team's pipeline, the relay and the admin
+                // API stood still (the eighth read of this round, issue 23).
+                store.epoch_deadline_callback(|ctx| {
+                    Ok(if std::time::Instant::now() >= ctx.data().deadline {
+                        wasmtime::UpdateDeadline::Interrupt
+                    } else {
+                        wasmtime::UpdateDeadline::Yield(1)
+                    })
+                });
                 (store, None, 0)
             }
         };
-        store.set_epoch_deadline(deadline_ticks(self.limits.timeout));
+        store.data_mut().deadline = std::time::Instant::now() + self.limits.timeout;
+        store.set_epoch_deadline(1);
         let event = Event {
             id: event_id.to_owned(),
             topic: record.topic.clone(),

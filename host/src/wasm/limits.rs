@@ -7,17 +7,12 @@ use crate::handler::LimitExceeded;
 use std::time::Duration;
 
 /// How often the epoch ticker advances. The time limit is enforced to within
-/// one tick; 10 ms keeps the ticker's cost negligible on a 2-core machine.
+/// one tick, and a running guest yields to the runtime once per tick; 10 ms
+/// keeps the ticker's cost negligible on a 2-core machine.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 
 /// Tables (function references) a guest may grow to. Real components use a few hundred.
 const MAX_TABLE_ELEMENTS: usize = 100_000;
-
-/// Epoch ticks until `timeout`, rounded up so the limit is never shorter than configured.
-pub fn deadline_ticks(timeout: Duration) -> u64 {
-    let tick = EPOCH_TICK.as_millis() as u64;
-    (timeout.as_millis() as u64).div_ceil(tick).max(1)
-}
 
 /// Caps the total linear memory of all of a guest's memories (a Python
 /// component has several core instances, each with its own memory).
@@ -95,11 +90,5 @@ mod tests {
         let exceeded = limiter.exceeded().unwrap();
         assert_eq!(exceeded.key, "limits.memory_mb");
         assert!(exceeded.to_string().contains("limit is 10 MiB"), "{exceeded}");
-    }
-
-    #[test]
-    fn deadline_rounds_up() {
-        assert_eq!(deadline_ticks(Duration::from_millis(15)), 2);
-        assert_eq!(deadline_ticks(Duration::ZERO), 1);
     }
 }

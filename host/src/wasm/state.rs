@@ -34,6 +34,9 @@ pub struct StoreState {
     pub(crate) log: LogState,
     pub(crate) stdout: GuestOutput,
     pub(crate) stderr: GuestOutput,
+    /// When the running event's guest is stopped (see `HandlerComponent`'s
+    /// epoch callback).
+    pub(crate) deadline: std::time::Instant,
 }
 
 impl StoreState {
@@ -68,6 +71,7 @@ impl StoreState {
             log: LogState::new(tag, event_id, limits.output_bytes),
             stdout,
             stderr,
+            deadline: std::time::Instant::now() + limits.timeout,
         }
     }
 }

@@ -3,6 +3,7 @@
 //! names: what keeps a publisher from choosing the id its consumer
 //! deduplicates on.
 
+use super::lenient;
 use crate::config::defaults::EVENT_ID_HEADER;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{LazyLock, RwLock};
@@ -102,26 +103,26 @@ fn is_default_id_header(name: &str) -> bool {
 /// [`IdNames`]) that the payload has. The other members keep their text.
 ///
 /// Refused: a payload that a consumer's JSON reader may take for an object
-/// but that is not one the host can stamp: not strict JSON (RFC 8259:
-/// `NaN`, comments, trailing bytes) or
-/// not UTF-8 without a byte-order mark (Python's `json.loads` and Jackson
-/// read a BOM, UTF-16 and UTF-32). Such a payload once went out untouched,
-/// its guest-chosen top-level `event_id` with it (the sixth read of this
+/// but that is not one the host can stamp (see [`lenient`]): not strict
+/// JSON (RFC 8259: `NaN`, comments, a prefix, trailing bytes) or not UTF-8
+/// without a byte-order mark. Such a payload once went out untouched, its
+/// guest-chosen top-level `event_id` with it (the sixth read of this
 /// round, issue 23).
 pub fn stamp_json_id(topic: &str, payload: Vec<u8>, id: &str) -> Result<Vec<u8>, String> {
-    if let Some(encoding) = foreign_json_object(&payload) {
-        return Err(format!(
-            "the payload reads as a JSON object in {encoding}; a JSON payload must be UTF-8 without a \
-             byte-order mark (RFC 8259), so the host can set its event_id field"
-        ));
-    }
-    if lenient_object(&payload)
-        && let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&payload)
-    {
-        return Err(format!(
-            "the payload reads as a JSON object to a lenient reader but is not strict JSON (RFC 8259): \
-             {e}; the host sets a JSON object's top-level event_id, so it refuses one it cannot read"
-        ));
+    let (encoding, text) = lenient::decode(&payload);
+    if lenient::object_start(text) {
+        if let Some(encoding) = encoding {
+            return Err(format!(
+                "the payload reads as a JSON object in {encoding}; a JSON payload must be UTF-8 without a \
+                 byte-order mark (RFC 8259), so the host can set its event_id field"
+            ));
+        }
+        if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&payload) {
+            return Err(format!(
+                "the payload reads as a JSON object to a lenient reader but is not strict JSON (RFC 8259): \
+                 {e}; the host sets a JSON object's top-level event_id, so it refuses one it cannot read"
+            ));
+        }
     }
     Ok(stamp_json_fields(payload, id, &registered(topic, |n| &n.fields)))
 }
@@ -129,37 +130,6 @@ pub fn stamp_json_id(topic: &str, payload: Vec<u8>, id: &str) -> Result<Vec<u8>,
 /// Its first byte other than JSON's blanks is `{`.
 fn starts_like_object(payload: &[u8]) -> bool {
     payload.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
-}
-
-/// Whether a lenient reader finds an object at its start: after blanks,
-/// comments (`//`, `/* */`, `#`) and the `)]}'` prefix that Gson's lenient
-/// mode and Jackson's `ALLOW_COMMENTS` skip (the seventh read of this round:
-/// `/**/{"event_id": ...}` went out unstamped).
-fn lenient_object(payload: &[u8]) -> bool {
-    let mut rest = payload;
-    loop {
-        rest = &rest[rest
-            .iter()
-            .position(|b| !b.is_ascii_whitespace())
-            .unwrap_or(rest.len())..];
-        let line_end = |from: usize| {
-            rest[from..]
-                .iter()
-                .position(|&b| b == b'\n')
-                .map_or(rest.len(), |i| from + i)
-        };
-        rest = match rest {
-            [b'/', b'/', ..] => &rest[line_end(2)..],
-            [b'#', ..] => &rest[line_end(1)..],
-            [b'/', b'*', tail @ ..] => match tail.windows(2).position(|w| w == b"*/") {
-                Some(end) => &tail[end + 2..],
-                None => return false,
-            },
-            [b')', b']', b'}', b'\'', tail @ ..] => tail,
-            [b'{', ..] => return true,
-            _ => return false,
-        };
-    }
 }
 
 /// `a` and `b` are the same name to a reader that ignores case: each
@@ -179,38 +149,6 @@ fn same_folded(a: &str, b: &str) -> bool {
             .unwrap_or(c)
     };
     a.chars().map(fold).eq(b.chars().map(fold))
-}
-
-/// The encoding other than plain UTF-8 in which `payload` starts with `{`
-/// after JSON's blanks, detected as lenient readers do (RFC 4627's rule on
-/// the first four bytes, and a byte-order mark): `None` for anything else,
-/// a binary format that starts with zero bytes among them (Confluent's
-/// Avro framing reads as UTF-32 text whose first character is NUL).
-fn foreign_json_object(payload: &[u8]) -> Option<&'static str> {
-    let (name, bom, unit, big_endian): (_, usize, usize, bool) = match payload {
-        [0xff, 0xfe, 0, 0, ..] => ("UTF-32 with a byte-order mark", 4, 4, false),
-        [0, 0, 0xfe, 0xff, ..] => ("UTF-32 with a byte-order mark", 4, 4, true),
-        [0xef, 0xbb, 0xbf, ..] => ("UTF-8 with a byte-order mark", 3, 1, false),
-        [0xff, 0xfe, ..] => ("UTF-16 with a byte-order mark", 2, 2, false),
-        [0xfe, 0xff, ..] => ("UTF-16 with a byte-order mark", 2, 2, true),
-        [0, 0, _, _, ..] => ("UTF-32", 0, 4, true),
-        [0, _, ..] => ("UTF-16", 0, 2, true),
-        [_, 0, 0, 0, ..] => ("UTF-32", 0, 4, false),
-        [_, 0, ..] => ("UTF-16", 0, 2, false),
-        _ => return None,
-    };
-    let first = payload[bom..]
-        .chunks_exact(unit)
-        .map(|c| {
-            let c = c.iter().map(|&b| u32::from(b));
-            if big_endian {
-                c.fold(0, |acc, b| acc << 8 | b)
-            } else {
-                c.rev().fold(0, |acc, b| acc << 8 | b)
-            }
-        })
-        .find(|&c| !matches!(c, 0x20 | 0x09 | 0x0a | 0x0d));
-    (first == Some(u32::from(b'{'))).then_some(name)
 }
 
 /// [`stamp_json_id`] with `others` as the registered fields.

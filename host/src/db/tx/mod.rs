@@ -279,9 +279,31 @@ impl Tx {
             .inner
             .fetch(sql, params, bound, keep && self.caches_guest_statements())
             .await;
+        self.stop_abandoned(&result).await;
         let result = self.deadline_error(result).await;
         self.end_statement_savepoint(result.is_ok()).await?;
         result
+    }
+
+    /// SQLite: a guest query the host stopped reading early (at its row or
+    /// byte bound, or a value it could not decode) may still run on sqlx's
+    /// worker thread, which notices only when it has another row to send: a
+    /// statement that finds no more rows ran on, and once the walls came down
+    /// (the next host statement) nothing stopped it and the transaction's
+    /// RELEASE queued behind it for good (the eighth read of this round,
+    /// issue 23). It is interrupted, and the worker waited for, while the
+    /// walls are still up. (PostgreSQL: the next command drains the rows,
+    /// still under the `LOCAL` statement timeout.)
+    async fn stop_abandoned<T>(&mut self, result: &Result<T, DbError>) {
+        let abandoned = matches!(
+            result,
+            Err(DbError::TooManyRows { .. } | DbError::ResultTooLarge { .. } | DbError::Decode(_))
+        );
+        if let (true, Inner::Sqlite(tx)) = (abandoned, &mut self.inner) {
+            self.walls.interrupt_sqlite();
+            // Queued behind the statement: done once it has stopped.
+            let _ = tx.lock_handle().await;
+        }
     }
 
     /// Runs one statement of a handler's migration, inside the walls

@@ -160,19 +160,16 @@ impl SqliteSwitch {
 
 impl Drop for SqliteSwitch {
     /// A transaction dropped with a handler's walls up may have its
-    /// statement still running on sqlx's worker thread (its future was
-    /// dropped: a client that went away from a replay or an upload, a task
-    /// cancelled). That statement is interrupted before the walls come down:
-    /// once they are down no deadline stops it, and it held SQLite's write
-    /// lock for good (the seventh read of this round, issue 23). The
-    /// connection is still this transaction's here (the switch drops first),
-    /// so nothing else runs on it.
+    /// statement still running on sqlx's worker thread, or queued there (its
+    /// future was dropped: a client that went away from a replay or an
+    /// upload, a task cancelled): the walls are not taken down but drained
+    /// (see [`ConnectionWalls::drain`]) until the connection is back in the
+    /// pool. The connection is still this transaction's here (the switch
+    /// drops first), so nothing else runs on it.
     fn drop(&mut self) {
-        if let Some(connection) = self.0
-            && connection.is_up()
-        {
-            connection.interrupt();
+        match self.0 {
+            Some(connection) if connection.is_up() => connection.drain(),
+            _ => self.down(),
         }
-        self.down();
     }
 }

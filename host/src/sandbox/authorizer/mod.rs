@@ -34,6 +34,9 @@ pub enum Scope {
     /// While one of the handler's migration statements runs: also creating
     /// tables, views and indexes, and altering or dropping its own.
     Migration,
+    /// The transaction was dropped with a handler's walls up (see
+    /// [`ConnectionWalls::drain`]): only its ROLLBACK may run.
+    Draining,
 }
 
 /// SQLite implements these operators as functions and asks the authorizer
@@ -113,6 +116,13 @@ impl Policy {
     /// names come from the statement guard rather than being let through).
     pub fn decide(&self, action: c_int, arg1: Option<&str>, arg2: Option<&str>, ctes: &[String]) -> c_int {
         let allow = |ok: bool| if ok { ffi::SQLITE_OK } else { ffi::SQLITE_DENY };
+        if self.scope == Scope::Draining {
+            // sqlx ends a dropped transaction with `ROLLBACK` (or `ROLLBACK
+            // TO SAVEPOINT` if nested).
+            return allow(
+                matches!(action, ffi::SQLITE_TRANSACTION | ffi::SQLITE_SAVEPOINT) && arg1 == Some("ROLLBACK"),
+            );
+        }
         let migrating = self.scope == Scope::Migration;
         match action {
             // ALTER TABLE ... RENAME renames the table's AUTOINCREMENT counter
@@ -244,6 +254,24 @@ impl ConnectionWalls {
             // a connection's walls live as long as the process.
             unsafe { ffi::sqlite3_interrupt(self.db as *mut ffi::sqlite3) };
         }
+    }
+
+    /// The transaction was dropped with a handler's walls up, maybe with its
+    /// statement still running on sqlx's worker thread or queued there (a
+    /// replay or upload whose client went away): the statement is
+    /// interrupted, and until the connection comes back to the pool (see
+    /// `db::sqlite_settled`, which takes the walls down after a trip through
+    /// the worker) only a ROLLBACK may run and every statement is past its
+    /// deadline. Taking the walls down here let a running statement go on
+    /// with no deadline, holding the write lock until a restart (the seventh
+    /// read of this round, issue 23), and a statement not yet started run
+    /// with no authorizer at all (SQLite forgets an interrupt that comes
+    /// before a statement starts: the eighth read).
+    pub fn drain(&self) {
+        *self.policy.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(Arc::new(Policy::new(Scope::Draining, &[])));
+        self.deadline.store(1, Ordering::Relaxed);
+        self.interrupt();
     }
 
     /// Whether a handler's walls are up.

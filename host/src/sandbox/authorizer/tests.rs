@@ -245,3 +245,48 @@ fn delete_without_where_stops_at_the_deadline() {
     // SAFETY: nothing uses `db` after this.
     unsafe { ffi::sqlite3_close(db) };
 }
+
+/// A transaction dropped with its walls up drains (the eighth read of this
+/// round, issue 23): its ROLLBACK runs, and a guest statement that had not
+/// started yet is refused when SQLite prepares it, instead of running with
+/// no walls at all.
+#[test]
+fn a_draining_connection_runs_only_its_rollback() {
+    let walls = ConnectionWalls::default();
+    walls.enter(
+        Arc::new(policy(Scope::Guest)),
+        Instant::now() + std::time::Duration::from_secs(60),
+    );
+    walls.drain();
+    assert!(
+        walls.is_up() && walls.past_deadline(),
+        "up, and past its deadline"
+    );
+    assert_eq!(
+        walls.decide(ffi::SQLITE_TRANSACTION, Some("ROLLBACK"), None),
+        ffi::SQLITE_OK
+    );
+    assert_eq!(
+        walls.decide(ffi::SQLITE_SAVEPOINT, Some("ROLLBACK"), Some("_sqlx_savepoint_1")),
+        ffi::SQLITE_OK
+    );
+    for (action, arg1) in [
+        (ffi::SQLITE_SELECT, None),
+        (ffi::SQLITE_READ, Some("invoices")),
+        (ffi::SQLITE_INSERT, Some("invoices")),
+        (ffi::SQLITE_TRANSACTION, Some("COMMIT")),
+        (ffi::SQLITE_SAVEPOINT, Some("RELEASE")),
+    ] {
+        assert_eq!(
+            walls.decide(action, arg1, None),
+            ffi::SQLITE_DENY,
+            "{action} {arg1:?}"
+        );
+    }
+    walls.leave();
+    assert!(!walls.is_up());
+    assert_eq!(
+        walls.decide(ffi::SQLITE_READ, Some("inbox"), None),
+        ffi::SQLITE_OK
+    );
+}

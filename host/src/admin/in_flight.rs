@@ -1,0 +1,97 @@
+//! One request of a kind in flight per team token: for the requests that run
+//! a handler's guest (dead-letter replays), which on SQLite hold the only
+//! writer while the guest runs. A hundred concurrent replays of one letter
+//! whose guest spins to its deadline each took the writer for that long in
+//! turn, every other handler's events queued behind them (the eighth read
+//! of this round, issue 23). The operator's admin tokens are not limited.
+
+use super::ApiError;
+use super::auth::{Caller, TokenScope};
+use axum::http::StatusCode;
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+#[derive(Default)]
+pub struct InFlight {
+    tokens: Mutex<HashSet<String>>,
+}
+
+impl InFlight {
+    /// The caller's turn, or 429 naming `what` while another of its
+    /// requests of this kind runs; it ends when the returned value drops
+    /// (a client that went away too).
+    pub fn enter(&self, caller: &Caller, what: &str) -> Result<Entered<'_>, ApiError> {
+        if matches!(caller.scope, TokenScope::Admin) {
+            return Ok(Entered {
+                set: self,
+                token: None,
+            });
+        }
+        let mut tokens = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
+        if !tokens.insert(caller.name.clone()) {
+            return Err(ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!("another {what} of this token is in progress: a token runs one at a time"),
+            ));
+        }
+        Ok(Entered {
+            set: self,
+            token: Some(caller.name.clone()),
+        })
+    }
+}
+
+pub struct Entered<'a> {
+    set: &'a InFlight,
+    token: Option<String>,
+}
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        if let Some(token) = self.token.take() {
+            self.set
+                .tokens
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&token);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::TokenPolicy;
+    use std::sync::Arc;
+
+    fn caller(name: &str, scope: TokenScope) -> Caller {
+        Caller {
+            name: name.into(),
+            scope,
+            policy: Arc::new(TokenPolicy::team_default(name)),
+        }
+    }
+
+    #[test]
+    fn a_team_token_replays_one_at_a_time() {
+        let replays = InFlight::default();
+        let team = caller("team-a", TokenScope::Handlers(vec!["a".into()]));
+        let other = caller("team-b", TokenScope::Handlers(vec!["b".into()]));
+        let ops = caller("ops", TokenScope::Admin);
+        let first = replays.enter(&team, "replay").unwrap();
+        let refused = replays.enter(&team, "replay").err().unwrap();
+        assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+        assert!(
+            refused.message.contains("another replay of this token"),
+            "{}",
+            refused.message
+        );
+        let _theirs = replays.enter(&other, "replay").unwrap();
+        let _a = replays.enter(&ops, "replay").unwrap();
+        let _b = replays.enter(&ops, "replay").unwrap();
+        drop(first);
+        replays
+            .enter(&team, "replay")
+            .expect("its turn again once the first ended");
+    }
+}
