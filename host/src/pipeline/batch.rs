@@ -141,6 +141,8 @@ enum TxEnd {
         cut: bool,
         /// Key order: the keys of the records parked (see [`BatchCursor::parked_keys`]).
         parked_keys: Vec<Vec<u8>>,
+        /// It stopped taking records at [`BATCH_WALL`].
+        walled: bool,
     },
     /// The invariant check failed: all `count` records were rolled back.
     Violation {
@@ -191,6 +193,10 @@ impl Pipeline {
         // Once a call failed, the rest of this batch runs a savepoint per call
         // (and so do the handler's next few batches: see `Slot::optimistic`).
         let mut optimistic = self.slot.optimistic();
+        // How many records a transaction claims: after one stopped at
+        // `BATCH_WALL`, as many as it got through, so a batch of slow events
+        // does not claim (and give back) its whole remainder every time.
+        let mut window = records.len();
         while cursor.done < records.len() {
             let rest = &records[cursor.done..];
             // With key order, a record behind one this batch parked (in the
@@ -199,8 +205,9 @@ impl Pipeline {
                 return Ok(BatchEnd::Returned(None));
             }
             let span = self.batch_span(rest);
+            let taken = &rest[..window.min(rest.len())];
             let end = self
-                .batch_tx(rest, cursor.fence, optimistic && rest.len() > 1)
+                .batch_tx(taken, cursor.fence, optimistic && taken.len() > 1)
                 .instrument(span.clone())
                 .await;
             span.record("outcome", tx_outcome(&end));
@@ -219,7 +226,7 @@ impl Pipeline {
                 TxEnd::Redo => {
                     tracing::debug!(
                         handler = self.handler.name(),
-                        records = rest.len(),
+                        records = taken.len(),
                         "a call failed in an optimistic batch; running it again with a savepoint per call"
                     );
                     optimistic = false;
@@ -230,7 +237,11 @@ impl Pipeline {
                     retry,
                     cut,
                     parked_keys,
+                    walled,
                 } => {
+                    if walled {
+                        window = count.max(1);
+                    }
                     cursor.committed(&rest[..count]);
                     cursor.parked_keys.extend(parked_keys);
                     if cut {
@@ -288,11 +299,11 @@ impl Pipeline {
                         TxEnd::HostError(error) => {
                             tracing::warn!(
                                 handler = self.handler.name(),
-                                records = rest.len(),
+                                records = taken.len(),
                                 "the database refused a batch's transaction ({error}); running its records \
                                  one at a time"
                             );
-                            rest.len()
+                            taken.len()
                         }
                         _ => unreachable!("matched above"),
                     };
@@ -422,11 +433,13 @@ impl Pipeline {
         let mut held_bytes = 0;
         let mut retry = None;
         let mut cut = false;
+        let mut walled = false;
         for (index, (record, id)) in records.iter().zip(&ids).enumerate() {
             if index > 0 && started.elapsed() >= BATCH_WALL {
                 // The records from here on go in the next transaction.
                 let unrun = fresh.drain().collect();
                 self.unclaim(&mut tx, &keys, unrun).await?;
+                walled = true;
                 break;
             }
             let event_id = match id {
@@ -548,6 +561,7 @@ impl Pipeline {
                 retry,
                 cut,
                 parked_keys: found_blocked.into_iter().collect(),
+                walled,
             });
         };
         match self.seal(tx, last, fence, count, &applied, &messages).await? {
@@ -573,6 +587,7 @@ impl Pipeline {
             retry,
             cut,
             parked_keys,
+            walled,
         })
     }
 

@@ -42,9 +42,10 @@ pub struct Rules<'a> {
     pub max_component_bytes: usize,
     /// The calling token's ceilings and allowlists.
     pub policy: &'a TokenPolicy,
-    /// Set, however the upload ends, to the milliseconds it held SQLite's
-    /// only writer (its admission and migrations): what the admin API
-    /// charges the token for (see `admin::handlers::UploadTurns`).
+    /// Set, however the upload ends, to the milliseconds its admission and
+    /// migrations held what other work waits for (SQLite's only writer,
+    /// PostgreSQL's deployments lock): what the admin API charges the token
+    /// for (see `admin::upload_turns`).
     pub writer_held_ms: Option<&'a AtomicU64>,
 }
 
@@ -137,13 +138,10 @@ pub async fn upload(
         .await
         .map_err(UploadError::Database)?;
     let mut tx = db.begin_immediate().await.map_err(UploadError::Database)?;
-    let _held = rules
-        .writer_held_ms
-        .filter(|_| db.backend() == Backend::Sqlite)
-        .map(|out| HeldFor {
-            since: std::time::Instant::now(),
-            out,
-        });
+    let _held = rules.writer_held_ms.map(|out| HeldFor {
+        since: std::time::Instant::now(),
+        out,
+    });
     admit(
         &mut tx,
         rules.config_handlers,
