@@ -160,7 +160,29 @@ pub async fn insert_version(tx: &mut Tx, new: &NewVersion<'_>) -> Result<i64, Db
     )
     .await?;
     set_active(tx, new.name, version).await?;
+    prune_versions(tx, new.name, version).await?;
     Ok(version)
+}
+
+/// Versions a handler keeps: the newest this many, and its active and
+/// rollback ones whatever their age. Every upload stored its component (up
+/// to `admin.max_component_mb`) for good, so a team uploading in a loop
+/// filled the disk every team's database lives on (the eighth read of this
+/// round, issue 23).
+pub const KEPT_VERSIONS: i64 = 10;
+
+/// Deletes `name`'s versions older than the newest [`KEPT_VERSIONS`] (its
+/// newest being `newest`), except its active and rollback ones.
+async fn prune_versions(tx: &mut Tx, name: &str, newest: i64) -> Result<(), DbError> {
+    tx.execute(
+        "DELETE FROM handlers WHERE name = $1 AND version <= $2
+           AND version NOT IN (SELECT active_version FROM handler_deployments WHERE name = $1)
+           AND version NOT IN (SELECT previous_version FROM handler_deployments
+                               WHERE name = $1 AND previous_version IS NOT NULL)",
+        &[name.into(), (newest - KEPT_VERSIONS).into()],
+    )
+    .await?;
+    Ok(())
 }
 
 /// Makes `version` the running one; the one it replaces becomes the rollback target.
@@ -295,6 +317,42 @@ mod tests {
                 "{:?}",
                 db.backend()
             );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_handler_keeps_its_newest_versions_and_its_rollback_target() {
+        for db in each_backend().await {
+            let new = NewVersion {
+                name: "loop",
+                sha256: "00",
+                component: b"\0asm",
+                settings: "{}",
+                migrations: &[],
+                uploaded_by: "team",
+            };
+            let upload = || async {
+                let mut tx = db.begin().await.unwrap();
+                insert_version(&mut tx, &new).await.unwrap();
+                tx.commit().await.unwrap();
+            };
+            for _ in 0..18 {
+                upload().await;
+            }
+            let kept = || async {
+                let listed = versions(&db, "loop").await.unwrap();
+                listed.iter().map(|v| v.version).collect::<Vec<i64>>()
+            };
+            assert_eq!(kept().await, (9..=18).collect::<Vec<_>>(), "{:?}", db.backend());
+            // Rolled back to 9, then one more upload: 9 is the rollback
+            // target now, kept though it is not among the ten newest.
+            let mut tx = db.begin().await.unwrap();
+            set_active(&mut tx, "loop", 9).await.unwrap();
+            tx.commit().await.unwrap();
+            upload().await;
+            assert_eq!(kept().await, (9..=19).collect::<Vec<_>>(), "{:?}", db.backend());
+            let deployment = deployment(&db, "loop").await.unwrap().unwrap();
+            assert_eq!((deployment.active_version, deployment.previous_version), (19, Some(9)));
         }
     }
 }
