@@ -102,7 +102,7 @@ pub async fn replay(
     Query(query): Query<HeldQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let row = fetch(&state, &caller, id).await?;
-    let _turn = state.replays.enter(&caller, "dead-letter replay")?;
+    let _turn = state.replays.enter(&caller, "dead-letter replay or discard")?;
     Ok(Json(replay_row(&state, &caller, &row, query.held).await?))
 }
 
@@ -132,7 +132,7 @@ pub async fn replay_all(
     Json(body): Json<ReplayAll>,
 ) -> Result<Json<Value>, ApiError> {
     caller.check(&body.handler)?;
-    let _turn = state.replays.enter(&caller, "dead-letter replay")?;
+    let _turn = state.replays.enter(&caller, "dead-letter replay or discard")?;
     let limit = match body.limit {
         None => REPLAY_ALL_PAGE,
         Some(limit @ 1..=REPLAY_ALL_PAGE) => limit,
@@ -225,6 +225,8 @@ pub async fn discard(
     Query(query): Query<HeldQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let row = fetch(&state, &caller, id).await?;
+    // It may replay the letters held behind it (`?held=replay`, the default).
+    let _turn = state.replays.enter(&caller, "dead-letter replay or discard")?;
     Ok(Json(discard_row(&state, &row, query.held).await?))
 }
 
@@ -293,7 +295,7 @@ pub async fn replay_group(
     Path(id): Path<String>,
 ) -> Result<Json<Vec<Value>>, ApiError> {
     let group = fetch_group(&state, &caller, &id).await?;
-    let _turn = state.replays.enter(&caller, "dead-letter replay")?;
+    let _turn = state.replays.enter(&caller, "dead-letter replay or discard")?;
     let mut outcomes = Vec::with_capacity(group.members.len());
     for ids in group.members.chunks(REPLAY_CHUNK) {
         let filter = Filter {
@@ -328,6 +330,7 @@ pub async fn discard_group(
     Query(query): Query<HeldQuery>,
 ) -> Result<Json<Vec<Value>>, ApiError> {
     let group = fetch_group(&state, &caller, &id).await?;
+    let _turn = state.replays.enter(&caller, "dead-letter replay or discard")?;
     let db = state.registry.db();
     let mut outcomes = Vec::with_capacity(group.members.len());
     // Every member first, then what each held (ordering = "key"): a letter

@@ -466,7 +466,9 @@ mod tests {
         // So is the same name in any case, to readers that ignore case (Go's
         // encoding/json takes the last): dotless ı, long ſ and Kelvin K too.
         assert_eq!(
-            stamped(r#"{"n": 1, "EVENT_ID": "a", "Event_Id": "b", "event_ıd": "c", "\u0045vent_id": "d"}"#),
+            stamped(
+                r#"{"n": 1, "EVENT_ID": "a", "Event_Id": "b", "event_ıd": "c", "\u0045vent_id": "d", "event_İd": "e", "eventId": "f", "event-id": "g", "X-Event-Id": "h"}"#
+            ),
             format!(r#"{{"event_id":"{id}","n": 1}}"#),
         );
 
@@ -515,6 +517,9 @@ mod tests {
                 "{text:?}"
             );
         }
+        // A key a lossy decoder reads as event_id (the ninth read).
+        let err = refused(b"{\"event_id\": \"x\", \"event_\xffid\": \"forged\"}".to_vec());
+        assert!(err.contains("not valid UTF-8"), "{err}");
         // Deep nesting is strict JSON, and stamped (the check keeps no stack).
         let deep = format!(
             r#"{{"event_id": "forged", "v": {}1{}}}"#,

@@ -191,6 +191,12 @@ impl SqlView<'_> {
             {
                 json_keys::check(text, &format!("parameter {}", i + 1))
                     .map_err(|refusal| SqlError::Limit(refusal.to_string()))?;
+                // A scan of up to `max_row_bytes` on this worker thread:
+                // others get their turn between parameters (sixty 8 MiB
+                // parameters were one long stretch: the ninth read).
+                if text.len() > 64 * 1024 {
+                    tokio::task::yield_now().await;
+                }
             }
         }
         if self.state.statements_left == 0 {

@@ -352,7 +352,10 @@ mod tests {
             upload().await;
             assert_eq!(kept().await, (9..=19).collect::<Vec<_>>(), "{:?}", db.backend());
             let deployment = deployment(&db, "loop").await.unwrap().unwrap();
-            assert_eq!((deployment.active_version, deployment.previous_version), (19, Some(9)));
+            assert_eq!(
+                (deployment.active_version, deployment.previous_version),
+                (19, Some(9))
+            );
         }
     }
 }

@@ -25,6 +25,10 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 /// hold a handful.
 pub(crate) const MAX_RESOURCES: usize = 10_000;
 
+/// The most bytes one `wasi:random` call returns (a guest wanting more
+/// calls again: each call is a host call, counted and interruptible between).
+const MAX_RANDOM_BYTES: u64 = 64 * 1024;
+
 pub struct StoreState {
     wasi: WasiCtx,
     table: ResourceTable,
@@ -56,6 +60,10 @@ impl StoreState {
         let wasi = WasiCtx::builder()
             .stdout(stdout.clone())
             .stderr(stderr.clone())
+            // wasi:random fills a buffer of the guest's asking in one
+            // synchronous call, outside the guest's memory and its epoch
+            // deadline: 64 MiB by default (the ninth read of this round).
+            .max_random_size(MAX_RANDOM_BYTES)
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)

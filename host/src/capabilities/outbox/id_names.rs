@@ -117,6 +117,14 @@ pub fn stamp_json_id(topic: &str, payload: Vec<u8>, id: &str) -> Result<Vec<u8>,
                  byte-order mark (RFC 8259), so the host can set its event_id field"
             ));
         }
+        // serde_json does not check the UTF-8 of strings it skips, and a
+        // reader that drops invalid bytes read `event_\xffid` as `event_id`.
+        if let Err(e) = std::str::from_utf8(&payload) {
+            return Err(format!(
+                "the payload reads as a JSON object but is not valid UTF-8 ({e}); the host sets a JSON \
+                 object's top-level event_id, so it refuses one it cannot read"
+            ));
+        }
         if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&payload) {
             return Err(format!(
                 "the payload reads as a JSON object to a lenient reader but is not strict JSON (RFC 8259): \
@@ -139,16 +147,26 @@ fn starts_like_object(payload: &[u8]) -> bool {
 /// `OrdinalIgnoreCase` have them (the seventh read of this round:
 /// `{"EVENT_ID": ...}` went out beside the host's `event_id`).
 fn same_folded(a: &str, b: &str) -> bool {
-    fn single(mut chars: impl Iterator<Item = char>) -> Option<char> {
-        let first = chars.next()?;
-        chars.next().is_none().then_some(first)
-    }
-    let fold = |c: char| {
-        single(c.to_uppercase())
-            .and_then(|upper| single(upper.to_lowercase()))
-            .unwrap_or(c)
-    };
     a.chars().map(fold).eq(b.chars().map(fold))
+}
+
+/// One character as readers that ignore case compare it: its simple upper
+/// case, then the first character of that one's lower case (`İ` is `i`, as
+/// Java's `equalsIgnoreCase` has it: the ninth read of this round).
+fn fold(c: char) -> char {
+    let mut upper = c.to_uppercase();
+    match (upper.next(), upper.next()) {
+        (Some(u), None) => u.to_lowercase().next().unwrap_or(u),
+        _ => c,
+    }
+}
+
+/// Whether a JSON key reads as the event id to some consumer: `event_id` in
+/// any case, and every spelling a header may have (`eventId`, `event-id`,
+/// `X-Event-Id`: camel-case and kebab-case mappers read those).
+fn reads_as_event_id(key: &str) -> bool {
+    let folded: String = key.chars().map(fold).collect();
+    is_default_id_header(&folded)
 }
 
 /// [`stamp_json_id`] with `others` as the registered fields.
@@ -173,13 +191,16 @@ pub(super) fn stamp_json_fields(payload: Vec<u8>, id: &str, others: &[String]) -
     // The name a key stands for, in any case: every such key is dropped and
     // the name written once, with the id.
     let stamped_name = |key: &[u8]| -> Option<String> {
-        let name: String = (key.len() <= longest * 6 + 2)
+        let name: String = (key.len() <= (longest + 2) * 6 + 2)
             .then(|| serde_json::from_slice(key).ok())
             .flatten()?;
-        std::iter::once(EVENT_ID_HEADER)
-            .chain(others.iter().map(String::as_str))
+        if reads_as_event_id(&name) {
+            return Some(EVENT_ID_HEADER.to_owned());
+        }
+        others
+            .iter()
             .find(|candidate| same_folded(&name, candidate))
-            .map(str::to_owned)
+            .cloned()
     };
     let mut stamped: Vec<String> = vec![EVENT_ID_HEADER.to_owned()];
     let found = json::for_each_member(&payload, |key, _| {
