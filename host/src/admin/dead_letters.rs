@@ -102,7 +102,7 @@ pub async fn replay(
     Query(query): Query<HeldQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let row = fetch(&state, &caller, id).await?;
-    let _turn = state.replays.enter(&caller, "dead-letter replay or discard")?;
+    let _turn = state.bulk.enter(&caller, "replay, discard or re-queue")?;
     Ok(Json(replay_row(&state, &caller, &row, query.held).await?))
 }
 
@@ -132,7 +132,7 @@ pub async fn replay_all(
     Json(body): Json<ReplayAll>,
 ) -> Result<Json<Value>, ApiError> {
     caller.check(&body.handler)?;
-    let _turn = state.replays.enter(&caller, "dead-letter replay or discard")?;
+    let _turn = state.bulk.enter(&caller, "replay, discard or re-queue")?;
     let limit = match body.limit {
         None => REPLAY_ALL_PAGE,
         Some(limit @ 1..=REPLAY_ALL_PAGE) => limit,
@@ -226,7 +226,7 @@ pub async fn discard(
 ) -> Result<Json<Value>, ApiError> {
     let row = fetch(&state, &caller, id).await?;
     // It may replay the letters held behind it (`?held=replay`, the default).
-    let _turn = state.replays.enter(&caller, "dead-letter replay or discard")?;
+    let _turn = state.bulk.enter(&caller, "replay, discard or re-queue")?;
     Ok(Json(discard_row(&state, &row, query.held).await?))
 }
 
@@ -255,6 +255,9 @@ pub async fn groups(
     if let Some(handler) = &query.handler {
         caller.check(handler)?;
     }
+    // Each listing reads every parked letter of the token's handlers (the
+    // tenth read: a hundred at once were a hundred full scans).
+    let _turn = state.listings.wait(&caller, "dead-letter group listing").await?;
     let filter = Filter {
         handler: query.handler.as_deref(),
         handlers: caller.handlers(),
@@ -294,8 +297,9 @@ pub async fn replay_group(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Vec<Value>>, ApiError> {
+    // Before the group is read: that reads every parked letter.
+    let _turn = state.bulk.enter(&caller, "replay, discard or re-queue")?;
     let group = fetch_group(&state, &caller, &id).await?;
-    let _turn = state.replays.enter(&caller, "dead-letter replay or discard")?;
     let mut outcomes = Vec::with_capacity(group.members.len());
     for ids in group.members.chunks(REPLAY_CHUNK) {
         let filter = Filter {
@@ -329,8 +333,9 @@ pub async fn discard_group(
     Path(id): Path<String>,
     Query(query): Query<HeldQuery>,
 ) -> Result<Json<Vec<Value>>, ApiError> {
+    // Before the group is read: that reads every parked letter.
+    let _turn = state.bulk.enter(&caller, "replay, discard or re-queue")?;
     let group = fetch_group(&state, &caller, &id).await?;
-    let _turn = state.replays.enter(&caller, "dead-letter replay or discard")?;
     let db = state.registry.db();
     let mut outcomes = Vec::with_capacity(group.members.len());
     // Every member first, then what each held (ordering = "key"): a letter

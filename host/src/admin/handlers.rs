@@ -228,6 +228,11 @@ async fn switch(
 ) -> Result<Json<HandlerView>, ApiError> {
     let db = state.registry.db();
     let mut tx = db.begin_immediate().await?;
+    // Before the version is read: an upload (which prunes old versions) or
+    // a delete holding the lock could otherwise remove it between the read
+    // and the activation, leaving every host with an active version that does
+    // not exist (the tenth read of this round, issue 23).
+    store::lock_deployments(&mut tx).await?;
     let Some(settings) = store::version_settings(&mut tx, name, version).await? else {
         return Err(ApiError::not_found(format!(
             "handler {name} has no version {version}"

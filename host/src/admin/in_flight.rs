@@ -1,9 +1,12 @@
 //! One request of a kind in flight per team token: for the requests that run
-//! a handler's guest (dead-letter replays), which on SQLite hold the only
-//! writer while the guest runs. A hundred concurrent replays of one letter
-//! whose guest spins to its deadline each took the writer for that long in
-//! turn, every other handler's events queued behind them (the eighth read
-//! of this round, issue 23). The operator's admin tokens are not limited.
+//! a handler's guest (dead-letter replays, and discards, which replay the
+//! letters held behind them) or rewrite or read every row of a kind (an
+//! outbox re-queue, a dead-letter group listing). On SQLite the first hold
+//! the only writer while the guest runs: a hundred concurrent replays of one
+//! letter whose guest spins to its deadline each took the writer for that
+//! long in turn, every other handler's events queued behind them (the eighth
+//! to tenth reads of this round, issue 23). The operator's admin tokens are
+//! not limited.
 
 use super::ApiError;
 use super::auth::{Caller, TokenScope};
@@ -14,7 +17,12 @@ use std::sync::Mutex;
 #[derive(Default)]
 pub struct InFlight {
     tokens: Mutex<HashSet<String>>,
+    /// Woken when a token's request ends (see [`InFlight::wait`]).
+    freed: tokio::sync::Notify,
 }
+
+/// How long [`InFlight::wait`] waits for the token's other request.
+const WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl InFlight {
     /// The caller's turn, or 429 naming `what` while another of its
@@ -41,6 +49,30 @@ impl InFlight {
     }
 }
 
+impl InFlight {
+    /// As [`InFlight::enter`], waiting (up to a minute, then 503) for the
+    /// token's request of this kind that runs: for reads a page makes
+    /// several of, where a refusal would only show an error.
+    pub async fn wait(&self, caller: &Caller, what: &str) -> Result<Entered<'_>, ApiError> {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            // Registered before the try, so a request ending in between wakes it.
+            freed.as_mut().enable();
+            if let Ok(entered) = self.enter(caller, what) {
+                return Ok(entered);
+            }
+            if tokio::time::timeout_at(deadline, freed).await.is_err() {
+                return Err(ApiError::unavailable(format!(
+                    "another {what} of this token ran for more than {} s; try again later",
+                    WAIT.as_secs()
+                )));
+            }
+        }
+    }
+}
+
 pub struct Entered<'a> {
     set: &'a InFlight,
     token: Option<String>,
@@ -54,6 +86,7 @@ impl Drop for Entered<'_> {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(&token);
+            self.set.freed.notify_waiters();
         }
     }
 }
@@ -93,5 +126,25 @@ mod tests {
         replays
             .enter(&team, "replay")
             .expect("its turn again once the first ended");
+    }
+
+    #[tokio::test]
+    async fn a_listing_waits_for_the_tokens_other_one() {
+        let listings = InFlight::default();
+        let team = caller("team-a", TokenScope::Handlers(vec!["a".into()]));
+        let first = listings.enter(&team, "listing").unwrap();
+        let second = listings.wait(&team, "listing");
+        tokio::pin!(second);
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(50), second.as_mut())
+                .await
+                .is_err(),
+            "it waits while the first runs"
+        );
+        drop(first);
+        tokio::time::timeout(std::time::Duration::from_secs(5), second)
+            .await
+            .expect("woken when the first ended")
+            .unwrap();
     }
 }

@@ -90,7 +90,8 @@ impl Listener {
             max_component_bytes: self.config.max_component_bytes(),
             broker: ops::BrokerProbe::new(registry.kafka()),
             upload_turns: upload_turns::UploadTurns::default(),
-            replays: in_flight::InFlight::default(),
+            bulk: in_flight::InFlight::default(),
+            listings: in_flight::InFlight::default(),
             registry,
         }));
         let app = router(state, self.config.max_component_bytes());
@@ -162,8 +163,12 @@ pub struct Shared {
     broker: ops::BrokerProbe,
     /// Who may upload now (see [`upload_turns::UploadTurns`]).
     upload_turns: upload_turns::UploadTurns,
-    /// Team tokens with a dead-letter replay running (see [`in_flight`]).
-    replays: in_flight::InFlight,
+    /// Team tokens with a bulk request running: a dead-letter replay or
+    /// discard (which runs guests) or an outbox re-queue (see [`in_flight`]).
+    bulk: in_flight::InFlight,
+    /// Team tokens with a dead-letter group listing running (each reads
+    /// every parked letter of the token's handlers).
+    listings: in_flight::InFlight,
 }
 
 impl std::ops::Deref for AppState {

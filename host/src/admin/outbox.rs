@@ -90,6 +90,7 @@ pub async fn retry_all(
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     caller.check(&name)?;
+    let _turn = state.bulk.enter(&caller, "replay, discard or re-queue")?;
     let requeued = outbox::requeue_all(state.registry.db(), &name).await?;
     tracing::info!(
         count = requeued,

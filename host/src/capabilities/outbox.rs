@@ -477,7 +477,7 @@ mod tests {
         }
         // Binary formats pass untouched, Confluent's Avro framing (magic 0,
         // schema id 123 = `{`) among them.
-        for binary in [vec![0xff, b'{', 0], vec![0, 0, 0, 0, b'{', 1], vec![0xfe]] {
+        for binary in [vec![0xff, b'x', b'{', 0], vec![0, 0, 0, 0, b'{', 1], vec![0xfe]] {
             assert_eq!(stamp_json_id("t", binary.clone(), id).unwrap(), binary);
         }
     }
@@ -519,6 +519,8 @@ mod tests {
         }
         // A key a lossy decoder reads as event_id (the ninth read).
         let err = refused(b"{\"event_id\": \"x\", \"event_\xffid\": \"forged\"}".to_vec());
+        assert!(err.contains("not valid UTF-8"), "{err}");
+        let err = refused(b"\xff{\"event_id\": \"forged\"}".to_vec());
         assert!(err.contains("not valid UTF-8"), "{err}");
         // Deep nesting is strict JSON, and stamped (the check keeps no stack).
         let deep = format!(

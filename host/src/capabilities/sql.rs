@@ -169,6 +169,14 @@ impl SqlView<'_> {
                 params.len()
             )));
         }
+        if self.state.statements_left == 0 {
+            return Err(SqlError::Limit(format!(
+                "limits.max_statements: this event already ran {} statements",
+                self.state.max_statements
+            )));
+        }
+        // Counted before the parameters are scanned (the tenth read).
+        self.state.statements_left -= 1;
         let max_row_bytes = self.state.guard.max_row_bytes();
         for (i, param) in params.iter().enumerate() {
             // As text: what the statement guard counts it at (`sandbox::work`).
@@ -199,13 +207,6 @@ impl SqlView<'_> {
                 }
             }
         }
-        if self.state.statements_left == 0 {
-            return Err(SqlError::Limit(format!(
-                "limits.max_statements: this event already ran {} statements",
-                self.state.max_statements
-            )));
-        }
-        self.state.statements_left -= 1;
         let verdict = match self.state.guard.remembered(statement) {
             Some(verdict) => verdict,
             // A text the guard has not judged: parsed on a blocking thread,

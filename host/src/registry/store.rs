@@ -264,6 +264,7 @@ pub async fn set_paused(db: &Database, name: &str, paused: bool) -> Result<bool,
 /// and tables stay: uploading it again continues where it was.
 pub async fn delete(db: &Database, name: &str) -> Result<bool, DbError> {
     let mut tx = db.begin_immediate().await?;
+    lock_deployments(&mut tx).await?;
     let changed = tx
         .execute("DELETE FROM handler_deployments WHERE name = $1", &[name.into()])
         .await?;

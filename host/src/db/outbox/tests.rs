@@ -442,3 +442,30 @@ async fn an_unreadable_message_row_fails_the_read_and_names_its_column() {
         );
     }
 }
+
+/// Regression (the tenth read of this round, issue 23): re-queueing every
+/// parked message was one UPDATE, which held SQLite's only writer for
+/// seconds at a million rows. Now pages of `REQUEUE_PAGE`, each its own write.
+#[tokio::test]
+async fn requeue_all_goes_a_page_at_a_time_and_counts_every_message() {
+    for db in each_backend().await {
+        let messages: Vec<NewMessage> = (0..REQUEUE_PAGE * 2 + 5)
+            .map(|i| message(&format!("k{i}")))
+            .collect();
+        let mut tx = db.begin().await.unwrap();
+        insert(&mut tx, "bulk", &messages).await.unwrap();
+        tx.commit().await.unwrap();
+        let mut tx = db.begin().await.unwrap();
+        tx.execute("UPDATE outbox SET parked_at = 1 WHERE handler = 'bulk'", &[])
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(
+            requeue_all(&db, "bulk").await.unwrap(),
+            (REQUEUE_PAGE * 2 + 5) as u64,
+            "{:?}",
+            db.backend()
+        );
+        assert!(parked_counts(&db).await.unwrap().is_empty(), "{:?}", db.backend());
+    }
+}
