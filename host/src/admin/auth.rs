@@ -141,3 +141,15 @@ impl FromRequestParts<AppState> for Caller {
         })
     }
 }
+
+#[cfg(test)]
+impl Caller {
+    /// A caller with `scope`, held to a team token's built-in ceilings.
+    pub fn for_test(name: &str, scope: TokenScope) -> Self {
+        Self {
+            name: name.into(),
+            scope,
+            policy: Arc::new(crate::config::TokenPolicy::team_default(name)),
+        }
+    }
+}

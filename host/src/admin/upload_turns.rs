@@ -161,15 +161,9 @@ impl Drop for Turn<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::TokenPolicy;
-    use std::sync::Arc;
 
     fn caller(name: &str, scope: TokenScope) -> Caller {
-        Caller {
-            name: name.into(),
-            scope,
-            policy: Arc::new(TokenPolicy::team_default(name)),
-        }
+        Caller::for_test(name, scope)
     }
 
     fn held(turn: &Turn<'_>, time: Duration) {
