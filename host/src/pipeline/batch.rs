@@ -198,6 +198,16 @@ impl Pipeline {
         // does not claim (and give back) its whole remainder every time.
         let mut window = records.len();
         while cursor.done < records.len() {
+            // A pump told to stop (pause, delete, a restart, shutdown) ends
+            // after the transaction it is in; the records after it are not
+            // committed, so their offsets are not stored, and whoever reads
+            // the partition next runs them. Checked only in retry backoffs,
+            // a stop waited for the whole batch: 1,000 events of a 30 s
+            // deadline, one per transaction after `BATCH_WALL`, were hours
+            // (the eleventh read).
+            if shutdown.is_cancelled() {
+                return Err(PipelineError::Abandoned);
+            }
             let rest = &records[cursor.done..];
             // With key order, a record behind one this batch parked (in the
             // one-at-a-time runs below) is not run: the rest go back.

@@ -377,6 +377,8 @@ impl Registry {
         }
         let mut entries = self.0.entries.lock().await;
         let mut all_loaded = true;
+        // Pumps told to stop, awaited below once `entries` is released.
+        let mut stopped = Stopped::default();
         // Deleted: stop, forget.
         let gone: Vec<String> = entries
             .iter()
@@ -385,7 +387,7 @@ impl Registry {
             .collect();
         for name in gone {
             if let Some(mut entry) = entries.remove(&name) {
-                stop(&mut entry).await;
+                stopped.add(&name, &mut entry);
                 self.0.metrics.remove_handler(&name);
                 tracing::info!(handler = name, "handler deleted");
             }
@@ -398,23 +400,39 @@ impl Registry {
                 continue;
             }
             let code = loaded.remove(&deployment.name);
-            if !self.apply(&mut entries, deployment, code).await {
+            if !self.apply(&mut entries, deployment, code, &mut stopped) {
                 all_loaded = false;
             }
         }
         self.0
             .ready
             .store(all_loaded, std::sync::atomic::Ordering::Relaxed);
+        // A pump ends after the transaction it is in (up to a second plus an
+        // event's deadline): awaited while holding `entries`, a team that
+        // paused its handler mid-batch held /metrics, the API's views,
+        // replays and every pump's supervision that long (the eleventh read
+        // found hours, before batches stopped between transactions).
+        drop(entries);
+        let restart = stopped.join().await;
+        if !restart.is_empty() {
+            let mut entries = self.0.entries.lock().await;
+            for name in restart {
+                if let Some(entry) = entries.get_mut(&name) {
+                    self.start_if_due(entry);
+                }
+            }
+        }
         Ok(())
     }
 
     /// Applies one deployment, with its active version if it had to be
     /// loaded; `false`: that version could not be loaded here.
-    async fn apply(
+    fn apply(
         &self,
         entries: &mut BTreeMap<String, Entry>,
         deployment: &Deployment,
         code: Option<(HandlerConfig, Arc<dyn Handler>)>,
+        stopped: &mut Stopped,
     ) -> bool {
         let name = &deployment.name;
         let wanted = deployment.active_version;
@@ -440,7 +458,7 @@ impl Registry {
                 Some(entry) => {
                     let restart = consumer_changed(&entry.config, &config) && entry.pump.is_some();
                     if restart {
-                        stop(entry).await;
+                        stopped.add(name, entry);
                     }
                     entry.slot.swap(load::loaded(&config, code));
                     entry.config = config;
@@ -458,14 +476,11 @@ impl Registry {
         let entry = entries.get_mut(name).expect("inserted above");
         entry.paused = deployment.paused;
         if deployment.paused && entry.pump.is_some() {
-            stop(entry).await;
+            stopped.add(name, entry);
             tracing::info!(handler = name, "handler paused");
-        } else if !deployment.paused
-            && entry.pump.is_none()
-            && self.0.running.load(std::sync::atomic::Ordering::Relaxed)
-            && !self.0.stopping.is_cancelled()
-        {
-            self.start_pump(entry);
+        } else if !stopped.has(name) {
+            // A restarted pump starts once its old one has ended.
+            self.start_if_due(entry);
         }
         true
     }
@@ -514,6 +529,17 @@ impl Registry {
         )
     }
 
+    /// Starts the entry's pump if it should run and none does.
+    fn start_if_due(&self, entry: &mut Entry) {
+        if !entry.paused
+            && entry.pump.is_none()
+            && self.0.running.load(std::sync::atomic::Ordering::Relaxed)
+            && !self.0.stopping.is_cancelled()
+        {
+            self.start_pump(entry);
+        }
+    }
+
     fn start_pump(&self, entry: &mut Entry) {
         let consumer = match entry.consumer.take() {
             Some(consumer) => consumer,
@@ -538,6 +564,37 @@ impl Registry {
             stop.clone(),
         ));
         entry.pump = Some(PumpTask { stop, task });
+    }
+}
+
+/// Pumps told to stop by one reconcile, by handler name.
+#[derive(Default)]
+struct Stopped(Vec<(String, PumpTask)>);
+
+impl Stopped {
+    /// Tells the entry's pump, if any, to stop (its batches in flight end
+    /// after their current transaction) and keeps it to be awaited.
+    fn add(&mut self, name: &str, entry: &mut Entry) {
+        if let Some(pump) = entry.pump.take() {
+            pump.stop.cancel();
+            self.0.push((name.to_owned(), pump));
+        }
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.0.iter().any(|(n, _)| n == name)
+    }
+
+    /// Waits for every pump to end; answers their handlers' names.
+    async fn join(self) -> Vec<String> {
+        let mut names = Vec::with_capacity(self.0.len());
+        for (name, pump) in self.0 {
+            if let Err(error) = pump.task.await {
+                tracing::error!(handler = name, "a handler's pump panicked: {error}");
+            }
+            names.push(name);
+        }
+        names
     }
 }
 

@@ -195,12 +195,20 @@ impl Guard {
                 self.max_statement_bytes
             )));
         }
-        let mut verdicts = self.verdicts.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(verdict) = verdicts.by_text.get(sql) {
-            return verdict.clone();
+        if let Some(verdict) = self.remembered(sql) {
+            return verdict;
         }
+        // Judged without the lock: `remembered` takes it on runtime
+        // workers, so a lock held through a judge (up to a second for a
+        // long text) blocked every worker that looked up a verdict of this
+        // version meanwhile, and with them every handler, the relay and the
+        // admin API (the eleventh read). Two calls judging one new text at
+        // once both judge it; the verdict is the same.
         let verdict = self.judge(sql);
-        verdicts.remember(sql, verdict.clone());
+        self.verdicts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remember(sql, verdict.clone());
         verdict
     }
 
@@ -273,7 +281,7 @@ struct Verdicts {
 
 impl Verdicts {
     fn remember(&mut self, sql: &str, verdict: Result<Approved, Refusal>) {
-        if sql.len() > MAX_VERDICT_BYTES {
+        if sql.len() > MAX_VERDICT_BYTES || self.by_text.contains_key(sql) {
             return;
         }
         if self.by_text.len() >= MAX_VERDICTS || self.bytes + sql.len() > MAX_VERDICT_BYTES {

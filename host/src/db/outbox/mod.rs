@@ -326,16 +326,44 @@ pub async fn record_failure(db: &Database, seq: i64, error: &str) -> Result<(), 
 /// Parks a message the broker will never accept: the relay skips it from now
 /// on, and `reason` says why. Returns false if it was published meanwhile.
 pub async fn park(db: &Database, seq: i64, reason: &str) -> Result<bool, DbError> {
+    Ok(park_all(db, &[(seq, reason.to_owned())]).await? == 1)
+}
+
+/// Parks messages as [`park`] does, all in one write: one statement per
+/// distinct reason, each with one fixed text whatever the list (as
+/// [`settle_sent`]). Returns how many were parked. A relay round parks up to
+/// its whole read (a team chooses how many of its messages go to a topic
+/// that is quarantined), and a write each held every bucket meanwhile.
+pub async fn park_all(db: &Database, parked: &[(i64, String)]) -> Result<u64, DbError> {
+    if parked.is_empty() {
+        return Ok(0);
+    }
+    let mut by_reason: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
+    for (seq, reason) in parked {
+        by_reason.entry(reason.as_str()).or_default().push(*seq);
+    }
+    let (sql, list): (&str, fn(&[i64]) -> String) = match db.backend() {
+        Backend::Postgres => (
+            "UPDATE outbox SET attempts = attempts + 1, last_error = $1, parked_at = $2
+             WHERE seq = ANY($3::int8[]) AND published_at IS NULL AND parked_at IS NULL",
+            int_array,
+        ),
+        Backend::Sqlite => (
+            "UPDATE outbox SET attempts = attempts + 1, last_error = $1, parked_at = $2
+             WHERE seq IN (SELECT value FROM json_each($3)) AND published_at IS NULL AND parked_at IS NULL",
+            |seqs| format!("[{}]", join(seqs)),
+        ),
+    };
+    let at = now_ms();
+    let mut count = 0;
     let mut tx = db.begin_write().await?;
-    let parked = tx
-        .execute(
-            "UPDATE outbox SET attempts = attempts + 1, last_error = $2, parked_at = $3
-             WHERE seq = $1 AND published_at IS NULL AND parked_at IS NULL",
-            &[seq.into(), reason.into(), now_ms().into()],
-        )
-        .await?;
+    for (reason, seqs) in by_reason {
+        count += tx
+            .execute(sql, &[reason.into(), at.into(), list(&seqs).into()])
+            .await?;
+    }
     tx.commit().await?;
-    Ok(parked == 1)
+    Ok(count)
 }
 
 /// A parked outbox message, for `inboxd outbox` and the admin API.

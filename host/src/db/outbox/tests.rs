@@ -469,3 +469,64 @@ async fn requeue_all_goes_a_page_at_a_time_and_counts_every_message() {
         assert!(parked_counts(&db).await.unwrap().is_empty(), "{:?}", db.backend());
     }
 }
+
+/// Regression (the eleventh adversarial read, issue 23): the relay parked
+/// each message in a write of its own, so a team's thousands of messages to
+/// a quarantined topic held every bucket. `park_all` parks a round's worth
+/// in one write, each with its own reason, and skips what was sent meanwhile.
+#[tokio::test]
+async fn a_rounds_parked_messages_are_written_together_with_their_reasons() {
+    for db in each_backend().await {
+        let handler = format!("park_all_{:?}", db.backend()).to_lowercase();
+        let messages: Vec<NewMessage> = (0..3_000).map(|i| message(&format!("k{i}"))).collect();
+        let mut tx = db.begin().await.unwrap();
+        insert(&mut tx, &handler, &messages).await.unwrap();
+        tx.commit().await.unwrap();
+        let seqs = ints(
+            db.query(
+                "SELECT seq FROM outbox WHERE handler = $1 ORDER BY seq",
+                &[handler.as_str().into()],
+            )
+            .await
+            .unwrap(),
+            "outbox row",
+            "seq",
+        )
+        .unwrap();
+        assert_eq!(seqs.len(), 3_000);
+        settle_sent(&db, &seqs[..1], Settle::Keep).await.unwrap();
+        let parked: Vec<(i64, String)> = seqs
+            .iter()
+            .enumerate()
+            .map(|(i, seq)| (*seq, format!("reason {}", i % 2)))
+            .collect();
+        assert_eq!(
+            park_all(&db, &parked).await.unwrap(),
+            2_999,
+            "all but the one sent"
+        );
+        assert_eq!(park_all(&db, &parked).await.unwrap(), 0, "parked once");
+        let listed = outbox_parked(&db, &handler).await;
+        assert_eq!(listed.len(), 2_999);
+        for p in &listed {
+            let i = seqs.iter().position(|s| *s == p.seq).unwrap();
+            assert_eq!(p.reason.as_deref(), Some(format!("reason {}", i % 2).as_str()));
+        }
+        assert_eq!(backlog(&db, &handler).await.unwrap().0, 0);
+    }
+}
+
+async fn outbox_parked(db: &Database, handler: &str) -> Vec<Parked> {
+    parked(
+        db,
+        &ParkedFilter {
+            handler: Some(handler),
+            seqs: None,
+            include_discarded: false,
+            limit: 5_000,
+            without_record: true,
+        },
+    )
+    .await
+    .unwrap()
+}

@@ -278,24 +278,38 @@ impl Relay {
             failpoints::hit("relay-after-publish");
         }
         outbox::settle_sent(&self.db, &published, self.settle).await?;
-        for (bucket, outcome) in finished {
-            for (seq, reason) in &outcome.parked {
-                tracing::warn!(
-                    seq,
-                    "an outbox message the broker will never accept is parked \
-                     (`inboxd outbox list` shows it; retry or discard it): {reason}"
-                );
-                outbox::park(&self.db, *seq, reason).await?;
-            }
+        // Every message parked in this round, written together: a team
+        // decides how many (1,000 messages per event to a quarantined topic,
+        // and as often re-queued), and one write each, in the relay's only
+        // loop, held every team's delivery for minutes (the eleventh read).
+        let mut parked: Vec<(i64, String)> = Vec::new();
+        let mut missing_failed = Vec::new();
+        for (bucket, outcome) in &finished {
+            parked.extend(outcome.parked.iter().cloned());
             if let (Some((seq, error)), Some((handler, topic))) = (&outcome.failed, &outcome.missing_topic)
-                && let Some(reason) = self.missing.failed(bucket, *seq, handler, topic, error)
+                && let Some(reason) = self.missing.failed(*bucket, *seq, handler, topic, error)
             {
                 tracing::warn!(
                     seq,
                     topic,
                     "an outbox message to a missing topic is parked: {reason}"
                 );
-                outbox::park(&self.db, *seq, &reason).await?;
+                parked.push((*seq, reason));
+                missing_failed.push(*bucket);
+            }
+        }
+        if !parked.is_empty() {
+            tracing::warn!(
+                count = parked.len(),
+                first = parked[0].0,
+                "outbox messages the broker will never accept are parked \
+                 (`inboxd outbox list` shows them; retry or discard them): {}",
+                parked[0].1
+            );
+            outbox::park_all(&self.db, &parked).await?;
+        }
+        for (bucket, outcome) in finished {
+            if missing_failed.contains(&bucket) {
                 self.waiting.remove(&bucket);
                 continue;
             }

@@ -5,7 +5,7 @@ use super::harness::{Harness, MAX_ATTEMPTS, first_calls, id, optimistic_then, re
 use super::scripted::Act;
 use crate::db::test_support::each_backend;
 use crate::handler::{GuestFailure, LimitExceeded};
-use crate::pipeline::{BatchCursor, BatchEnd, Fence, Outcome};
+use crate::pipeline::{BatchCursor, BatchEnd, Fence, Outcome, PipelineError};
 
 /// `(id(n), attempt)` rows of the handler's table, sorted.
 fn effects(rows: &[(u32, i64)]) -> Vec<(String, i64)> {
@@ -267,5 +267,47 @@ async fn a_slow_batch_commits_in_parts_and_applies_each_event_once() {
         assert_eq!(h.effects().await, effects(&[(1, 1), (2, 1), (3, 1)]), "{on:?}");
         assert_eq!(h.offset().await, Some(3), "{on:?}");
         assert_eq!(h.handler.call_order(), first_calls(&[1, 2, 3]), "{on:?}");
+    }
+}
+
+/// Regression (the eleventh read of this round, issue 23): a stop (pause,
+/// delete, restart, shutdown) was checked only in retry backoffs, so a
+/// pump's stop waited for its whole batch of slow events, and the registry
+/// waited with it. Now a batch ends after the transaction it is in: event 1
+/// and 2 commit, 3 and 4 are left for whoever reads the partition next.
+#[tokio::test]
+async fn a_stopped_batch_ends_after_its_transaction() {
+    for db in each_backend().await {
+        let h = Harness::new(db).await;
+        let on = h.backend();
+        let slow = std::time::Duration::from_millis(600);
+        for n in [1, 2, 3, 4] {
+            h.handler.on(&id(n), vec![Act::Effect, Act::Sleep(slow)]);
+        }
+        let stop = async {
+            let started = std::time::Instant::now();
+            while started.elapsed() < 10 * slow {
+                if h.status(&id(1)).await.is_none() && h.handler.call_order().len() == 1 {
+                    h.shutdown.cancel();
+                    return true;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            false
+        };
+        let batch = records(0, &[1, 2, 3, 4]);
+        let mut cursor = BatchCursor::new(h.offset().await);
+        let started = std::time::Instant::now();
+        let (end, stopped) = tokio::join!(h.pipeline.process_batch(&batch, &mut cursor, &h.shutdown), stop);
+        assert!(stopped, "{on:?}: the stop came while event 1 ran");
+        assert!(matches!(end, Err(PipelineError::Abandoned)), "{on:?}: {end:?}");
+        assert!(started.elapsed() < 3 * slow, "{on:?}: {:?}", started.elapsed());
+        assert_eq!(
+            cursor.done, 2,
+            "{on:?}: the transaction of events 1 and 2 committed"
+        );
+        assert_eq!(h.effects().await, effects(&[(1, 1), (2, 1)]), "{on:?}");
+        assert_eq!(h.handler.call_order(), first_calls(&[1, 2]), "{on:?}");
+        assert_eq!(h.status(&id(3)).await, None, "{on:?}");
     }
 }

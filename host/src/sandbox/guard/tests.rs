@@ -444,6 +444,51 @@ fn the_verdict_memory_is_bounded_in_bytes() {
     }
 }
 
+/// Regression (the eleventh adversarial read, issue 23): `approve` held the
+/// verdict lock through a judge, and `remembered` takes that lock on the
+/// runtime's workers, so a team sending new long texts from a few calls at
+/// once blocked every worker (2 here) for as long as it kept sending.
+#[test]
+fn looking_up_a_verdict_never_waits_for_a_judge() {
+    let g = std::sync::Arc::new(Guard::new(
+        Backend::Postgres,
+        "handler_billing",
+        &["invoices".to_owned()],
+        1 << 20,
+        1 << 20,
+    ));
+    let slow = |i: usize| {
+        let list: Vec<String> = (0..50_000).map(|n| (n + i).to_string()).collect();
+        format!("SELECT id FROM invoices WHERE id IN ({})", list.join(","))
+    };
+    assert!(g.check("SELECT 1").is_ok());
+    let started = std::time::Instant::now();
+    let _ = g.check(&slow(0));
+    let judge = started.elapsed();
+    assert!(judge > std::time::Duration::from_millis(50), "{judge:?}");
+    let judging = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let worker = {
+        let (g, judging) = (g.clone(), judging.clone());
+        std::thread::spawn(move || {
+            for i in 1..=2 {
+                let _ = g.check(&slow(i));
+            }
+            judging.store(false, std::sync::atomic::Ordering::SeqCst);
+        })
+    };
+    let mut longest = std::time::Duration::ZERO;
+    while judging.load(std::sync::atomic::Ordering::SeqCst) {
+        let asked = std::time::Instant::now();
+        assert!(matches!(g.remembered("SELECT 1"), Some(Ok(_))));
+        longest = longest.max(asked.elapsed());
+    }
+    worker.join().unwrap();
+    assert!(
+        longest < judge / 4,
+        "a lookup waited {longest:?} while a judge of {judge:?} ran"
+    );
+}
+
 #[test]
 fn two_statements_and_oversized_ones_are_refused() {
     refused(
