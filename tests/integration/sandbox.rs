@@ -565,3 +565,58 @@ async fn looping_guests_hold_no_worker_thread_postgres() {
     }
     assert_eq!(host.terminate(Duration::from_secs(30)).await, Some(0));
 }
+
+/// Regression (the eleventh read of this round, issue 23): a stop (here the
+/// host's shutdown; a pause, a delete and a restart take the same path)
+/// waited for the pump's whole batch, since a batch looked at its stop only
+/// in retry backoffs: 1,000 looping events of a 30 s deadline, one per
+/// transaction after the batch wall, were hours of a pause or a shutdown,
+/// and the registry (every team's uploads and activations) waited with it.
+/// Now a batch ends after the transaction it is in, and the rest of the
+/// partition is run by the next host, each event once.
+#[tokio::test]
+async fn a_stop_ends_a_batch_of_slow_events_after_its_transaction() {
+    let topic = unique("slow-stop");
+    create_topic(&topic, 1).await;
+    let extra = "[handlers.limits]\ntimeout_ms = 2000\n[handlers.retry]\nmax_attempts = 1\n";
+    let env = TestEnv::new(Backend::Sqlite, "hostile", &topic, extra).await;
+    let loops: Vec<Send> = (0..10)
+        .map(|_| Send::json(&new_id(), json!({ "attack": "loop" })))
+        .collect();
+    let ends = produce(&topic, &loops).await;
+    let mut host = env.spawn_host();
+    let db = env.db().await;
+    // The first loop was stopped at its deadline and parked: the batch is
+    // in its next transaction, with eight more events of 2 s behind it.
+    let first = poll_until(Duration::from_secs(60), || {
+        let db = db.clone();
+        async move {
+            // The host may not have made its tables yet.
+            inboxd::db::dead_letters::list(&db, "hostile")
+                .await
+                .is_ok_and(|letters| !letters.is_empty())
+        }
+    })
+    .await;
+    assert!(first, "no loop was ever stopped:\n{}", host.log());
+    let asked = std::time::Instant::now();
+    assert_eq!(
+        host.terminate(Duration::from_secs(60)).await,
+        Some(0),
+        "{}",
+        host.log()
+    );
+    let took = asked.elapsed();
+    assert!(
+        took < Duration::from_secs(8),
+        "the shutdown waited {took:?} (the batch's eight other loops are 16 s)"
+    );
+    // The next host runs what the first left, and each event ends once.
+    let mut host = env.spawn_host();
+    env.wait_for_offsets(&ends, Duration::from_secs(120), &mut host)
+        .await;
+    let letters = inboxd::db::dead_letters::list(&db, "hostile").await.unwrap();
+    let ids: std::collections::HashSet<_> = letters.iter().map(|l| l.event_id.clone()).collect();
+    assert_eq!((letters.len(), ids.len()), (loops.len(), loops.len()));
+    assert_eq!(host.terminate(Duration::from_secs(30)).await, Some(0));
+}

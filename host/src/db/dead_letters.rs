@@ -7,7 +7,8 @@
 mod holds;
 
 pub use holds::{
-    KeyAt, blocked_among, blocked_keys, first_blocking, held_behind, held_count, held_counts, held_of,
+    KeyAt, KeyDigest, blocked_among, blocked_keys, first_blocking, held_behind, held_count, held_counts,
+    held_of, key_digest,
 };
 
 use super::columns::Columns;

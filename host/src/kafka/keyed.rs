@@ -25,7 +25,7 @@ use super::outage::{Attempt, OutageLog};
 use super::partition::{
     Admit, BatchDone, BatchTask, MAX_BUFFERED_BYTES, Position, Stops, sleep_until, to_record,
 };
-use crate::db::dead_letters::{self, ReasonKind};
+use crate::db::dead_letters::{self, KeyDigest, ReasonKind, key_digest};
 use crate::db::offsets;
 use crate::metrics::HostErrorKind;
 use crate::pipeline::{
@@ -44,6 +44,10 @@ use tokio_util::sync::CancellationToken;
 /// (Bounding the buffer alone let records waiting out a retry's backoff,
 /// one per key, reach 24 GB for a partition of 1 MB records.)
 const MAX_UNSETTLED_BYTES: usize = 2 * MAX_BUFFERED_BYTES;
+
+/// What one blocked key's digest weighs in the task's set: 32 bytes, and
+/// the hash table's control byte and spare room, rounded up.
+const BLOCKED_KEY_BYTES: usize = 64;
 
 /// Batches of one partition in flight at once, at most: each holds a
 /// database connection for its transaction, so this times the assigned
@@ -93,8 +97,11 @@ pub(super) struct KeyedTask {
     settled: i64,
     /// Keys with work in flight: no other record of theirs starts.
     busy: HashSet<Key>,
-    /// Keys with a parked letter: their records are held, not run.
-    blocked: HashSet<Vec<u8>>,
+    /// Keys with a parked letter, as digests: their records are held, not
+    /// run. Counted toward [`MAX_UNSETTLED_BYTES`], so a partition whose
+    /// parked letters block a million keys stops reading until some are
+    /// replayed or discarded, rather than growing the host.
+    blocked: HashSet<KeyDigest>,
     jobs: JoinSet<Job>,
     /// Batches among `jobs`.
     lanes: usize,
@@ -148,7 +155,8 @@ impl KeyedTask {
                 (false, Some(since)) if !self.buffer.is_empty() => Some(since + linger),
                 _ => None,
             };
-            let room = self.unsettled.len() < cap && self.unsettled_bytes < MAX_UNSETTLED_BYTES;
+            let room = self.unsettled.len() < cap
+                && self.unsettled_bytes + self.blocked.len() * BLOCKED_KEY_BYTES < MAX_UNSETTLED_BYTES;
             tokio::select! {
                 biased;
                 _ = stops.revoked.cancelled() => break,
@@ -234,7 +242,7 @@ impl KeyedTask {
             .await;
         match keys {
             Some(keys) => {
-                self.blocked = keys.into_iter().collect();
+                self.blocked = keys;
                 true
             }
             None => false,
@@ -281,7 +289,7 @@ impl KeyedTask {
                 break;
             }
             let mut indexes = of_key.remove(key).unwrap_or_default();
-            if let Some(blocked) = key.as_deref().filter(|k| self.blocked.contains(*k)) {
+            if let Some(blocked) = key.as_deref().filter(|k| self.blocked.contains(&key_digest(k))) {
                 new_keys += 1;
                 holds.push((blocked.to_vec(), indexes));
                 continue;
@@ -418,7 +426,8 @@ impl KeyedTask {
                 for record in &records[..cursor.done] {
                     self.settle(record.offset);
                 }
-                self.blocked.extend(cursor.parked_keys);
+                self.blocked
+                    .extend(cursor.parked_keys.iter().map(|k| key_digest(k)));
                 let rest = records.split_off(cursor.done);
                 match end {
                     BatchEnd::Returned(deferred) if !stopping && generation == self.at.generation => {
@@ -447,7 +456,7 @@ impl KeyedTask {
                     None => self.drop_unrun(std::slice::from_ref(&record)),
                 }
                 if generation == self.at.generation {
-                    self.blocked.extend(blocks);
+                    self.blocked.extend(blocks.iter().map(|k| key_digest(k)));
                 }
             }
             Job::Hold {
@@ -466,7 +475,7 @@ impl KeyedTask {
                 records.iter().for_each(|r| self.settle(r.offset));
                 match held {
                     Some(Held::Released) if current => {
-                        self.blocked.remove(&key);
+                        self.blocked.remove(&key_digest(&key));
                         self.requeue(rest);
                     }
                     // At the handler's bound: the rest waits for room.

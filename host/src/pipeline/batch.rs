@@ -318,6 +318,13 @@ impl Pipeline {
                         _ => unreachable!("matched above"),
                     };
                     for record in &rest[..count] {
+                        // Each alone is a transaction of its own: a stop
+                        // ends the run between them, as between batches
+                        // (a batch SQLite rolled back ran its 1,000 records
+                        // alone, each up to its deadline: the twelfth read).
+                        if shutdown.is_cancelled() {
+                            return Err(PipelineError::Abandoned);
+                        }
                         if cursor.behind_parked(record) {
                             return Ok(BatchEnd::Returned(None));
                         }

@@ -30,10 +30,11 @@ use crate::pipeline::{Pipeline, Slot};
 use crate::stats::Stats;
 use crate::stats::history::STEP;
 use crate::wasm::WasmEngine;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 use store::Deployment;
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -157,6 +158,8 @@ struct Inner {
     /// [`Registry::run`] has begun: pumps may start.
     running: std::sync::atomic::AtomicBool,
     reconciling: tokio::sync::Mutex<()>,
+    /// Pumps told to stop that have not ended yet (see [`Ending`]).
+    ending: std::sync::Mutex<Ending>,
 }
 
 impl Registry {
@@ -173,6 +176,7 @@ impl Registry {
             ready: std::sync::atomic::AtomicBool::new(false),
             running: std::sync::atomic::AtomicBool::new(false),
             reconciling: tokio::sync::Mutex::default(),
+            ending: std::sync::Mutex::default(),
         }))
     }
 
@@ -311,6 +315,11 @@ impl Registry {
             stop(entry).await;
         }
         drop(entries);
+        // And those a reconcile told to stop, which may still be ending.
+        let ending = std::mem::take(&mut self.ending().tasks);
+        for task in ending {
+            let _ = task.await;
+        }
         let _ = sampler.await;
         let _ = beats.await;
     }
@@ -335,10 +344,8 @@ impl Registry {
 
     async fn start_idle(&self) {
         let mut entries = self.0.entries.lock().await;
-        for entry in entries.values_mut() {
-            if !entry.paused && entry.pump.is_none() {
-                self.start_pump(entry);
-            }
+        for (name, entry) in entries.iter_mut() {
+            self.start_if_due(name, entry);
         }
     }
 
@@ -378,7 +385,7 @@ impl Registry {
         let mut entries = self.0.entries.lock().await;
         let mut all_loaded = true;
         // Pumps told to stop, awaited below once `entries` is released.
-        let mut stopped = Stopped::default();
+        let mut stopped = Vec::new();
         // Deleted: stop, forget.
         let gone: Vec<String> = entries
             .iter()
@@ -387,7 +394,7 @@ impl Registry {
             .collect();
         for name in gone {
             if let Some(mut entry) = entries.remove(&name) {
-                stopped.add(&name, &mut entry);
+                stopped.extend(self.end_pump(&name, &mut entry));
                 self.0.metrics.remove_handler(&name);
                 tracing::info!(handler = name, "handler deleted");
             }
@@ -411,16 +418,12 @@ impl Registry {
         // event's deadline): awaited while holding `entries`, a team that
         // paused its handler mid-batch held /metrics, the API's views,
         // replays and every pump's supervision that long (the eleventh read
-        // found hours, before batches stopped between transactions).
+        // found hours, before batches stopped between transactions). The
+        // caller (an API call answers once its change is made here) waits
+        // for them; if it goes away, they end and restart all the same.
         drop(entries);
-        let restart = stopped.join().await;
-        if !restart.is_empty() {
-            let mut entries = self.0.entries.lock().await;
-            for name in restart {
-                if let Some(entry) = entries.get_mut(&name) {
-                    self.start_if_due(entry);
-                }
-            }
+        for ended in stopped {
+            let _ = ended.await;
         }
         Ok(())
     }
@@ -432,7 +435,7 @@ impl Registry {
         entries: &mut BTreeMap<String, Entry>,
         deployment: &Deployment,
         code: Option<(HandlerConfig, Arc<dyn Handler>)>,
-        stopped: &mut Stopped,
+        stopped: &mut Vec<oneshot::Receiver<()>>,
     ) -> bool {
         let name = &deployment.name;
         let wanted = deployment.active_version;
@@ -458,7 +461,7 @@ impl Registry {
                 Some(entry) => {
                     let restart = consumer_changed(&entry.config, &config) && entry.pump.is_some();
                     if restart {
-                        stopped.add(name, entry);
+                        stopped.extend(self.end_pump(name, entry));
                     }
                     entry.slot.swap(load::loaded(&config, code));
                     entry.config = config;
@@ -476,11 +479,11 @@ impl Registry {
         let entry = entries.get_mut(name).expect("inserted above");
         entry.paused = deployment.paused;
         if deployment.paused && entry.pump.is_some() {
-            stopped.add(name, entry);
+            stopped.extend(self.end_pump(name, entry));
             tracing::info!(handler = name, "handler paused");
-        } else if !stopped.has(name) {
-            // A restarted pump starts once its old one has ended.
-            self.start_if_due(entry);
+        } else {
+            // A restarted pump starts once its old one has ended (`end_pump`).
+            self.start_if_due(name, entry);
         }
         true
     }
@@ -529,15 +532,62 @@ impl Registry {
         )
     }
 
-    /// Starts the entry's pump if it should run and none does.
-    fn start_if_due(&self, entry: &mut Entry) {
+    /// Starts the entry's pump if it should run and none does (nor is
+    /// still ending: two pumps of one handler on one host would share
+    /// nothing that keeps a key's records in order between them).
+    fn start_if_due(&self, name: &str, entry: &mut Entry) {
         if !entry.paused
             && entry.pump.is_none()
+            && !self.ending().names.contains_key(name)
             && self.0.running.load(std::sync::atomic::Ordering::Relaxed)
             && !self.0.stopping.is_cancelled()
         {
             self.start_pump(entry);
         }
+    }
+
+    fn ending(&self) -> std::sync::MutexGuard<'_, Ending> {
+        self.0.ending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Tells the entry's pump, if any, to stop (its batches in flight end
+    /// after their current transaction) and answers a task that waits for
+    /// it to end, then starts the handler's pump again if it should run.
+    /// The task is the registry's, not its caller's: an API call whose
+    /// client went away drops its reconcile, and the old pump must still be
+    /// known until it ends (else the next reconcile started a second one).
+    fn end_pump(&self, name: &str, entry: &mut Entry) -> Option<oneshot::Receiver<()>> {
+        let pump = entry.pump.take()?;
+        pump.stop.cancel();
+        *self.ending().names.entry(name.to_owned()).or_default() += 1;
+        let (registry, name) = (self.clone(), name.to_owned());
+        // Fired (or dropped) once the pump has ended and its successor, if
+        // any, started.
+        let (ended, waiter) = oneshot::channel();
+        let task = tokio::spawn(async move {
+            if let Err(error) = pump.task.await {
+                tracing::error!(handler = name, "a handler's pump panicked: {error}");
+            }
+            let mut entries = registry.0.entries.lock().await;
+            {
+                let mut ending = registry.ending();
+                if let Some(count) = ending.names.get_mut(&name) {
+                    *count -= 1;
+                    if *count == 0 {
+                        ending.names.remove(&name);
+                    }
+                }
+            }
+            if let Some(entry) = entries.get_mut(&name) {
+                registry.start_if_due(&name, entry);
+            }
+            let _ = ended.send(());
+        });
+        let mut ending = self.ending();
+        ending.tasks.retain(|task| !task.is_finished());
+        ending.tasks.push(task);
+        drop(ending);
+        Some(waiter)
     }
 
     fn start_pump(&self, entry: &mut Entry) {
@@ -567,35 +617,12 @@ impl Registry {
     }
 }
 
-/// Pumps told to stop by one reconcile, by handler name.
+/// Pumps told to stop and not ended yet: per handler name how many, and
+/// the tasks that wait for them ([`Registry::end_pump`]).
 #[derive(Default)]
-struct Stopped(Vec<(String, PumpTask)>);
-
-impl Stopped {
-    /// Tells the entry's pump, if any, to stop (its batches in flight end
-    /// after their current transaction) and keeps it to be awaited.
-    fn add(&mut self, name: &str, entry: &mut Entry) {
-        if let Some(pump) = entry.pump.take() {
-            pump.stop.cancel();
-            self.0.push((name.to_owned(), pump));
-        }
-    }
-
-    fn has(&self, name: &str) -> bool {
-        self.0.iter().any(|(n, _)| n == name)
-    }
-
-    /// Waits for every pump to end; answers their handlers' names.
-    async fn join(self) -> Vec<String> {
-        let mut names = Vec::with_capacity(self.0.len());
-        for (name, pump) in self.0 {
-            if let Err(error) = pump.task.await {
-                tracing::error!(handler = name, "a handler's pump panicked: {error}");
-            }
-            names.push(name);
-        }
-        names
-    }
+struct Ending {
+    names: HashMap<String, usize>,
+    tasks: Vec<JoinHandle<()>>,
 }
 
 /// Stops a pump and waits for it: its batches in flight commit first.

@@ -179,3 +179,64 @@ async fn held_letters_are_read_a_few_at_a_time_in_offset_order() {
         assert_eq!(offsets(100).await, [11, 12, 13, 14], "{:?}", db.backend());
     }
 }
+
+/// Regression (the twelfth read of issue 23's third round): key order read
+/// every blocked key of a partition whole, at once, and held each for good
+/// (a megabyte key a megabyte). Now it reads them a page at a time and
+/// keeps digests: every blocking key is found, a letter without an event id
+/// or resolved blocks none, and keys of another partition are not read.
+#[tokio::test]
+async fn blocked_keys_are_read_in_pages_as_digests() {
+    fn letter<'a>(
+        handler: &'a str,
+        offset: i64,
+        key: &'a [u8],
+        partition: i32,
+        event_id: Option<&'a str>,
+    ) -> DeadLetter<'a> {
+        DeadLetter {
+            handler,
+            event_id,
+            topic: "orders",
+            partition,
+            offset,
+            key: Some(key),
+            payload: b"{}",
+            headers: &[],
+            kind: ReasonKind::Rejected,
+            reason: "r",
+            attempts: 1,
+            handler_version: None,
+            first_failed_at: now_ms(),
+        }
+    }
+    for db in each_backend().await {
+        let handler = format!("blocked_{:?}", db.backend()).to_lowercase();
+        let keys: Vec<Vec<u8>> = (0..40)
+            .map(|i| format!("key-{i:03}-{}", "x".repeat(i)).into_bytes())
+            .collect();
+        let mut tx = db.begin().await.unwrap();
+        for (i, key) in keys.iter().enumerate() {
+            let at = i as i64;
+            insert(&mut tx, &letter(&handler, at, key, 0, Some("e")))
+                .await
+                .unwrap();
+            // A second letter of the same key: read once.
+            insert(&mut tx, &letter(&handler, 100 + at, key, 0, Some("e")))
+                .await
+                .unwrap();
+        }
+        insert(&mut tx, &letter(&handler, 200, b"no-id", 0, None))
+            .await
+            .unwrap();
+        insert(&mut tx, &letter(&handler, 201, b"elsewhere", 1, Some("e")))
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        let read = blocked_keys(&db, &handler, "orders", 0).await.unwrap();
+        let wanted: std::collections::HashSet<KeyDigest> = keys.iter().map(|k| key_digest(k)).collect();
+        assert_eq!(read, wanted, "{:?}", db.backend());
+        assert!(!read.contains(&key_digest(b"no-id")));
+        assert!(!read.contains(&key_digest(b"elsewhere")));
+    }
+}

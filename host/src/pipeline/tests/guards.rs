@@ -8,7 +8,7 @@ use super::scripted::Act;
 use crate::db::Backend;
 use crate::db::offsets::{self, Advance};
 use crate::db::test_support::each_backend;
-use crate::pipeline::{BatchEnd, Outcome};
+use crate::pipeline::{BatchCursor, BatchEnd, Outcome, PipelineError};
 
 #[tokio::test]
 async fn a_broken_invariant_reruns_the_batch_one_by_one_and_parks_only_the_offender() {
@@ -243,5 +243,54 @@ async fn guest_statements_on_the_hosts_tables_are_refused_by_the_database() {
         );
         assert_eq!(h.offset().await, Some(3), "{on:?}");
         assert_eq!(h.dead_letters().await, [], "{on:?}");
+    }
+}
+
+/// Regression (the twelfth read of this round, issue 23): a batch rolled
+/// back by a violation runs its records alone, each a transaction of its
+/// own, and a stop was not looked at between them: 1,000 records of a 30 s
+/// deadline kept a pause (and the registry) waiting for hours. Now the run
+/// ends after the alone it is in: event 1 (or 2) commits, 4 is left.
+#[tokio::test]
+async fn a_stop_ends_a_run_of_records_alone_between_them() {
+    for db in each_backend().await {
+        let h = Harness::new(db).await;
+        let on = h.backend();
+        let slow = std::time::Duration::from_millis(200);
+        for n in [1, 2, 3] {
+            h.handler.on(&id(n), vec![Act::Effect, Act::Sleep(slow)]);
+        }
+        h.handler.on(&id(4), vec![Act::Effect, Act::BreakInbox]);
+        let stop = async {
+            let started = std::time::Instant::now();
+            while started.elapsed() < 50 * slow {
+                // The batch's four calls, then event 1 alone.
+                if h.handler.call_order().len() == 5 {
+                    h.shutdown.cancel();
+                    return true;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+            false
+        };
+        let batch = records(0, &[1, 2, 3, 4]);
+        let mut cursor = BatchCursor::new(h.offset().await);
+        let (end, stopped) = tokio::join!(h.pipeline.process_batch(&batch, &mut cursor, &h.shutdown), stop);
+        assert!(stopped, "{on:?}: the stop came as event 1 ran alone");
+        assert!(matches!(end, Err(PipelineError::Abandoned)), "{on:?}: {end:?}");
+        // A call is logged as it ends, so the stop came during event 1's
+        // alone or just after it: the run ends after that alone or the next.
+        let done = cursor.done;
+        assert!((1..=2).contains(&done), "{on:?}: {done} committed alone");
+        let ran: Vec<u32> = (1..=done as u32).collect();
+        let applied: Vec<(String, i64)> = ran.iter().map(|n| (id(*n), 1)).collect();
+        assert_eq!(h.effects().await, applied, "{on:?}");
+        let calls: Vec<u32> = [1, 2, 3, 4].into_iter().chain(ran.iter().copied()).collect();
+        assert_eq!(h.handler.call_order(), first_calls(&calls), "{on:?}");
+        assert_eq!(
+            h.status(&id(4)).await,
+            None,
+            "{on:?}: the violation was never run alone"
+        );
     }
 }
