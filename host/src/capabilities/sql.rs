@@ -213,6 +213,7 @@ impl SqlView<'_> {
             // so no runtime worker (and no other handler's event on it) waits.
             None => {
                 let (guard, statement) = (self.state.guard.clone(), statement.to_owned());
+                let _turn = self.state.guard.judges().acquire().await;
                 tokio::task::spawn_blocking(move || guard.approve(&statement))
                     .await
                     .unwrap_or_else(|_| {

@@ -45,9 +45,18 @@ use tokio_util::sync::CancellationToken;
 /// one per key, reach 24 GB for a partition of 1 MB records.)
 const MAX_UNSETTLED_BYTES: usize = 2 * MAX_BUFFERED_BYTES;
 
-/// What one blocked key's digest weighs in the task's set: 32 bytes, and
-/// the hash table's control byte and spare room, rounded up.
-const BLOCKED_KEY_BYTES: usize = 64;
+/// Keys a partition task remembers as blocked by parked letters, at most
+/// (as digests of 32 bytes, with the hash table's room about 4 MiB). At
+/// the bound the partition stops reading, and the set is read again every
+/// [`BLOCKED_RELOAD`] until letters replayed or discarded make room: a
+/// record of a key the task did not remember would run into its batch's
+/// own look at the letters and come back, again and again. Before the
+/// bound, a team's distinct keys, each parked, grew the task for good (the
+/// twelfth and thirteenth reads of issue 23's third round).
+const MAX_BLOCKED_KEYS: usize = 65_536;
+
+/// How often a partition at [`MAX_BLOCKED_KEYS`] reads its blocked keys again.
+const BLOCKED_RELOAD: Duration = Duration::from_secs(10);
 
 /// Batches of one partition in flight at once, at most: each holds a
 /// database connection for its transaction, so this times the assigned
@@ -98,10 +107,10 @@ pub(super) struct KeyedTask {
     /// Keys with work in flight: no other record of theirs starts.
     busy: HashSet<Key>,
     /// Keys with a parked letter, as digests: their records are held, not
-    /// run. Counted toward [`MAX_UNSETTLED_BYTES`], so a partition whose
-    /// parked letters block a million keys stops reading until some are
-    /// replayed or discarded, rather than growing the host.
+    /// run. At [`MAX_BLOCKED_KEYS`] the partition stops reading.
     blocked: HashSet<KeyDigest>,
+    /// While `blocked` is at its bound: when to read it again.
+    reload_blocked_at: Option<Instant>,
     jobs: JoinSet<Job>,
     /// Batches among `jobs`.
     lanes: usize,
@@ -127,6 +136,7 @@ impl KeyedTask {
             lanes: 0,
             stalled: false,
             probe_at: None,
+            reload_blocked_at: None,
         }
     }
 
@@ -147,6 +157,27 @@ impl KeyedTask {
             if !full {
                 self.probe_at = None;
             }
+            if self.blocked.len() >= MAX_BLOCKED_KEYS
+                && self.reload_blocked_at.is_none_or(|at| at <= Instant::now())
+            {
+                if self.reload_blocked_at.is_none() {
+                    tracing::warn!(
+                        handler = shared.handler,
+                        topic = self.at.key.0,
+                        partition = self.at.key.1,
+                        "{MAX_BLOCKED_KEYS} keys of this partition are blocked by parked letters: it is not read \
+                         until some are replayed or discarded (looked at every {BLOCKED_RELOAD:?})"
+                    );
+                }
+                self.reload_blocked_at = Some(Instant::now() + BLOCKED_RELOAD);
+                if !self.load_blocked(&stops.revoked).await {
+                    break;
+                }
+            }
+            let blocked_full = self.blocked.len() >= MAX_BLOCKED_KEYS;
+            if !blocked_full {
+                self.reload_blocked_at = None;
+            }
             if !self.stalled && !full {
                 self.launch(linger, &stops);
             }
@@ -155,8 +186,12 @@ impl KeyedTask {
                 (false, Some(since)) if !self.buffer.is_empty() => Some(since + linger),
                 _ => None,
             };
-            let room = self.unsettled.len() < cap
-                && self.unsettled_bytes + self.blocked.len() * BLOCKED_KEY_BYTES < MAX_UNSETTLED_BYTES;
+            let wake = match (wake, self.reload_blocked_at) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let room =
+                self.unsettled.len() < cap && self.unsettled_bytes < MAX_UNSETTLED_BYTES && !blocked_full;
             tokio::select! {
                 biased;
                 _ = stops.revoked.cancelled() => break,
@@ -232,14 +267,25 @@ impl KeyedTask {
     async fn load_blocked(&mut self, stop: &CancellationToken) -> bool {
         let shared = self.at.shared.clone();
         let (topic, partition) = (&self.at.key.0, self.at.key.1);
-        let keys = shared
+        let read = shared
             .outage
             .retry("reading the keys held behind dead letters", stop, || async {
-                dead_letters::blocked_keys(shared.pipeline.db(), &shared.handler, topic, partition)
-                    .await
-                    .map_err(PipelineError::from)
-            })
-            .await;
+                dead_letters::blocked_keys(
+                    shared.pipeline.db(),
+                    &shared.handler,
+                    topic,
+                    partition,
+                    MAX_BLOCKED_KEYS,
+                )
+                .await
+                .map_err(PipelineError::from)
+            });
+        // Up to 4,096 statements on SQLite: a stop (a pause, a restart)
+        // does not wait for them.
+        let keys = tokio::select! {
+            _ = stop.cancelled() => None,
+            keys = read => keys,
+        };
         match keys {
             Some(keys) => {
                 self.blocked = keys;
@@ -289,7 +335,10 @@ impl KeyedTask {
                 break;
             }
             let mut indexes = of_key.remove(key).unwrap_or_default();
-            if let Some(blocked) = key.as_deref().filter(|k| self.blocked.contains(&key_digest(k))) {
+            let blocked = key
+                .as_deref()
+                .filter(|k| !self.blocked.is_empty() && self.blocked.contains(&key_digest(k)));
+            if let Some(blocked) = blocked {
                 new_keys += 1;
                 holds.push((blocked.to_vec(), indexes));
                 continue;

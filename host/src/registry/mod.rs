@@ -89,12 +89,22 @@ struct Entry {
     config: HandlerConfig,
     /// The uploaded version that runs (`None` for a config handler).
     version: Option<i64>,
+    /// When that version was uploaded (see `Deployment::active_uploaded_at`).
+    uploaded_at: Option<i64>,
     slot: Slot,
     stats: Arc<Stats>,
     /// A consumer made at start-up, so a bad Kafka setting fails the start.
     consumer: Option<InboxConsumer>,
     pump: Option<PumpTask>,
     paused: bool,
+}
+
+impl Entry {
+    /// Whether this entry runs the deployment's active version (the same
+    /// number, uploaded at the same time).
+    fn runs(&self, deployment: &Deployment) -> bool {
+        self.version == Some(deployment.active_version) && self.uploaded_at == deployment.active_uploaded_at
+    }
 }
 
 /// What the API shows of a handler on this host.
@@ -231,6 +241,7 @@ impl Registry {
         let entry = Entry {
             source: Source::Config,
             version: None,
+            uploaded_at: None,
             slot: Slot::new(load::loaded(handler, code)),
             stats,
             config: handler.clone(),
@@ -370,7 +381,7 @@ impl Registry {
             deployments
                 .iter()
                 .filter(|d| match entries.get(&d.name) {
-                    Some(entry) => entry.source == Source::Api && entry.version != Some(d.active_version),
+                    Some(entry) => entry.source == Source::Api && !entry.runs(d),
                     None => true,
                 })
                 .map(|d| (d.name.clone(), d.active_version))
@@ -439,7 +450,7 @@ impl Registry {
     ) -> bool {
         let name = &deployment.name;
         let wanted = deployment.active_version;
-        if entries.get(name).is_none_or(|e| e.version != Some(wanted)) {
+        if entries.get(name).is_none_or(|e| !e.runs(deployment)) {
             let Some((config, code)) = code else {
                 return false;
             };
@@ -448,6 +459,7 @@ impl Registry {
                     let entry = Entry {
                         source: Source::Api,
                         version: Some(wanted),
+                        uploaded_at: deployment.active_uploaded_at,
                         slot: Slot::new(load::loaded(&config, code)),
                         stats: Arc::new(Stats::new(self.0.metrics.handler(name))),
                         config,
@@ -466,6 +478,7 @@ impl Registry {
                     entry.slot.swap(load::loaded(&config, code));
                     entry.config = config;
                     let from = entry.version.replace(wanted);
+                    entry.uploaded_at = deployment.active_uploaded_at;
                     tracing::info!(
                         handler = name,
                         from,

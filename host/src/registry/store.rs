@@ -14,6 +14,12 @@ pub struct Deployment {
     pub previous_version: Option<i64>,
     pub paused: bool,
     pub updated_at: i64,
+    /// When the active version was uploaded: with its number, what a host
+    /// compares to know it runs that version. A number alone is not enough:
+    /// a handler deleted and uploaded again starts again at version 1, and
+    /// a host that missed the delete (another host's API, within one poll)
+    /// kept running the deleted code as "version 1" (the thirteenth read).
+    pub active_uploaded_at: Option<i64>,
 }
 
 /// A stored version without its component bytes.
@@ -36,7 +42,10 @@ pub struct StoredVersion {
 pub async fn deployments(db: &Database) -> Result<Vec<Deployment>, DbError> {
     let rows = db
         .query(
-            "SELECT name, active_version, previous_version, paused, updated_at FROM handler_deployments ORDER BY name",
+            "SELECT d.name, d.active_version, d.previous_version, d.paused, d.updated_at, h.uploaded_at
+             FROM handler_deployments d
+             LEFT JOIN handlers h ON h.name = d.name AND h.version = d.active_version
+             ORDER BY d.name",
             &[],
         )
         .await?;
@@ -49,6 +58,7 @@ pub async fn deployments(db: &Database) -> Result<Vec<Deployment>, DbError> {
                 previous_version: c.opt_int("previous_version")?,
                 paused: c.int("paused")? != 0,
                 updated_at: c.int("updated_at")?,
+                active_uploaded_at: c.opt_int("uploaded_at")?,
             })
         })
         .collect()
@@ -356,6 +366,50 @@ mod tests {
             assert_eq!(
                 (deployment.active_version, deployment.previous_version),
                 (19, Some(9))
+            );
+        }
+    }
+
+    /// Regression (the thirteenth read of issue 23's third round): a
+    /// handler deleted and uploaded again is version 1 again, and a host that
+    /// compared version numbers alone kept running the deleted code. A
+    /// deployment also says when its active version was uploaded.
+    #[tokio::test]
+    async fn a_handler_uploaded_again_after_a_delete_is_told_apart() {
+        for db in each_backend().await {
+            let new = NewVersion {
+                name: "again",
+                sha256: "00",
+                component: b"\0asm",
+                settings: "{}",
+                migrations: &[],
+                uploaded_by: "team",
+            };
+            let upload = || async {
+                let mut tx = db.begin().await.unwrap();
+                let version = insert_version(&mut tx, &new).await.unwrap();
+                set_active(&mut tx, "again", version).await.unwrap();
+                tx.commit().await.unwrap();
+            };
+            upload().await;
+            let first = deployment(&db, "again").await.unwrap().unwrap();
+            assert!(first.active_uploaded_at.is_some());
+            assert!(delete(&db, "again").await.unwrap());
+            // The upload's millisecond stamp must differ.
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            upload().await;
+            let second = deployment(&db, "again").await.unwrap().unwrap();
+            assert_eq!(
+                (first.active_version, second.active_version),
+                (1, 1),
+                "{:?}",
+                db.backend()
+            );
+            assert_ne!(
+                first.active_uploaded_at,
+                second.active_uploaded_at,
+                "{:?}",
+                db.backend()
             );
         }
     }

@@ -117,6 +117,8 @@ pub struct Guard {
     /// Statement text -> verdict. A verdict depends on the text alone (the
     /// handler's tables are fixed for the guard's life), so parsing it once is enough.
     verdicts: Mutex<Verdicts>,
+    /// Turns to judge a new text from a guest call (see [`Guard::judges`]).
+    judges: tokio::sync::Semaphore,
     owned: Owned,
     max_statement_bytes: usize,
     /// `limits.max_row_bytes`: the largest row and bound value (see `super::work`).
@@ -137,6 +139,7 @@ impl Guard {
         Self {
             backend,
             verdicts: Mutex::default(),
+            judges: tokio::sync::Semaphore::new(JUDGES),
             owned: Owned::new(own_schema, own_tables),
             max_statement_bytes,
             max_row_bytes,
@@ -170,6 +173,14 @@ impl Guard {
     /// Ok if the statement may run for this handler.
     pub fn check(&self, sql: &str) -> Result<(), Refusal> {
         self.approve(sql).map(drop)
+    }
+
+    /// Guest calls take a turn here (waiting, not on a thread) before they
+    /// judge a new text on a blocking thread: a handler version's calls in
+    /// flight (up to its connections) each judging a new 1 MiB text at once
+    /// were as many cores and parse trees (the thirteenth read).
+    pub fn judges(&self) -> &tokio::sync::Semaphore {
+        &self.judges
     }
 
     /// The verdict on `sql` if the guard has already judged that text (or
@@ -292,6 +303,9 @@ impl Verdicts {
         self.by_text.insert(sql.to_owned(), verdict);
     }
 }
+
+/// New texts a handler version's guest calls judge at once, at most.
+const JUDGES: usize = 2;
 
 /// Regression: SQLite and sqlx stop reading a statement at a NUL byte that
 /// the parser took for part of a comment, and sqlx then spun forever on the

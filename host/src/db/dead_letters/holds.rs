@@ -13,6 +13,17 @@ use std::collections::{BTreeMap, HashSet};
 const BLOCKING: &str = "handler = $1 AND topic = $2 AND partition = $3 AND key IS NOT NULL \
      AND event_id IS NOT NULL AND resolution IS NULL";
 
+/// `key = $4`, as the index `dead_letters_open_keys` serves it: on
+/// PostgreSQL the index holds the key's SHA-256 (a btree entry holds at most
+/// 2,704 bytes, and a letter with a longer random key could not be parked:
+/// migrations/postgres/0010), so the digest is compared first.
+fn key_is_4(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Postgres => "pg_catalog.sha256(key) = pg_catalog.sha256($4) AND key = $4",
+        Backend::Sqlite => "key = $4",
+    }
+}
+
 /// A Kafka key in one partition of a handler's: what blocks it, and what it holds.
 #[derive(Debug, Clone, Copy)]
 pub struct KeyAt<'a> {
@@ -45,23 +56,27 @@ pub fn key_digest(key: &[u8]) -> KeyDigest {
     sha2::Sha256::digest(key).into()
 }
 
-/// Keys [`blocked_keys`] reads per statement: a page is at most this many
-/// keys in the host at once, however many letters block.
-const KEYS_PAGE: usize = 16;
-
 /// The keys of one partition that parked letters block (`ordering = "key"`),
-/// as digests, read a page at a time in the order of the partial index
-/// `dead_letters_open_keys`.
+/// as digests, at most `at_most` of them (then `at_most` or a few more),
+/// read a page at a time in the order of the index `dead_letters_open_keys`:
+/// on PostgreSQL the digests themselves, 1,024 a page; on SQLite the keys,
+/// whose index has no size limit, 16 a page, so a page is at most 16 keys
+/// in the host at once, however long they are.
 pub async fn blocked_keys(
     db: &Database,
     handler: &str,
     topic: &str,
     partition: i32,
+    at_most: usize,
 ) -> Result<HashSet<KeyDigest>, DbError> {
+    let (column, page) = match db.backend() {
+        Backend::Postgres => ("pg_catalog.sha256(key)", 1_024),
+        Backend::Sqlite => ("key", 16),
+    };
     let first =
-        format!("SELECT DISTINCT key FROM dead_letters WHERE {BLOCKING} ORDER BY key LIMIT {KEYS_PAGE}");
+        format!("SELECT DISTINCT {column} AS k FROM dead_letters WHERE {BLOCKING} ORDER BY 1 LIMIT {page}");
     let next = format!(
-        "SELECT DISTINCT key FROM dead_letters WHERE {BLOCKING} AND key > $4 ORDER BY key LIMIT {KEYS_PAGE}"
+        "SELECT DISTINCT {column} AS k FROM dead_letters WHERE {BLOCKING} AND {column} > $4 ORDER BY 1 LIMIT {page}"
     );
     let mut digests = HashSet::new();
     let mut after: Option<Vec<u8>> = None;
@@ -75,11 +90,14 @@ pub async fn blocked_keys(
             .await?;
         let read = rows.len();
         for row in rows {
-            let key = Columns::new("dead_letters key", row).blob("key")?;
-            digests.insert(key_digest(&key));
-            after = Some(key);
+            let value = Columns::new("dead_letters key", row).blob("k")?;
+            digests.insert(match db.backend() {
+                Backend::Postgres => value.as_slice().try_into().unwrap_or_else(|_| key_digest(&value)),
+                Backend::Sqlite => key_digest(&value),
+            });
+            after = Some(value);
         }
-        if read < KEYS_PAGE {
+        if read < page || digests.len() >= at_most {
             return Ok(digests);
         }
     }
@@ -148,8 +166,9 @@ pub async fn first_blocking(tx: &mut Tx, at: &KeyAt<'_>, lock: bool) -> Result<O
         (true, Backend::Postgres) => " FOR UPDATE",
         _ => "",
     };
+    let key_is = key_is_4(tx.backend());
     let sql = format!(
-        "SELECT id, \"offset\" FROM dead_letters WHERE {BLOCKING} AND key = $4 ORDER BY \"offset\", id LIMIT 1{lock}"
+        "SELECT id, \"offset\" FROM dead_letters WHERE {BLOCKING} AND {key_is} ORDER BY \"offset\", id LIMIT 1{lock}"
     );
     let rows = tx.query(&sql, &at.params()).await?;
     Ok(rows
@@ -166,10 +185,11 @@ pub async fn held_behind(db: &Database, letter: &Row, limit: i64) -> Result<Vec<
     let Some(key) = &letter.key else {
         return Ok(Vec::new());
     };
+    let key_is = key_is_4(db.backend());
     let sql = format!(
-        "SELECT {COLUMNS} FROM dead_letters WHERE {BLOCKING} AND key = $4 AND reason_kind = 'held' \
+        "SELECT {COLUMNS} FROM dead_letters WHERE {BLOCKING} AND {key_is} AND reason_kind = 'held' \
          AND \"offset\" > $5 AND \"offset\" < COALESCE((SELECT MIN(\"offset\") FROM dead_letters \
-         WHERE {BLOCKING} AND key = $4 AND reason_kind <> 'held' AND \"offset\" > $5), $6) \
+         WHERE {BLOCKING} AND {key_is} AND reason_kind <> 'held' AND \"offset\" > $5), $6) \
          ORDER BY \"offset\", id LIMIT $7"
     );
     let at = KeyAt {

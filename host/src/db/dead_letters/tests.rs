@@ -212,9 +212,13 @@ async fn blocked_keys_are_read_in_pages_as_digests() {
     }
     for db in each_backend().await {
         let handler = format!("blocked_{:?}", db.backend()).to_lowercase();
-        let keys: Vec<Vec<u8>> = (0..40)
+        let mut keys: Vec<Vec<u8>> = (0..40)
             .map(|i| format!("key-{i:03}-{}", "x".repeat(i)).into_bytes())
             .collect();
+        // 8 KB that do not compress: past a PostgreSQL btree entry's 2,704
+        // bytes, so such a letter could not be written at all (the
+        // thirteenth read): the index holds the key's digest.
+        keys.push((0..256u16).flat_map(|i| key_digest(&i.to_be_bytes())).collect());
         let mut tx = db.begin().await.unwrap();
         for (i, key) in keys.iter().enumerate() {
             let at = i as i64;
@@ -233,10 +237,38 @@ async fn blocked_keys_are_read_in_pages_as_digests() {
             .await
             .unwrap();
         tx.commit().await.unwrap();
-        let read = blocked_keys(&db, &handler, "orders", 0).await.unwrap();
+        let read = blocked_keys(&db, &handler, "orders", 0, usize::MAX)
+            .await
+            .unwrap();
         let wanted: std::collections::HashSet<KeyDigest> = keys.iter().map(|k| key_digest(k)).collect();
         assert_eq!(read, wanted, "{:?}", db.backend());
         assert!(!read.contains(&key_digest(b"no-id")));
         assert!(!read.contains(&key_digest(b"elsewhere")));
+        // A bound stops the read within a page of it.
+        let some = blocked_keys(&db, &handler, "orders", 0, 20).await.unwrap();
+        assert!(some.len() >= 20 && some.is_subset(&wanted), "{}", some.len());
+        // The long key is found by the lookups a batch and a hold make.
+        let long = keys.last().unwrap().as_slice();
+        let mut tx = db.begin().await.unwrap();
+        let among = blocked_among(&mut tx, &handler, "orders", 0, &[long, b"free"])
+            .await
+            .unwrap();
+        assert_eq!(
+            among.into_iter().collect::<Vec<_>>(),
+            [long.to_vec()],
+            "{:?}",
+            db.backend()
+        );
+        let at = KeyAt {
+            handler: &handler,
+            topic: "orders",
+            partition: 0,
+            key: long,
+        };
+        assert_eq!(
+            first_blocking(&mut tx, &at, false).await.unwrap().map(|(_, o)| o),
+            Some(40)
+        );
+        tx.rollback().await.unwrap();
     }
 }
