@@ -208,7 +208,7 @@ fn refused_topic(topic: &str, allowed: &BTreeMap<String, String>) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::id_names::stamp_json_fields;
+    use super::id_names::stamp_object;
     use super::*;
     use crate::bindings::outbox_api::Host as _;
 
@@ -416,10 +416,10 @@ mod tests {
         assert_eq!(payload["n"], 1);
         assert_eq!(text.matches("test_order_ref").count(), 1, "{text}");
         // A field the payload does not have is not added.
-        let other = stamp_json_fields(b"{\"n\": 1}".to_vec(), &id, &["absent".to_owned()]);
+        let other = stamp_object(b"{\"n\": 1}".to_vec(), &id, &["absent".to_owned()]);
         assert!(!String::from_utf8(other).unwrap().contains("absent"));
         // A registered field in another case is the field (the seventh read).
-        let folded = stamp_json_fields(
+        let folded = stamp_object(
             br#"{"TEST_ORDER_REF": "forged", "n": 1}"#.to_vec(),
             &id,
             &["test_order_ref".to_owned()],

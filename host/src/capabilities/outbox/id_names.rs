@@ -110,35 +110,34 @@ fn is_default_id_header(name: &str) -> bool {
 /// round, issue 23).
 pub fn stamp_json_id(topic: &str, payload: Vec<u8>, id: &str) -> Result<Vec<u8>, String> {
     let (encoding, text) = lenient::decode(&payload);
-    if lenient::object_start(text) {
-        if let Some(encoding) = encoding {
-            return Err(format!(
-                "the payload reads as a JSON object in {encoding}; a JSON payload must be UTF-8 without a \
-                 byte-order mark (RFC 8259), so the host can set its event_id field"
-            ));
-        }
-        // serde_json does not check the UTF-8 of strings it skips, and a
-        // reader that drops invalid bytes read `event_\xffid` as `event_id`.
-        if let Err(e) = std::str::from_utf8(&payload) {
-            return Err(format!(
-                "the payload reads as a JSON object but is not valid UTF-8 ({e}); the host sets a JSON \
-                 object's top-level event_id, so it refuses one it cannot read"
-            ));
-        }
-        if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&payload) {
-            return Err(format!(
-                "the payload reads as a JSON object to a lenient reader but is not strict JSON (RFC 8259): \
-                 {e}; the host sets a JSON object's top-level event_id, so it refuses one it cannot read"
-            ));
-        }
+    if !lenient::object_start(text) {
+        // Not an object to any reader (nor to a strict one): untouched.
+        return Ok(payload);
     }
-    Ok(stamp_json_fields(payload, id, &registered(topic, |n| &n.fields)))
+    if let Some(encoding) = encoding {
+        return Err(format!(
+            "the payload reads as a JSON object in {encoding}; a JSON payload must be UTF-8 without a \
+             byte-order mark (RFC 8259), so the host can set its event_id field"
+        ));
+    }
+    // serde_json does not check the UTF-8 of strings it skips, and a
+    // reader that drops invalid bytes read `event_\xffid` as `event_id`.
+    if let Err(e) = std::str::from_utf8(&payload) {
+        return Err(format!(
+            "the payload reads as a JSON object but is not valid UTF-8 ({e}); the host sets a JSON \
+             object's top-level event_id, so it refuses one it cannot read"
+        ));
+    }
+    if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&payload) {
+        return Err(format!(
+            "the payload reads as a JSON object to a lenient reader but is not strict JSON (RFC 8259): \
+             {e}; the host sets a JSON object's top-level event_id, so it refuses one it cannot read"
+        ));
+    }
+    // Strict JSON starting with `{` now: stamped without a second check.
+    Ok(stamp_object(payload, id, &registered(topic, |n| &n.fields)))
 }
 
-/// Its first byte other than JSON's blanks is `{`.
-fn starts_like_object(payload: &[u8]) -> bool {
-    payload.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
-}
 
 /// `a` and `b` are the same name to a reader that ignores case: each
 /// character compared by its simple upper-, then lower-case form, so `ſ`
@@ -154,6 +153,10 @@ fn same_folded(a: &str, b: &str) -> bool {
 /// case, then the first character of that one's lower case (`İ` is `i`, as
 /// Java's `equalsIgnoreCase` has it: the ninth read of this round).
 fn fold(c: char) -> char {
+    // The same for ASCII, without Unicode's tables: almost every key.
+    if c.is_ascii() {
+        return c.to_ascii_lowercase();
+    }
     let mut upper = c.to_uppercase();
     match (upper.next(), upper.next()) {
         (Some(u), None) => u.to_lowercase().next().unwrap_or(u),
@@ -165,21 +168,23 @@ fn fold(c: char) -> char {
 /// any case, and every spelling a header may have (`eventId`, `event-id`,
 /// `X-Event-Id`: camel-case and kebab-case mappers read those).
 fn reads_as_event_id(key: &str) -> bool {
+    // `eventid` to `x-event_id`, blanks around aside (folding keeps the
+    // count of characters): most keys are told apart here, unfolded.
+    if !(7..=10).contains(&key.trim().chars().count()) {
+        return false;
+    }
     let folded: String = key.chars().map(fold).collect();
     is_default_id_header(&folded)
 }
 
-/// [`stamp_json_id`] with `others` as the registered fields.
+/// [`stamp_json_id`] with `others` as the registered fields, of a payload
+/// known to be strict JSON that starts with `{`.
 ///
 /// Two passes over the members, one to find which registered fields the
 /// payload has and one to write: the host holds the payload and its
 /// stamped copy, nothing per member (a list of members and their names was
 /// about 15 times a payload of many small members).
-pub(super) fn stamp_json_fields(payload: Vec<u8>, id: &str, others: &[String]) -> Vec<u8> {
-    // Cheap for what is not a JSON object: one look at the first byte.
-    if !starts_like_object(&payload) || serde_json::from_slice::<serde::de::IgnoredAny>(&payload).is_err() {
-        return payload;
-    }
+pub(super) fn stamp_object(payload: Vec<u8>, id: &str, others: &[String]) -> Vec<u8> {
     // A key's text is at most 6 bytes per character (`\uXXXX`) and its
     // quotes: a longer one cannot be a field to stamp, and is not decoded.
     let longest = others
