@@ -213,16 +213,21 @@ impl SqlView<'_> {
             // so no runtime worker (and no other handler's event on it) waits.
             None => {
                 let (guard, statement) = (self.state.guard.clone(), statement.to_owned());
-                let _turn = self.state.guard.judges().acquire().await;
-                tokio::task::spawn_blocking(move || guard.approve(&statement))
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(Refusal::Forbidden(
-                            "the statement guard failed on this statement (a defect of the host); it was \
+                // Held by the judge itself: a call dropped at its backstop
+                // leaves its judge running, and its turn taken until it ends.
+                let turn = self.state.guard.judges().acquire_owned().await;
+                tokio::task::spawn_blocking(move || {
+                    let _turn = turn;
+                    guard.approve(&statement)
+                })
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Refusal::Forbidden(
+                        "the statement guard failed on this statement (a defect of the host); it was \
                              not run"
-                                .into(),
-                        ))
-                    })
+                            .into(),
+                    ))
+                })
             }
         };
         verdict.map_err(|refusal| match refusal {

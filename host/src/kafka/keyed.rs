@@ -169,10 +169,22 @@ impl KeyedTask {
                          until some are replayed or discarded (looked at every {BLOCKED_RELOAD:?})"
                     );
                 }
-                self.reload_blocked_at = Some(Instant::now() + BLOCKED_RELOAD);
+                // The read replaces the set with the first keys in the
+                // index's order: keys of records waiting here that batches
+                // found blocked stay, else those records would go to a
+                // batch, come back, and go again (the fourteenth read).
+                let waiting: Vec<KeyDigest> = self
+                    .buffer
+                    .iter()
+                    .filter_map(|record| record.key.as_deref().map(key_digest))
+                    .filter(|digest| self.blocked.contains(digest))
+                    .collect();
                 if !self.load_blocked(&stops.revoked).await {
                     break;
                 }
+                self.blocked.extend(waiting);
+                // From the end of the read, however long it took.
+                self.reload_blocked_at = Some(Instant::now() + BLOCKED_RELOAD);
             }
             let blocked_full = self.blocked.len() >= MAX_BLOCKED_KEYS;
             if !blocked_full {

@@ -118,7 +118,7 @@ pub struct Guard {
     /// handler's tables are fixed for the guard's life), so parsing it once is enough.
     verdicts: Mutex<Verdicts>,
     /// Turns to judge a new text from a guest call (see [`Guard::judges`]).
-    judges: tokio::sync::Semaphore,
+    judges: std::sync::Arc<tokio::sync::Semaphore>,
     owned: Owned,
     max_statement_bytes: usize,
     /// `limits.max_row_bytes`: the largest row and bound value (see `super::work`).
@@ -139,7 +139,7 @@ impl Guard {
         Self {
             backend,
             verdicts: Mutex::default(),
-            judges: tokio::sync::Semaphore::new(JUDGES),
+            judges: std::sync::Arc::new(tokio::sync::Semaphore::new(JUDGES)),
             owned: Owned::new(own_schema, own_tables),
             max_statement_bytes,
             max_row_bytes,
@@ -179,8 +179,8 @@ impl Guard {
     /// judge a new text on a blocking thread: a handler version's calls in
     /// flight (up to its connections) each judging a new 1 MiB text at once
     /// were as many cores and parse trees (the thirteenth read).
-    pub fn judges(&self) -> &tokio::sync::Semaphore {
-        &self.judges
+    pub fn judges(&self) -> std::sync::Arc<tokio::sync::Semaphore> {
+        self.judges.clone()
     }
 
     /// The verdict on `sql` if the guard has already judged that text (or

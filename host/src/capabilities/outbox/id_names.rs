@@ -138,7 +138,6 @@ pub fn stamp_json_id(topic: &str, payload: Vec<u8>, id: &str) -> Result<Vec<u8>,
     Ok(stamp_object(payload, id, &registered(topic, |n| &n.fields)))
 }
 
-
 /// `a` and `b` are the same name to a reader that ignores case: each
 /// character compared by its simple upper-, then lower-case form, so `ſ`
 /// is `s`, `K` (Kelvin) is `k` and `ı` is `i`, as Go's `encoding/json`
