@@ -68,7 +68,16 @@ fn from_json(config: &EventIdConfig, payload: &[u8]) -> Result<(Vec<u8>, String)
             "the payload has no JSON field {field:?}"
         ))),
         Some(other) => Err(EventIdError::Invalid {
-            value: other.to_string(),
+            // As `validate` shows a value: its first 80 characters (the
+            // whole value, escaped twice, made a reason 1.8 times a
+            // megabyte payload, stored and logged per record: the
+            // fifteenth read of issue 23's third round).
+            value: other
+                .to_string()
+                .chars()
+                .filter(|c| !c.is_control())
+                .take(80)
+                .collect(),
             origin,
             problem: "must be a JSON string".into(),
         }),
@@ -239,5 +248,9 @@ mod tests {
         let c = cfg(EventIdSource::Json, EventIdFormat::Any);
         let err = extract(&c, &[], br#"{"event_id":42}"#).unwrap_err();
         assert!(err.to_string().contains("must be a JSON string"), "{err}");
+        // A large one is shown by its first 80 characters (the fifteenth read).
+        let big = format!(r#"{{"event_id":[{}"x"]}}"#, r#"""","#.repeat(100_000));
+        let err = extract(&c, &[], big.as_bytes()).unwrap_err();
+        assert!(err.to_string().len() < 300, "{}", err.to_string().len());
     }
 }

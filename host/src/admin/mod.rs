@@ -105,6 +105,9 @@ impl Listener {
     }
 }
 
+/// The largest body of a request other than an upload.
+const JSON_BODY_BYTES: usize = 64 << 10;
+
 fn router(state: AppState, max_component_bytes: usize) -> Router {
     Router::new()
         .route("/", get(console::page))
@@ -115,7 +118,9 @@ fn router(state: AppState, max_component_bytes: usize) -> Router {
             "/v1/handlers/{name}",
             get(handlers::show)
                 .post(handlers::upload)
-                .delete(handlers::delete),
+                .delete(handlers::delete)
+                // Only an upload carries a component.
+                .layer(DefaultBodyLimit::max(max_component_bytes + UPLOAD_OVERHEAD_BYTES)),
         )
         .route("/v1/handlers/{name}/activate", post(handlers::activate))
         .route("/v1/handlers/{name}/rollback", post(handlers::rollback))
@@ -149,7 +154,10 @@ fn router(state: AppState, max_component_bytes: usize) -> Router {
         .route("/metrics", get(ops::metrics))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
-        .layer(DefaultBodyLimit::max(max_component_bytes + UPLOAD_OVERHEAD_BYTES))
+        // Every other body is a small JSON request: read whole before it is
+        // looked at, a 104 MiB limit let each call hold that much (the
+        // fifteenth read of issue 23's third round).
+        .layer(DefaultBodyLimit::max(JSON_BODY_BYTES))
         .with_state(state)
 }
 

@@ -108,10 +108,23 @@ const INSERT: &str = r#"INSERT INTO dead_letters
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"#;
 
 /// A reason as the database can store it: PostgreSQL text cannot hold NUL,
-/// and a reason often quotes what a guest said.
+/// and a reason often quotes what a guest or a record said; at most
+/// [`MAX_REASON_BYTES`] of it (a list shows 1,000 letters with their
+/// reasons, and a reason that quoted a whole record made a list gigabytes).
 fn storable(reason: &str) -> String {
-    reason.replace('\0', "\u{fffd}")
+    let mut end = reason.len().min(MAX_REASON_BYTES);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut stored = reason[..end].replace('\0', "\u{fffd}");
+    if end < reason.len() {
+        stored.push_str(" [cut]");
+    }
+    stored
 }
+
+/// The longest reason a dead letter keeps, in bytes.
+pub const MAX_REASON_BYTES: usize = 4096;
 
 pub async fn insert(tx: &mut Tx, letter: &DeadLetter<'_>) -> Result<(), DbError> {
     let params = [

@@ -147,6 +147,36 @@ async fn a_bad_upload_changes_nothing_and_says_why() {
         db.query("SELECT * FROM extra", &[]).await.is_err(),
         "the failed migration's table does not exist"
     );
+    // Parts past their bounds are refused as they arrive, naming the bound
+    // (the fifteenth read: a 100 MiB migration file was tokenized whole).
+    let long = tempfile::tempdir().expect("tempdir");
+    std::fs::write(long.path().join("0001_emails.sql"), ";".repeat(3 << 19)).unwrap();
+    let (status, body) = admin
+        .upload(
+            "notifier",
+            notifier.clone(),
+            settings.clone(),
+            Some(long.path()),
+            OPS_TOKEN,
+        )
+        .await;
+    assert_eq!(status, 413, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("longer than 1048576 bytes"),
+        "{body}"
+    );
+    // Other requests are small JSON bodies.
+    let request = admin
+        .http
+        .post(format!("{}/v1/dead-letters/replay", admin.url))
+        .header("content-type", "application/json")
+        .body(format!(r#"{{"handler": "{}"}}"#, "x".repeat(100 << 10)));
+    let (status, body) = admin.call(request, Some(OPS_TOKEN)).await;
+    assert_eq!(status, 413, "{body}");
+
     // The running version still works.
     let id = new_id();
     let ends = produce(

@@ -272,3 +272,38 @@ async fn blocked_keys_are_read_in_pages_as_digests() {
         tx.rollback().await.unwrap();
     }
 }
+
+/// Regression (the fifteenth read of issue 23's third round): a reason was
+/// stored whole, and a list of 1,000 letters read every one: a reason that
+/// quoted a megabyte record made lists of gigabytes. A reason keeps its
+/// first 4 KiB, cut on a character boundary and marked.
+#[tokio::test]
+async fn a_reason_is_stored_cut_to_its_bound() {
+    let db = sqlite_db().await;
+    let reason = format!("ü{}", "é".repeat(1 << 20));
+    let mut tx = db.begin().await.unwrap();
+    insert(
+        &mut tx,
+        &DeadLetter {
+            handler: "billing",
+            event_id: None,
+            topic: "orders",
+            partition: 0,
+            offset: 1,
+            key: None,
+            payload: b"{}",
+            headers: &[],
+            kind: ReasonKind::EventId,
+            reason: &reason,
+            attempts: 0,
+            handler_version: None,
+            first_failed_at: now_ms(),
+        },
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let stored = &list(&db, "billing").await.unwrap()[0].reason;
+    assert!(stored.len() <= MAX_REASON_BYTES + 8, "{}", stored.len());
+    assert!(stored.starts_with("üé") && stored.ends_with(" [cut]"));
+}
