@@ -135,6 +135,26 @@ impl ClientContext for InboxContext {
     }
 }
 
+impl InboxContext {
+    fn lag_labels(&self, topic: &str, partition: i32) -> PartitionLabels {
+        PartitionLabels {
+            handler: self.handler.clone(),
+            topic: topic.to_owned(),
+            partition,
+        }
+    }
+}
+
+impl Drop for InboxContext {
+    /// The consumer is gone (its handler paused, deleted or restarted): so
+    /// are the lag series of every partition it was ever given.
+    fn drop(&mut self) {
+        for (topic, partition) in lock(&self.queues).keys() {
+            self.lag.remove(&self.lag_labels(topic, *partition));
+        }
+    }
+}
+
 impl ConsumerContext for InboxContext {
     fn commit_callback(&self, result: KafkaResult<()>, _offsets: &TopicPartitionList) {
         if let Err(error) = result {
@@ -189,6 +209,11 @@ impl ConsumerContext for InboxContext {
                     assigned.retain(|k| *k != key);
                     revoked.insert(key);
                     self.stats.forget_partition(e.topic(), e.partition());
+                    // The series goes with the partition: a team's topics
+                    // come and go with its versions, and the series stayed
+                    // for the host's life (the fifteenth read of issue 23's
+                    // third round).
+                    self.lag.remove(&self.lag_labels(e.topic(), e.partition()));
                 }
                 tracing::info!(handler = %self.handler, partitions = ?list(tpl), "partitions revoked");
             }

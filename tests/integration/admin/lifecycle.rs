@@ -159,9 +159,19 @@ async fn hot_swap_and_rollback(backend: Backend) {
         .await;
 
     // Pause: nothing moves while paused; resume picks up what arrived.
+    // The consumer's lag series go with it (the fifteenth read: they
+    // stayed for the host's life, one per partition a version ever had).
+    let lag = r#"inboxd_consumer_lag{handler="billing""#;
+    let reported = poll_until(Duration::from_secs(30), || async {
+        admin.metrics().await.contains(lag)
+    })
+    .await;
+    assert!(reported, "no lag series before the pause");
     let (status, body) = admin.post("/v1/handlers/billing/pause", BILLING_TOKEN).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["running"]["consuming"], false, "{body}");
+    let metrics = admin.metrics().await;
+    assert!(!metrics.contains(lag), "{metrics}");
     let paused_at = stored_offsets(&db, "billing", &topic).await;
     let records = orders_with_duplicates(50, 5);
     total_records += records.len();
