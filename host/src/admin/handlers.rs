@@ -5,6 +5,7 @@
 
 use super::auth::Caller;
 use super::{ApiError, AppState};
+use crate::db::migrate::MAX_MIGRATION_NAME_BYTES;
 use crate::registry::store::{self, Deployment, VersionInfo};
 use crate::registry::upload::{self, Rules, Upload, UploadError};
 use crate::registry::{Running, Source};
@@ -120,10 +121,25 @@ pub async fn upload(
                     let file = field.file_name().map(str::to_owned).ok_or_else(|| {
                         ApiError::bad_request("a `migration` part needs a file name (NNNN_x.sql)")
                     })?;
+                    if file.len() > MAX_MIGRATION_NAME_BYTES {
+                        return Err(ApiError::new(
+                            StatusCode::PAYLOAD_TOO_LARGE,
+                            format!(
+                                "a migration's file name is {} bytes; at most {MAX_MIGRATION_NAME_BYTES}",
+                                file.len()
+                            ),
+                        ));
+                    }
+                    if migrations.len() == MAX_MIGRATION_FILES {
+                        return Err(ApiError::new(
+                            StatusCode::PAYLOAD_TOO_LARGE,
+                            format!("an upload has at most {MAX_MIGRATION_FILES} migration files"),
+                        ));
+                    }
                     let what = format!("migration {file:?}");
-                    let cap = MAX_MIGRATION_BYTES.min(MAX_MIGRATIONS_BYTES - migration_bytes);
+                    let cap = MAX_MIGRATION_BYTES.min(MAX_MIGRATIONS_BYTES.saturating_sub(migration_bytes));
                     let sql = text_part(&mut field, cap, &what).await?;
-                    migration_bytes += sql.len();
+                    migration_bytes += file.len() + sql.len();
                     migrations.push((file, sql));
                 }
                 other => {
@@ -318,8 +334,12 @@ pub async fn delete(
 /// byte of `;`, and a 100 MiB file, within the body's limit, was gigabytes:
 /// the fifteenth read of issue 23's third round).
 pub const MAX_MIGRATION_BYTES: usize = 1 << 20;
-/// The most bytes an upload's migration files may have together.
+/// The most bytes an upload's migration files may have together, names
+/// included.
 pub const MAX_MIGRATIONS_BYTES: usize = 4 << 20;
+/// The most migration files an upload may have (each costs a few statements
+/// with SQLite's writer held, even an empty one).
+pub const MAX_MIGRATION_FILES: usize = 1_000;
 /// The most bytes of an upload's settings (JSON, read twice).
 pub const MAX_SETTINGS_BYTES: usize = 1 << 20;
 

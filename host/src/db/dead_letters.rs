@@ -112,12 +112,14 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"#;
 /// [`MAX_REASON_BYTES`] of it (a list shows 1,000 letters with their
 /// reasons, and a reason that quoted a whole record made a list gigabytes).
 fn storable(reason: &str) -> String {
-    let mut end = reason.len().min(MAX_REASON_BYTES);
-    while !reason.is_char_boundary(end) {
+    // Replaced first, then cut: a NUL becomes three bytes.
+    let replaced = reason.replace('\0', "\u{fffd}");
+    let mut end = replaced.len().min(MAX_REASON_BYTES);
+    while !replaced.is_char_boundary(end) {
         end -= 1;
     }
-    let mut stored = reason[..end].replace('\0', "\u{fffd}");
-    if end < reason.len() {
+    let mut stored = replaced[..end].to_owned();
+    if end < replaced.len() {
         stored.push_str(" [cut]");
     }
     stored

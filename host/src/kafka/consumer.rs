@@ -54,6 +54,12 @@ pub struct InboxContext {
     revoked: Mutex<HashSet<PartitionKey>>,
     /// Woken when `assigned` or `revoked` changed.
     changed: Notify,
+    /// The partitions assigned now: librdkafka's statistics go on reporting
+    /// a revoked partition's last lag, which would bring its series back.
+    current: Mutex<HashSet<PartitionKey>>,
+    /// Every partition a lag series was made for, removed when the
+    /// consumer goes (`queues` is emptied before that).
+    lag_series: Mutex<HashSet<PartitionKey>>,
     /// `inboxd_consumer_lag`, fed by librdkafka's statistics.
     lag: Family<PartitionLabels, Gauge>,
     /// The same lag for the operator console, which shows only this
@@ -123,6 +129,11 @@ impl ClientContext for InboxContext {
                 if partition < 0 || p.consumer_lag < 0 {
                     continue;
                 }
+                let key = (topic.clone(), partition);
+                if !lock(&self.current).contains(&key) {
+                    continue;
+                }
+                lock(&self.lag_series).insert(key);
                 let labels = PartitionLabels {
                     handler: self.handler.clone(),
                     topic: topic.clone(),
@@ -149,7 +160,7 @@ impl Drop for InboxContext {
     /// The consumer is gone (its handler paused, deleted or restarted): so
     /// are the lag series of every partition it was ever given.
     fn drop(&mut self) {
-        for (topic, partition) in lock(&self.queues).keys() {
+        for (topic, partition) in lock(&self.lag_series).iter() {
             self.lag.remove(&self.lag_labels(topic, *partition));
         }
     }
@@ -173,6 +184,7 @@ impl ConsumerContext for InboxContext {
         };
         let mut assigned = lock(&self.assigned);
         for e in tpl.elements() {
+            lock(&self.current).insert((e.topic().to_owned(), e.partition()));
             match self.split(e.topic(), e.partition()) {
                 Some(_) => assigned.push((e.topic().to_owned(), e.partition())),
                 // Its records then reach the consumer's queue, where the pump
@@ -206,6 +218,7 @@ impl ConsumerContext for InboxContext {
                 let mut assigned = lock(&self.assigned);
                 for e in tpl.elements() {
                     let key = (e.topic().to_owned(), e.partition());
+                    lock(&self.current).remove(&key);
                     assigned.retain(|k| *k != key);
                     revoked.insert(key);
                     self.stats.forget_partition(e.topic(), e.partition());
@@ -290,6 +303,8 @@ pub fn create_consumer(
         queues: Mutex::default(),
         assigned: Mutex::default(),
         revoked: Mutex::default(),
+        current: Mutex::default(),
+        lag_series: Mutex::default(),
         changed: Notify::new(),
         lag,
         stats,

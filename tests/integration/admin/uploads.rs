@@ -168,6 +168,42 @@ async fn a_bad_upload_changes_nothing_and_says_why() {
             .contains("longer than 1048576 bytes"),
         "{body}"
     );
+    // So are names past 128 bytes and more than 1,000 files (the sixteenth
+    // read: names were stored whole and read back by every version listing).
+    let named = tempfile::tempdir().expect("tempdir");
+    std::fs::write(named.path().join(format!("0001_{}.sql", "x".repeat(200))), "").unwrap();
+    let (status, body) = admin
+        .upload(
+            "notifier",
+            notifier.clone(),
+            settings.clone(),
+            Some(named.path()),
+            OPS_TOKEN,
+        )
+        .await;
+    assert_eq!(status, 413, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("at most 128"), "{body}");
+    let many = tempfile::tempdir().expect("tempdir");
+    for i in 1..=1_001 {
+        std::fs::write(many.path().join(format!("{i:04}_x.sql")), "").unwrap();
+    }
+    let (status, body) = admin
+        .upload(
+            "notifier",
+            notifier.clone(),
+            settings.clone(),
+            Some(many.path()),
+            OPS_TOKEN,
+        )
+        .await;
+    assert_eq!(status, 413, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("at most 1000 migration files"),
+        "{body}"
+    );
     // Other requests are small JSON bodies.
     let request = admin
         .http

@@ -306,4 +306,6 @@ async fn a_reason_is_stored_cut_to_its_bound() {
     let stored = &list(&db, "billing").await.unwrap()[0].reason;
     assert!(stored.len() <= MAX_REASON_BYTES + 8, "{}", stored.len());
     assert!(stored.starts_with("üé") && stored.ends_with(" [cut]"));
+    // NULs are replaced (three bytes each) before the cut (the sixteenth read).
+    assert!(storable(&"\0".repeat(1 << 20)).len() <= MAX_REASON_BYTES + 8);
 }
