@@ -21,11 +21,12 @@
 //! Records without a key are one key among the others, so they keep
 //! partition order among themselves.
 
+use super::blocked_keys::{BlockedKeys, MAX_BLOCKED_KEYS, RELOAD};
 use super::outage::{Attempt, OutageLog};
 use super::partition::{
     Admit, BatchDone, BatchTask, MAX_BUFFERED_BYTES, Position, Stops, sleep_until, to_record,
 };
-use crate::db::dead_letters::{self, KeyDigest, ReasonKind, key_digest};
+use crate::db::dead_letters::{self, KeyDigest, ReasonKind};
 use crate::db::offsets;
 use crate::metrics::HostErrorKind;
 use crate::pipeline::{
@@ -44,19 +45,6 @@ use tokio_util::sync::CancellationToken;
 /// (Bounding the buffer alone let records waiting out a retry's backoff,
 /// one per key, reach 24 GB for a partition of 1 MB records.)
 const MAX_UNSETTLED_BYTES: usize = 2 * MAX_BUFFERED_BYTES;
-
-/// Keys a partition task remembers as blocked by parked letters, at most
-/// (as digests of 32 bytes, with the hash table's room about 4 MiB). At
-/// the bound the partition stops reading, and the set is read again every
-/// [`BLOCKED_RELOAD`] until letters replayed or discarded make room: a
-/// record of a key the task did not remember would run into its batch's
-/// own look at the letters and come back, again and again. Before the
-/// bound, a team's distinct keys, each parked, grew the task for good (the
-/// twelfth and thirteenth reads of issue 23's third round).
-const MAX_BLOCKED_KEYS: usize = 65_536;
-
-/// How often a partition at [`MAX_BLOCKED_KEYS`] reads its blocked keys again.
-const BLOCKED_RELOAD: Duration = Duration::from_secs(10);
 
 /// Batches of one partition in flight at once, at most: each holds a
 /// database connection for its transaction, so this times the assigned
@@ -106,11 +94,9 @@ pub(super) struct KeyedTask {
     settled: i64,
     /// Keys with work in flight: no other record of theirs starts.
     busy: HashSet<Key>,
-    /// Keys with a parked letter, as digests: their records are held, not
-    /// run. At [`MAX_BLOCKED_KEYS`] the partition stops reading.
-    blocked: HashSet<KeyDigest>,
-    /// While `blocked` is at its bound: when to read it again.
-    reload_blocked_at: Option<Instant>,
+    /// Keys with a parked letter: their records are held, not run. At its
+    /// bound the partition stops reading.
+    blocked: BlockedKeys,
     jobs: JoinSet<Job>,
     /// Batches among `jobs`.
     lanes: usize,
@@ -131,12 +117,11 @@ impl KeyedTask {
             high: None,
             settled: 0,
             busy: HashSet::new(),
-            blocked: HashSet::new(),
+            blocked: BlockedKeys::default(),
             jobs: JoinSet::new(),
             lanes: 0,
             stalled: false,
             probe_at: None,
-            reload_blocked_at: None,
         }
     }
 
@@ -157,39 +142,23 @@ impl KeyedTask {
             if !full {
                 self.probe_at = None;
             }
-            if self.blocked.len() >= MAX_BLOCKED_KEYS
-                && self.reload_blocked_at.is_none_or(|at| at <= Instant::now())
-            {
-                if self.reload_blocked_at.is_none() {
+            if let Some(first) = self.blocked.reload_due() {
+                if first {
                     tracing::warn!(
                         handler = shared.handler,
                         topic = self.at.key.0,
                         partition = self.at.key.1,
                         "{MAX_BLOCKED_KEYS} keys of this partition are blocked by parked letters: it is not read \
-                         until some are replayed or discarded (looked at every {BLOCKED_RELOAD:?})"
+                         until some are replayed or discarded (looked at every {RELOAD:?})"
                     );
                 }
-                // The read replaces the set with the first keys in the
-                // index's order: keys of records waiting here that batches
-                // found blocked stay, else those records would go to a
-                // batch, come back, and go again (the fourteenth read).
-                let waiting: Vec<KeyDigest> = self
-                    .buffer
-                    .iter()
-                    .filter_map(|record| record.key.as_deref().map(key_digest))
-                    .filter(|digest| self.blocked.contains(digest))
-                    .collect();
-                if !self.load_blocked(&stops.revoked).await {
+                let Some(read) = self.read_blocked(&stops.revoked).await else {
                     break;
-                }
-                self.blocked.extend(waiting);
-                // From the end of the read, however long it took.
-                self.reload_blocked_at = Some(Instant::now() + BLOCKED_RELOAD);
+                };
+                let waiting = self.buffer.iter().filter_map(|record| record.key.as_deref());
+                self.blocked.reloaded(read, waiting);
             }
-            let blocked_full = self.blocked.len() >= MAX_BLOCKED_KEYS;
-            if !blocked_full {
-                self.reload_blocked_at = None;
-            }
+            let reload_at = self.blocked.wake();
             if !self.stalled && !full {
                 self.launch(linger, &stops);
             }
@@ -198,12 +167,13 @@ impl KeyedTask {
                 (false, Some(since)) if !self.buffer.is_empty() => Some(since + linger),
                 _ => None,
             };
-            let wake = match (wake, self.reload_blocked_at) {
+            let wake = match (wake, reload_at) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
-            let room =
-                self.unsettled.len() < cap && self.unsettled_bytes < MAX_UNSETTLED_BYTES && !blocked_full;
+            let room = self.unsettled.len() < cap
+                && self.unsettled_bytes < MAX_UNSETTLED_BYTES
+                && !self.blocked.full();
             tokio::select! {
                 biased;
                 _ = stops.revoked.cancelled() => break,
@@ -244,9 +214,10 @@ impl KeyedTask {
         };
         if clear {
             self.forget();
-            if !self.load_blocked(stop).await {
+            let Some(read) = self.read_blocked(stop).await else {
                 return false;
-            }
+            };
+            self.blocked.replace(read);
         }
         if keep {
             if self.buffer.is_empty() {
@@ -275,8 +246,9 @@ impl KeyedTask {
         self.high = self.at.next;
     }
 
-    /// Reads which of the partition's keys parked letters block.
-    async fn load_blocked(&mut self, stop: &CancellationToken) -> bool {
+    /// Reads which of the partition's keys parked letters block (at most
+    /// [`MAX_BLOCKED_KEYS`]); `None` if `stop` came first.
+    async fn read_blocked(&self, stop: &CancellationToken) -> Option<HashSet<KeyDigest>> {
         let shared = self.at.shared.clone();
         let (topic, partition) = (&self.at.key.0, self.at.key.1);
         let read = shared
@@ -294,16 +266,9 @@ impl KeyedTask {
             });
         // Up to 4,096 statements on SQLite: a stop (a pause, a restart)
         // does not wait for them.
-        let keys = tokio::select! {
+        tokio::select! {
             _ = stop.cancelled() => None,
             keys = read => keys,
-        };
-        match keys {
-            Some(keys) => {
-                self.blocked = keys;
-                true
-            }
-            None => false,
         }
     }
 
@@ -347,9 +312,7 @@ impl KeyedTask {
                 break;
             }
             let mut indexes = of_key.remove(key).unwrap_or_default();
-            let blocked = key
-                .as_deref()
-                .filter(|k| !self.blocked.is_empty() && self.blocked.contains(&key_digest(k)));
+            let blocked = key.as_deref().filter(|k| self.blocked.blocks(k));
             if let Some(blocked) = blocked {
                 new_keys += 1;
                 holds.push((blocked.to_vec(), indexes));
@@ -487,8 +450,7 @@ impl KeyedTask {
                 for record in &records[..cursor.done] {
                     self.settle(record.offset);
                 }
-                self.blocked
-                    .extend(cursor.parked_keys.iter().map(|k| key_digest(k)));
+                self.blocked.learn(&cursor.parked_keys);
                 let rest = records.split_off(cursor.done);
                 match end {
                     BatchEnd::Returned(deferred) if !stopping && generation == self.at.generation => {
@@ -517,7 +479,7 @@ impl KeyedTask {
                     None => self.drop_unrun(std::slice::from_ref(&record)),
                 }
                 if generation == self.at.generation {
-                    self.blocked.extend(blocks.iter().map(|k| key_digest(k)));
+                    self.blocked.learn(&blocks);
                 }
             }
             Job::Hold {
@@ -536,7 +498,7 @@ impl KeyedTask {
                 records.iter().for_each(|r| self.settle(r.offset));
                 match held {
                     Some(Held::Released) if current => {
-                        self.blocked.remove(&key_digest(&key));
+                        self.blocked.release(&key);
                         self.requeue(rest);
                     }
                     // At the handler's bound: the rest waits for room.

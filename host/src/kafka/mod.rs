@@ -1,6 +1,7 @@
 //! Kafka: one consumer group per handler, records pumped in partition order
 //! through the pipeline, and offsets told to Kafka only after the database.
 
+mod blocked_keys;
 pub mod consumer;
 mod headers;
 mod keyed;

@@ -341,17 +341,22 @@ mod tests {
         }
     }
 
+    /// A stored version of `name` with an empty component and no migrations.
+    fn version_of(name: &str) -> NewVersion<'_> {
+        NewVersion {
+            name,
+            sha256: "00",
+            component: b"\0asm",
+            settings: "{}",
+            migrations: &[],
+            uploaded_by: "team",
+        }
+    }
+
     #[tokio::test]
     async fn a_handler_keeps_its_newest_versions_and_its_rollback_target() {
         for db in each_backend().await {
-            let new = NewVersion {
-                name: "loop",
-                sha256: "00",
-                component: b"\0asm",
-                settings: "{}",
-                migrations: &[],
-                uploaded_by: "team",
-            };
+            let new = version_of("loop");
             let upload = || async {
                 let mut tx = db.begin().await.unwrap();
                 insert_version(&mut tx, &new).await.unwrap();
@@ -387,14 +392,7 @@ mod tests {
     #[tokio::test]
     async fn a_handler_uploaded_again_after_a_delete_is_told_apart() {
         for db in each_backend().await {
-            let new = NewVersion {
-                name: "again",
-                sha256: "00",
-                component: b"\0asm",
-                settings: "{}",
-                migrations: &[],
-                uploaded_by: "team",
-            };
+            let new = version_of("again");
             let upload = || async {
                 let mut tx = db.begin().await.unwrap();
                 let version = insert_version(&mut tx, &new).await.unwrap();
