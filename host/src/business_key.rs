@@ -4,6 +4,7 @@
 //! window are one effect, whatever their event ids.
 
 use crate::config::DedupConfig;
+use crate::json_field::{self, Found, Read};
 use sha2::{Digest, Sha256};
 
 /// Keys longer than this are compared by their digest: the key is
@@ -18,6 +19,17 @@ pub const MAX_KEY_BYTES: usize = 256;
 /// `null`, `""`, an object or an array (and, for a JSON path, a payload that
 /// is not JSON) is no key: the event is deduplicated by its event id alone.
 /// A string is the key as it is; a number or boolean, its JSON text.
+///
+/// A record the host kept only in part (see [`crate::record::Cut`]) is
+/// never run, and has no key.
+pub fn of(config: &DedupConfig, record: &crate::record::Record) -> Option<String> {
+    if record.cut.is_some() {
+        return None;
+    }
+    extract(config, &record.headers, &record.payload)
+}
+
+/// As [`of`], from a record's parts.
 pub fn extract(config: &DedupConfig, headers: &[(String, Vec<u8>)], payload: &[u8]) -> Option<String> {
     let raw: Vec<u8> = match (&config.header, config.json_path()) {
         (Some(name), _) => {
@@ -26,12 +38,10 @@ pub fn extract(config: &DedupConfig, headers: &[(String, Vec<u8>)], payload: &[u
             value.clone()
         }
         (None, Some(path)) => {
-            let json: serde_json::Value = serde_json::from_slice(payload).ok()?;
-            let value = path.iter().try_fold(&json, |value, field| value.get(field))?;
-            match value {
-                serde_json::Value::String(text) => text.clone().into_bytes(),
-                serde_json::Value::Number(n) => n.to_string().into_bytes(),
-                serde_json::Value::Bool(b) => b.to_string().into_bytes(),
+            // Walked, not built as a tree (see `json_field`).
+            match json_field::read(payload, &path, false).ok()? {
+                Read::Whole(Some(Found::String(text) | Found::Number(text))) => text.into_bytes(),
+                Read::Whole(Some(Found::Bool(b))) => b.to_string().into_bytes(),
                 _ => return None,
             }
         }

@@ -16,6 +16,7 @@ pub mod event_id;
 pub mod failpoints;
 pub mod handler;
 pub mod host;
+pub mod json_field;
 pub mod kafka;
 #[cfg(test)]
 mod layers;

@@ -160,6 +160,14 @@ pub async fn replay(
     let Some(event_id) = letter.event_id.as_deref() else {
         return Ok(ReplayOutcome::NoEventId);
     };
+    if let Some(bytes) = letter.record_bytes {
+        // Running the part kept would run an event that never was.
+        return Ok(ReplayOutcome::Failed(format!(
+            "the letter keeps only the first part of its record ({bytes} bytes as consumed, past \
+             limits.max_payload_bytes), so it cannot be replayed: discard it, and read the record from \
+             Kafka at its offset"
+        )));
+    }
     if let Some(first) = held_behind_another(db, letter).await? {
         return Ok(ReplayOutcome::HeldBehind(first));
     }
@@ -171,6 +179,7 @@ pub async fn replay(
         payload: letter.payload.clone(),
         headers: letter.headers.clone(),
         timestamp_ms: None,
+        cut: None,
     };
     let claim = Claim {
         handler: handler.name(),

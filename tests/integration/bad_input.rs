@@ -199,3 +199,103 @@ async fn produce_with_raw_header(topic: &str, event_id: &str, payload: &[u8]) {
         .map_err(|(e, _)| e)
         .expect("delivered");
 }
+
+on_both_backends!(a_compressed_record_past_the_limit_is_parked_without_being_read_whole);
+
+/// Regression (issue 23, seventeenth read of its third round): a gzip record
+/// of 64 MB of `0,` (64 KB on the wire) was copied whole, then built as a
+/// JSON tree of 32 million numbers (about a gigabyte) to find its event id:
+/// a few such records killed the host for memory, at every restart. Now the
+/// consumer keeps the first `max_payload_bytes` of it and reads the id from
+/// that part: the event is parked as a `limit` letter that says the record's
+/// size, the partition goes on, and the host's peak memory stays far below
+/// the tree's.
+async fn a_compressed_record_past_the_limit_is_parked_without_being_read_whole(backend: Backend) {
+    const LIMIT: usize = 65_536;
+    const ZEROS: usize = 32 << 20;
+    let topic = unique("orders");
+    create_topic(&topic, 1).await;
+    let limits = format!("[handlers.limits]\nmax_payload_bytes = {LIMIT}\n");
+    let env = TestEnv::new(backend, "billing", &topic, &limits).await;
+    let big = new_id();
+    let mut payload = format!(r#"{{"event_id":"{big}","zeros":["#).into_bytes();
+    payload.reserve(ZEROS * 2);
+    for _ in 0..ZEROS {
+        payload.extend_from_slice(b"0,");
+    }
+    payload.extend_from_slice(b"0]}");
+    let size = payload.len();
+    produce_gzip(&topic, &payload).await;
+    drop(payload);
+    let after = new_id();
+    let ends = produce(&topic, &[Send::order(&after, "o2")]).await;
+
+    let mut host = env.spawn_host();
+    env.wait_for_offsets(&ends, Duration::from_secs(120), &mut host)
+        .await;
+    assert!(host.is_running(), "the host survived:\n{}", host.log());
+    let peak = peak_rss_bytes(host.child.id());
+    eprintln!("peak RSS of the host: {} MiB", peak >> 20);
+    let db = env.db().await;
+    let invoices = env.table("invoices").await;
+    let invoiced = rows(&db, &format!("SELECT event_id FROM {invoices}")).await;
+    assert_eq!(invoiced, vec![vec![SqlValue::Text(after)]]);
+    let letters = inboxd::db::dead_letters::list(&db, "billing").await.unwrap();
+    assert_eq!(letters.len(), 1, "{letters:#?}");
+    let ids = [letters[0].id];
+    let filter = inboxd::db::dead_letters::Filter {
+        ids: Some(&ids),
+        ..Default::default()
+    };
+    let letter = &inboxd::db::dead_letters::find(&db, &filter).await.unwrap()[0];
+    assert_eq!(
+        letter.event_id.as_deref(),
+        Some(big.as_str()),
+        "the id, read from the part kept"
+    );
+    assert_eq!(letter.payload.len(), LIMIT, "the part kept");
+    assert_eq!(letter.kind, "limit");
+    assert_eq!(letter.record_bytes, Some(size as i64), "{}", letter.reason);
+    assert!(letter.reason.contains("cannot be replayed"), "{}", letter.reason);
+    // The tree alone was 32 bytes a number: a gigabyte. What is left is
+    // librdkafka's decompressed copy and the host's own.
+    assert!(
+        peak < 512 << 20,
+        "peak RSS {} MiB for a {} MiB record",
+        peak >> 20,
+        size >> 20
+    );
+    assert_eq!(host.terminate(Duration::from_secs(30)).await, Some(0));
+}
+
+/// Produces one gzip-compressed record with `payload` (its id in the JSON).
+async fn produce_gzip(topic: &str, payload: &[u8]) {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .set("compression.type", "gzip")
+        // The producer checks the uncompressed size against this.
+        .set("message.max.bytes", "1000000000")
+        .create()
+        .expect("producer");
+    producer
+        .send(
+            FutureRecord::to(topic).key("k").payload(payload),
+            Duration::from_secs(60),
+        )
+        .await
+        .map_err(|(e, _)| e)
+        .expect("delivered");
+}
+
+/// The peak resident memory of process `pid` (`VmHWM`), in bytes.
+fn peak_rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM");
+    kib * 1024
+}

@@ -334,6 +334,7 @@ mod tests {
                     attempts: 1,
                     handler_version: None,
                     first_failed_at: 1_000 + offset as i64,
+                    record_bytes: None,
                 };
                 insert(&mut tx, &letter).await.unwrap();
             }
@@ -408,6 +409,7 @@ mod tests {
                     attempts: 1,
                     handler_version: None,
                     first_failed_at: 1_000,
+                    record_bytes: None,
                 };
                 insert(&mut tx, &letter).await.unwrap();
             }
@@ -452,6 +454,7 @@ mod tests {
                 last_failed_at: 1_000,
                 resolution: None,
                 resolved_at: None,
+                record_bytes: None,
             })
             .collect();
         let grouped = group_rows(rows);

@@ -100,12 +100,15 @@ pub struct DeadLetter<'a> {
     pub attempts: u32,
     pub handler_version: Option<&'a str>,
     pub first_failed_at: i64,
+    /// The record's size as consumed, when the letter keeps only its first
+    /// part (see [`crate::record::Cut`]); `None`: the letter keeps it whole.
+    pub record_bytes: Option<usize>,
 }
 
 const INSERT: &str = r#"INSERT INTO dead_letters
 (handler, event_id, topic, partition, "offset", key, payload, headers, reason_kind, reason,
- attempts, handler_version, first_failed_at, last_failed_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"#;
+ attempts, handler_version, first_failed_at, last_failed_at, record_bytes)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"#;
 
 /// A reason as the database can store it: PostgreSQL text cannot hold NUL,
 /// and a reason often quotes what a guest or a record said; at most
@@ -144,13 +147,16 @@ pub async fn insert(tx: &mut Tx, letter: &DeadLetter<'_>) -> Result<(), DbError>
         letter.handler_version.into(),
         letter.first_failed_at.into(),
         now_ms().into(),
+        letter
+            .record_bytes
+            .map_or(SqlValue::Null, |bytes| (bytes as i64).into()),
     ];
     tx.host_write(INSERT, INSERT_GATE, &params).await
 }
 
 /// [`INSERT`] through its PostgreSQL gate (`$1` is the host's key).
 const INSERT_GATE: &str = "SELECT inboxd_gate.dead_letter($1, $2, $3, $4, $5::pg_catalog.int4, $6, $7, $8, \
-     $9, $10, $11, $12::pg_catalog.int4, $13, $14, $15)";
+     $9, $10, $11, $12::pg_catalog.int4, $13, $14, $15, $16)";
 
 /// A dead letter as stored, for inspection (`inboxd dlq`) and replay.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -175,6 +181,9 @@ pub struct Row {
     pub last_failed_at: i64,
     pub resolution: Option<String>,
     pub resolved_at: Option<i64>,
+    /// Set when the letter keeps only the first part of its record: the
+    /// record's size as consumed. Such a letter cannot be replayed.
+    pub record_bytes: Option<i64>,
 }
 
 /// Which dead letters to read.
@@ -199,16 +208,16 @@ pub struct Filter<'a> {
 }
 
 const COLUMNS: &str = r#"id, handler, event_id, topic, partition, "offset", key, payload, headers, reason_kind,
-    reason, attempts, handler_version, first_failed_at, last_failed_at, resolution, resolved_at"#;
+    reason, attempts, handler_version, first_failed_at, last_failed_at, resolution, resolved_at, record_bytes"#;
 
 /// [`COLUMNS`] without the record's key, payload and headers: for lists,
 /// which show none of them and would otherwise read every payload.
 const SUMMARY_COLUMNS: &str = r#"id, handler, event_id, topic, partition, "offset", NULL, NULL, NULL, reason_kind,
-    reason, attempts, handler_version, first_failed_at, last_failed_at, resolution, resolved_at"#;
+    reason, attempts, handler_version, first_failed_at, last_failed_at, resolution, resolved_at, record_bytes"#;
 
 /// [`SUMMARY_COLUMNS`] with the key.
 const KEYED_SUMMARY_COLUMNS: &str = r#"id, handler, event_id, topic, partition, "offset", key, NULL, NULL, reason_kind,
-    reason, attempts, handler_version, first_failed_at, last_failed_at, resolution, resolved_at"#;
+    reason, attempts, handler_version, first_failed_at, last_failed_at, resolution, resolved_at, record_bytes"#;
 
 /// One dead letter; `None` for a reason kind this version does not know
 /// (only a newer host writes one: during a rolling upgrade it is skipped
@@ -254,6 +263,7 @@ fn decode(row: Vec<SqlValue>) -> Result<Option<Row>, DecodeError> {
         last_failed_at: c.int("last_failed_at")?,
         resolution: c.opt_text("resolution")?,
         resolved_at: c.opt_int("resolved_at")?,
+        record_bytes: c.opt_int("record_bytes")?,
     }))
 }
 

@@ -7,22 +7,26 @@
 //! Here a name that is not UTF-8 is read lossily (Kafka header names are
 //! strings; every client that writes them writes UTF-8) and nothing panics.
 
+use crate::record::HEADER_OVERHEAD;
 use rdkafka::bindings as rd;
 use rdkafka::message::BorrowedMessage;
 use std::ffi::CStr;
 
-/// Every header of `message`, name and value, in order.
-pub fn headers_of(message: &BorrowedMessage<'_>) -> Vec<(String, Vec<u8>)> {
+/// The headers of `message`, name and value, in order, as long as together
+/// they weigh at most `keep` bytes (as [`crate::record::headers_bytes`] counts them), and
+/// the weight of them all: past `keep`, names and values are measured, not copied.
+pub fn headers_of(message: &BorrowedMessage<'_>, keep: usize) -> (Vec<(String, Vec<u8>)>, usize) {
     let mut headers: *mut rd::rd_kafka_headers_t = std::ptr::null_mut();
     // SAFETY: `message.ptr()` is the live message `message` borrows; librdkafka
     // only writes the pointer to its headers, which live as long as it.
     let err = unsafe { rd::rd_kafka_message_headers(message.ptr(), &mut headers) };
     if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || headers.is_null() {
-        return Vec::new();
+        return (Vec::new(), 0);
     }
     // SAFETY: `headers` is the message's header list, checked non-null.
     let count = unsafe { rd::rd_kafka_header_cnt(headers) };
-    let mut out = Vec::with_capacity(count);
+    let mut out = Vec::new();
+    let mut weight = 0usize;
     for idx in 0..count {
         let (mut name, mut value, mut size) = (std::ptr::null(), std::ptr::null(), 0usize);
         // SAFETY: `idx` is below the count; librdkafka writes a NUL-terminated
@@ -32,14 +36,19 @@ pub fn headers_of(message: &BorrowedMessage<'_>) -> Vec<(String, Vec<u8>)> {
             continue;
         }
         // SAFETY: as above; both are copied before the next call.
-        let name = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
-        let value = if value.is_null() {
+        let name = unsafe { CStr::from_ptr(name) };
+        let size = if value.is_null() { 0 } else { size };
+        weight = weight.saturating_add(HEADER_OVERHEAD + name.count_bytes() + size);
+        if weight > keep {
+            continue;
+        }
+        let value = if size == 0 {
             Vec::new()
         } else {
             // SAFETY: librdkafka gives `size` readable bytes at `value`.
             unsafe { std::slice::from_raw_parts(value.cast::<u8>(), size) }.to_vec()
         };
-        out.push((name, value));
+        out.push((name.to_string_lossy().into_owned(), value));
     }
-    out
+    (out, weight)
 }

@@ -14,7 +14,7 @@ use crate::config::{BatchConfig, Ordering as KeyOrdering};
 use crate::db::offsets;
 use crate::metrics::HostErrorKind;
 use crate::pipeline::{BatchCursor, BatchEnd, Pipeline, PipelineError};
-use crate::record::Record;
+use crate::record::{Cut, Record};
 use rdkafka::Message;
 use rdkafka::consumer::Consumer;
 use rdkafka::message::BorrowedMessage;
@@ -298,7 +298,7 @@ impl PartitionTask {
                 _ = sleep_until(wake), if wake.is_some() => {}
                 message = self.at.queue.recv(), if room => match message {
                     Ok(message) => {
-                        let record = to_record(&message);
+                        let record = to_record(&message, self.at.shared.pipeline.max_payload_bytes());
                         drop(message);
                         if !self.accept(record, &stops.revoked).await {
                             break;
@@ -470,17 +470,28 @@ pub(super) async fn sleep_until(wake: Option<Instant>) {
     }
 }
 
-pub(super) fn to_record(message: &BorrowedMessage<'_>) -> Record {
+/// The record of `message` as the pipeline sees it, keeping at most `keep`
+/// bytes of payload and of headers: a record past them is cut (see
+/// [`Cut`]), never copied whole (librdkafka holds a compressed batch's
+/// records decompressed, as large as a producer made them).
+pub(super) fn to_record(message: &BorrowedMessage<'_>, keep: usize) -> Record {
     // Not rdkafka's header reader, which panics on a name that is not UTF-8.
-    let headers = super::headers::headers_of(message);
+    let (headers, headers_bytes) = super::headers::headers_of(message, keep);
+    let payload = message.payload().unwrap_or_default();
+    let cut = (payload.len() > keep || headers_bytes > keep).then_some(Cut {
+        payload_bytes: payload.len(),
+        headers_bytes,
+        limit: keep,
+    });
     Record {
         topic: message.topic().to_owned(),
         partition: message.partition(),
         offset: message.offset(),
         key: message.key().map(<[u8]>::to_vec),
-        payload: message.payload().map(<[u8]>::to_vec).unwrap_or_default(),
+        payload: payload[..payload.len().min(keep)].to_vec(),
         headers,
         timestamp_ms: message.timestamp().to_millis(),
+        cut,
     }
 }
 

@@ -260,8 +260,7 @@ impl Pipeline {
                     if let Some(failure) = retry {
                         let record = &rest[count];
                         let first_failed_at = now_ms();
-                        let event_id = event_id::extract(&self.event_id, &record.headers, &record.payload)
-                            .unwrap_or_default();
+                        let event_id = event_id::of(&self.event_id, record).unwrap_or_default();
                         if cursor.fence == Fence::Keyed {
                             // Only its key waits: the partition task runs it
                             // again when its backoff is over.
@@ -340,8 +339,7 @@ impl Pipeline {
                         match outcome {
                             Outcome::Fenced => return Ok(BatchEnd::Fenced),
                             Outcome::DeadLettered if cursor.fence == Fence::Keyed => {
-                                let id =
-                                    event_id::extract(&self.event_id, &record.headers, &record.payload).ok();
+                                let id = event_id::of(&self.event_id, record).ok();
                                 cursor.parked_keys.extend(blocks_key(record, id.as_deref()));
                             }
                             _ => {}
@@ -381,7 +379,7 @@ impl Pipeline {
 
     /// With key order, the key a parked `record` blocks, if any (see [`blocks_key`]).
     pub fn parked_blocks(&self, record: &Record) -> Option<Vec<u8>> {
-        let id = event_id::extract(&self.event_id, &record.headers, &record.payload).ok();
+        let id = event_id::of(&self.event_id, record).ok();
         blocks_key(record, id.as_deref())
     }
 
@@ -401,7 +399,7 @@ impl Pipeline {
         // statement per event would be a round trip per event).
         let ids: Vec<Result<String, String>> = records
             .iter()
-            .map(|r| event_id::extract(&self.event_id, &r.headers, &r.payload).map_err(|e| e.to_string()))
+            .map(|r| event_id::of(&self.event_id, r).map_err(|e| e.to_string()))
             .collect();
         let mut seen = HashSet::new();
         let claims: Vec<_> = records

@@ -77,11 +77,16 @@ pub async fn call(
     attempt: u32,
 ) -> Result<Called, PipelineError> {
     let max_payload = handler.max_payload_bytes();
-    if record.payload.len() > max_payload {
-        let reason = format!(
+    let too_large = match record.cut {
+        // Even if this version's limit is higher: the rest was never read.
+        Some(cut) => Some(cut.reason()),
+        None if record.payload.len() > max_payload => Some(format!(
             "limit limits.max_payload_bytes exceeded: the payload is {} bytes; the limit is {max_payload}",
             record.payload.len()
-        );
+        )),
+        None => None,
+    };
+    if let Some(reason) = too_large {
         return Ok(Called {
             tx,
             call: Call::TooLarge(reason),

@@ -49,7 +49,7 @@ impl Pipeline {
         // would wait on each other in opposite orders.
         let mut claimed: Vec<(&Record, Option<String>)> = Vec::with_capacity(records.len());
         for record in records {
-            match event_id::extract(&self.event_id, &record.headers, &record.payload) {
+            match event_id::of(&self.event_id, record) {
                 Ok(id) => {
                     // Applied or parked before (a redelivery after a crash): nothing to hold.
                     if inbox::claim(&mut tx, &self.claim(record, &id)).await? {
@@ -99,7 +99,7 @@ impl Pipeline {
         let mut parked: Vec<Parked> = Vec::with_capacity(fits);
         for (record, id) in &claimed[..fits] {
             let Some(id) = id else {
-                let error = event_id::extract(&self.event_id, &record.headers, &record.payload)
+                let error = event_id::of(&self.event_id, record)
                     .err()
                     .map(|e| e.to_string())
                     .unwrap_or_default();

@@ -120,7 +120,7 @@ impl Pipeline {
         first_failed_at: i64,
         kind: ReasonKind,
     ) -> Result<Outcome, PipelineError> {
-        let event_id = event_id::extract(&self.event_id, &record.headers, &record.payload).ok();
+        let event_id = event_id::of(&self.event_id, record).ok();
         let reason = match kind {
             ReasonKind::Held => format!(
                 "held behind a dead letter of its key; the database refused the host's own statements \

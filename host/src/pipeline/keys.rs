@@ -51,7 +51,7 @@ impl BatchKeys {
         };
         let mut first: Vec<(String, &str)> = Vec::new();
         for (record, event_id) in fresh {
-            if let Some(key) = business_key::extract(dedup, &record.headers, &record.payload)
+            if let Some(key) = business_key::of(dedup, record)
                 && !keys.holders.contains_key(&key)
             {
                 keys.holders.insert(key.clone(), Holder::Elsewhere);

@@ -154,6 +154,16 @@ impl Slot {
         self.careful.store(0, Ordering::Relaxed);
     }
 
+    /// `limits.max_payload_bytes` of the version a new batch runs: what
+    /// the consumer keeps of a record (see [`crate::record::Cut`]).
+    pub fn max_payload_bytes(&self) -> usize {
+        self.loaded
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .handler
+            .max_payload_bytes()
+    }
+
     /// Whether the next batch may run optimistically (one savepoint for all
     /// its calls); counts down the careful batches.
     fn optimistic(&self) -> bool {
@@ -203,6 +213,12 @@ impl Pipeline {
         Self::new(self.db.clone(), self.slot.clone(), self.stats.clone())
     }
 
+    /// What the consumer keeps of a record for this handler: its current
+    /// version's `limits.max_payload_bytes`.
+    pub fn max_payload_bytes(&self) -> usize {
+        self.slot.max_payload_bytes()
+    }
+
     pub fn stats(&self) -> &Stats {
         &self.stats
     }
@@ -225,7 +241,7 @@ impl Pipeline {
         mut attempt: u32,
         mut first_failed_at: Option<i64>,
     ) -> Result<Outcome, PipelineError> {
-        let event_id = match event_id::extract(&self.event_id, &record.headers, &record.payload) {
+        let event_id = match event_id::of(&self.event_id, record) {
             Ok(id) => id,
             Err(error) => {
                 let mut tx = self.db.begin_guest(self.handler.name()).await?;
@@ -366,10 +382,7 @@ impl Pipeline {
     /// dedups by one and the record carries it.
     fn business_key(&self, record: &Record) -> Option<(String, &DedupConfig)> {
         let dedup = self.dedup.as_ref()?;
-        Some((
-            business_key::extract(dedup, &record.headers, &record.payload)?,
-            dedup,
-        ))
+        Some((business_key::of(dedup, record)?, dedup))
     }
 
     /// Frees the business key an event claimed before its handler ran: it was
@@ -561,6 +574,7 @@ impl Pipeline {
             attempts: 0,
             handler_version: None,
             first_failed_at: now_ms(),
+            record_bytes: record.cut.map(|cut| cut.record_bytes()),
         }
     }
 

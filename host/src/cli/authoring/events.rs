@@ -116,6 +116,7 @@ fn parse(text: &str, topic: &str, ids: &EventIdConfig) -> Result<Vec<TestRecord>
                     payload: payload.clone(),
                     headers: headers.clone(),
                     timestamp_ms: parsed.timestamp_ms,
+                    cut: None,
                 },
             });
             *offset += 1;

@@ -27,6 +27,7 @@ async fn insert_and_list_keep_the_reason() {
             attempts: 0,
             handler_version: None,
             first_failed_at: now_ms(),
+            record_bytes: None,
         },
     )
     .await
@@ -64,6 +65,7 @@ async fn a_dead_letter_that_cannot_be_read_fails_the_list_naming_its_column() {
         attempts: 1,
         handler_version: None,
         first_failed_at: now_ms(),
+        record_bytes: None,
     };
     insert(&mut tx, &letter).await.unwrap();
     // SQLite keeps text in an INTEGER column: a damaged row.
@@ -105,6 +107,7 @@ async fn a_list_filters_by_scope_and_kind_in_the_query_and_leaves_the_record_out
                 attempts: 1,
                 handler_version: None,
                 first_failed_at: now_ms(),
+                record_bytes: None,
             };
             insert(&mut tx, &letter).await.unwrap();
         }
@@ -156,6 +159,7 @@ async fn held_letters_are_read_a_few_at_a_time_in_offset_order() {
             attempts: 1,
             handler_version: None,
             first_failed_at: now_ms(),
+            record_bytes: None,
         };
         let mut tx = db.begin().await.unwrap();
         insert(&mut tx, &letter(10, ReasonKind::Rejected)).await.unwrap();
@@ -208,6 +212,7 @@ async fn blocked_keys_are_read_in_pages_as_digests() {
             attempts: 1,
             handler_version: None,
             first_failed_at: now_ms(),
+            record_bytes: None,
         }
     }
     for db in each_backend().await {
@@ -298,6 +303,7 @@ async fn a_reason_is_stored_cut_to_its_bound() {
             attempts: 0,
             handler_version: None,
             first_failed_at: now_ms(),
+            record_bytes: None,
         },
     )
     .await

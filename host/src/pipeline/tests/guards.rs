@@ -151,6 +151,63 @@ async fn an_oversized_payload_is_parked_as_a_limit_without_running_the_handler()
     }
 }
 
+/// Regression (issue 23, seventeenth read of its third round): a record
+/// past the limit was copied whole and its JSON built as a tree to find its
+/// id (a compressed gigabyte of zeros killed the host for memory at every
+/// restart). The consumer keeps only the first `max_payload_bytes` of it
+/// (a [`Cut`]); the id is read from that part, the event is parked as a
+/// `limit` letter that says how large the record was, never run, and its
+/// replay is refused (running the part kept would run an event that never was).
+#[tokio::test]
+async fn a_record_cut_at_the_limit_is_parked_with_its_size_and_never_replayed() {
+    use crate::db::dead_letters::{self, Filter};
+    use crate::record::Cut;
+    use crate::replay::{ReplayOutcome, replay};
+    for db in each_backend().await {
+        let h = Harness::new(db).await;
+        let on = h.backend();
+        let mut batch = records(0, &[1, 2, 3]);
+        // As the consumer cut it: the id first, then zeros to the limit.
+        let mut kept = format!(r#"{{"event_id":"{}","zeros":["#, id(2)).into_bytes();
+        while kept.len() < MAX_PAYLOAD {
+            kept.extend_from_slice(b"0,");
+        }
+        kept.truncate(MAX_PAYLOAD);
+        batch[1].headers.clear();
+        batch[1].payload = kept;
+        batch[1].cut = Some(Cut {
+            payload_bytes: 1 << 30,
+            headers_bytes: 0,
+            limit: MAX_PAYLOAD,
+        });
+        let (end, _) = h.batch(&batch).await;
+        assert_eq!(end, BatchEnd::Done, "{on:?}");
+        assert_eq!(h.handler.call_order(), first_calls(&[1, 3]), "{on:?}");
+        let parked = h.only_dead_letter(on).await;
+        assert_eq!(parked.said(), (Some(id(2).as_str()), 1, "limit", 0), "{on:?}");
+        assert!(
+            parked.reason.contains("1073741824 bytes"),
+            "{on:?}: {}",
+            parked.reason
+        );
+        assert_eq!(h.status(&id(2)).await.as_deref(), Some("dead"), "{on:?}");
+        let letter = dead_letters::find(&h.db, &Filter::default())
+            .await
+            .unwrap()
+            .remove(0);
+        assert_eq!(letter.record_bytes, Some(1 << 30), "{on:?}");
+        assert_eq!(letter.payload.len(), MAX_PAYLOAD, "{on:?}: the part kept");
+        let outcome = replay(&h.db, h.handler.as_ref(), None, &letter).await.unwrap();
+        assert!(
+            matches!(&outcome, ReplayOutcome::Failed(why) if why.contains("cannot be replayed")),
+            "{on:?}: {outcome:?}"
+        );
+        assert_eq!(h.handler.call_order(), first_calls(&[1, 3]), "{on:?}: never run");
+        assert_eq!(h.effects().await, vec![(id(1), 1), (id(3), 1)], "{on:?}");
+        assert_eq!(h.offset().await, Some(3), "{on:?}");
+    }
+}
+
 /// The handler of event 2 of 3 notes a failed statement and goes on.
 /// SQLite undoes just the statement, so the batch's one optimistic run
 /// stands. PostgreSQL aborts the transaction: the optimistic run is undone

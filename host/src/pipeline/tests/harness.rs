@@ -42,6 +42,7 @@ pub fn record(offset: i64, event_id: &str) -> Record {
         payload: br#"{"order": 1}"#.to_vec(),
         headers: vec![("event_id".to_owned(), event_id.as_bytes().to_vec())],
         timestamp_ms: None,
+        cut: None,
     }
 }
 

@@ -121,6 +121,7 @@ async fn a_key_another_consumer_parked_meanwhile_is_not_run() {
                 attempts: 1,
                 handler_version: None,
                 first_failed_at: now_ms(),
+                record_bytes: None,
             },
         )
         .await
