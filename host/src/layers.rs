@@ -6,10 +6,11 @@
 
 /// Bottom first. Modules on one layer do not use each other.
 const LAYERS: &[&[&str]] = &[
-    // What everything shares: settings, a record, the WIT bindings, counters.
+    // What everything shares: settings, a record, one JSON field, the WIT bindings, counters.
     &[
         "config",
         "record",
+        "json_field",
         "bindings",
         "metrics",
         "telemetry",

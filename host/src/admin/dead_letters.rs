@@ -8,6 +8,7 @@ use crate::db::dead_letters::{self, Filter, ReasonKind, Row};
 use crate::replay::{HeldChoice, release_held, replay as replay_letter};
 use axum::Json;
 use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 /// A list answers with at most this many, oldest first: a page, not a dump.
@@ -62,8 +63,11 @@ pub async fn list(
 /// The dead letter, if it exists and the caller may see it (404 otherwise).
 async fn fetch(state: &AppState, caller: &Caller, id: i64) -> Result<Row, ApiError> {
     let ids = [id];
+    // The token's scope is part of the query: another team's letter, its
+    // payload and headers, is never read.
     let filter = Filter {
         ids: Some(&ids),
+        handlers: caller.handlers(),
         include_resolved: true,
         ..Filter::default()
     };
@@ -81,9 +85,13 @@ pub async fn show(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<i64>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
+    // One letter in full at a time per team token (it may hold a payload of
+    // `max_payload_bytes` and as much in headers).
+    let _turn = state.listings.wait(&caller, "dead-letter detail").await?;
     let row = fetch(&state, &caller, id).await?;
-    Ok(Json(row.detail_json()))
+    // Written out as it is serialized: the letter is borrowed, not copied.
+    Ok(Json(row.detail_json()).into_response())
 }
 
 /// `?held=replay|discard`: what becomes of the letters held behind one
@@ -101,8 +109,9 @@ pub async fn replay(
     Path(id): Path<i64>,
     Query(query): Query<HeldQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let row = fetch(&state, &caller, id).await?;
+    // The turn first: the letter is read whole (payload and headers).
     let _turn = state.bulk.enter(&caller, "replay, discard or re-queue")?;
+    let row = fetch(&state, &caller, id).await?;
     Ok(Json(replay_row(&state, &caller, &row, query.held).await?))
 }
 
@@ -224,9 +233,10 @@ pub async fn discard(
     Path(id): Path<i64>,
     Query(query): Query<HeldQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let row = fetch(&state, &caller, id).await?;
-    // It may replay the letters held behind it (`?held=replay`, the default).
+    // It may replay the letters held behind it (`?held=replay`, the default);
+    // the turn first, as for a replay.
     let _turn = state.bulk.enter(&caller, "replay, discard or re-queue")?;
+    let row = fetch(&state, &caller, id).await?;
     Ok(Json(discard_row(&state, &row, query.held).await?))
 }
 

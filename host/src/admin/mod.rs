@@ -88,7 +88,7 @@ impl Listener {
         let state = AppState(Arc::new(Shared {
             tokens: Tokens::new(&self.config.tokens),
             max_component_bytes: self.config.max_component_bytes(),
-            broker: ops::BrokerProbe::new(registry.kafka()),
+            probe: ops::ReadyProbe::new(registry.kafka()),
             upload_turns: upload_turns::UploadTurns::default(),
             bulk: in_flight::InFlight::default(),
             listings: in_flight::InFlight::default(),
@@ -168,7 +168,7 @@ pub struct Shared {
     registry: Registry,
     tokens: Tokens,
     max_component_bytes: usize,
-    broker: ops::BrokerProbe,
+    probe: ops::ReadyProbe,
     /// Who may upload now (see [`upload_turns::UploadTurns`]).
     upload_turns: upload_turns::UploadTurns,
     /// Team tokens with a bulk request running: a dead-letter replay or

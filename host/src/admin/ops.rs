@@ -2,7 +2,7 @@
 
 use super::AppState;
 use crate::config::KafkaConfig;
-use crate::db::{dead_letters, outbox};
+use crate::db::{Database, dead_letters, outbox};
 use crate::metrics::HandlerLabel;
 use axum::Json;
 use axum::extract::State;
@@ -12,32 +12,66 @@ use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde_json::json;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A probe must answer faster than the orchestrator's timeout (often 1-5 s).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// A client that only asks the broker for metadata.
-pub struct BrokerProbe(Option<Arc<BaseConsumer>>);
+/// What `/readyz` asks the database and the broker (through a client that
+/// only asks for metadata), and their last answers.
+pub struct ReadyProbe {
+    client: Option<Arc<BaseConsumer>>,
+    /// When they last answered, and how: `/readyz` is open, and each request
+    /// took a database connection and asked for every topic's metadata on a
+    /// blocking thread (the seventeenth read). Answers serve [`PROBE_FRESH`];
+    /// one probe runs at a time and the requests meanwhile take its answers.
+    last: tokio::sync::Mutex<Option<(Instant, Answers)>>,
+}
 
-impl BrokerProbe {
+/// The database's answer and the broker's.
+type Answers = (Result<(), String>, Result<(), String>);
+
+/// How long a probe's answer serves `/readyz`.
+const PROBE_FRESH: Duration = Duration::from_secs(1);
+
+impl ReadyProbe {
     pub fn new(kafka: &KafkaConfig) -> Self {
         let mut config = ClientConfig::new();
         for (key, value) in &kafka.properties {
             config.set(key, value);
         }
         config.set("bootstrap.servers", &kafka.brokers);
-        match config.create::<BaseConsumer>() {
-            Ok(client) => Self(Some(Arc::new(client))),
+        let client = match config.create::<BaseConsumer>() {
+            Ok(client) => Some(Arc::new(client)),
             Err(error) => {
                 tracing::warn!("cannot create the broker probe for /readyz: {error}");
-                Self(None)
+                None
             }
+        };
+        Self {
+            client,
+            last: tokio::sync::Mutex::new(None),
         }
     }
 
-    async fn answers(&self) -> Result<(), String> {
-        let Some(client) = self.0.clone() else {
+    async fn answers(&self, db: &Database) -> Answers {
+        let mut last = self.last.lock().await;
+        if let Some((at, answers)) = &*last
+            && at.elapsed() < PROBE_FRESH
+        {
+            return answers.clone();
+        }
+        let database = tokio::time::timeout(PROBE_TIMEOUT, db.query("SELECT 1", &[]))
+            .await
+            .map_err(|_| "timed out".to_owned())
+            .and_then(|r| r.map(drop).map_err(|e| e.to_string()));
+        let answers = (database, self.broker().await);
+        *last = Some((Instant::now(), answers.clone()));
+        answers
+    }
+
+    async fn broker(&self) -> Result<(), String> {
+        let Some(client) = self.client.clone() else {
             return Err("no broker client".into());
         };
         tokio::task::spawn_blocking(move || client.fetch_metadata(None, PROBE_TIMEOUT))
@@ -55,11 +89,7 @@ pub async fn healthz() -> &'static str {
 
 /// Ready when the database and the broker answer and every handler loaded.
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    let database = tokio::time::timeout(PROBE_TIMEOUT, state.registry.db().query("SELECT 1", &[]))
-        .await
-        .map_err(|_| "timed out".to_owned())
-        .and_then(|r| r.map(drop).map_err(|e| e.to_string()));
-    let broker = state.broker.answers().await;
+    let (database, broker) = state.probe.answers(state.registry.db()).await;
     let handlers = if state.registry.is_ready() {
         Ok(())
     } else {

@@ -383,20 +383,43 @@ pub fn bytes_text(bytes: &[u8]) -> String {
 impl Row {
     /// The dead letter in full, with key, payload and headers as text where
     /// they are UTF-8 ([`bytes_text`]) and the payload in hex as well: what
-    /// `dlq show --json`, the API and the console show.
-    pub fn detail_json(&self) -> serde_json::Value {
-        let headers: Vec<serde_json::Value> = self
-            .headers
-            .iter()
-            .map(|(name, value)| serde_json::json!({ "name": name, "value": bytes_text(value) }))
-            .collect();
-        let mut value = serde_json::to_value(self).unwrap_or_default();
-        value["key"] = self.key.as_deref().map(bytes_text).into();
-        value["payload"] = bytes_text(&self.payload).into();
-        value["payload_hex"] = hex::encode(&self.payload).into();
-        value["headers"] = headers.into();
-        value
+    /// `dlq show --json`, the API and the console show. Serialized as it
+    /// is written out (a `serde_json::Value` of it held a map per header:
+    /// hundreds of megabytes for a record of many small headers, the
+    /// seventeenth read).
+    pub fn detail_json(&self) -> Detail<'_> {
+        Detail {
+            row: self,
+            key: self.key.as_deref().map(bytes_text),
+            payload: bytes_text(&self.payload),
+            payload_hex: hex::encode(&self.payload),
+            headers: self
+                .headers
+                .iter()
+                .map(|(name, value)| HeaderText {
+                    name,
+                    value: bytes_text(value),
+                })
+                .collect(),
+        }
     }
+}
+
+/// A dead letter in full: see [`Row::detail_json`].
+#[derive(serde::Serialize)]
+pub struct Detail<'a> {
+    #[serde(flatten)]
+    row: &'a Row,
+    key: Option<String>,
+    payload: String,
+    payload_hex: String,
+    headers: Vec<HeaderText<'a>>,
+}
+
+#[derive(serde::Serialize)]
+struct HeaderText<'a> {
+    name: &'a str,
+    value: String,
 }
 
 /// A dead letter as listed for tests: the parked ones of a handler.

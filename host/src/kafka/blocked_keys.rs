@@ -29,8 +29,13 @@ pub(super) struct BlockedKeys {
 
 impl BlockedKeys {
     /// Whether a parked letter blocks `key` (cheap while none does).
-    pub fn blocks(&self, key: &[u8]) -> bool {
-        !self.digests.is_empty() && self.digests.contains(&key_digest(key))
+    /// Whether the key of this digest is blocked.
+    pub fn blocks(&self, key: &KeyDigest) -> bool {
+        self.digests.contains(key)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.digests.is_empty()
     }
 
     /// Keys a batch, retry or hold found blocked.
@@ -64,10 +69,10 @@ impl BlockedKeys {
     /// known to be blocked (the read has only the first keys in the index's
     /// order: the fourteenth read). The next read is due [`RELOAD`] from now,
     /// however long this one took.
-    pub fn reloaded<'a>(&mut self, read: HashSet<KeyDigest>, waiting: impl Iterator<Item = &'a [u8]>) {
+    pub fn reloaded<'a>(&mut self, read: HashSet<KeyDigest>, waiting: impl Iterator<Item = &'a KeyDigest>) {
         let kept: Vec<KeyDigest> = waiting
-            .map(key_digest)
-            .filter(|digest| self.digests.contains(digest))
+            .filter(|digest| self.digests.contains(*digest))
+            .copied()
             .collect();
         self.digests = read;
         self.digests.extend(kept);

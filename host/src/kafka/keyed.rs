@@ -26,7 +26,7 @@ use super::outage::{Attempt, OutageLog};
 use super::partition::{
     Admit, BatchDone, BatchTask, MAX_BUFFERED_BYTES, Position, Stops, sleep_until, to_record,
 };
-use crate::db::dead_letters::{self, KeyDigest, ReasonKind};
+use crate::db::dead_letters::{self, KeyDigest, ReasonKind, key_digest};
 use crate::db::offsets;
 use crate::metrics::HostErrorKind;
 use crate::pipeline::{
@@ -54,8 +54,15 @@ pub const LANES: usize = 8;
 /// How often a handler at its `max_held_records` looks whether it has room again.
 const FULL_PROBE: Duration = Duration::from_secs(5);
 
-/// A record's Kafka key; records without one share `None`.
-type Key = Option<Vec<u8>>;
+/// A record's Kafka key by its SHA-256, taken once when the record is read;
+/// records without one share `None`. (Each look for work to start walks the
+/// buffer: hashing whole keys there, at every record read, cost as much as
+/// the buffer's keys, up to megabytes each: the seventeenth read.)
+type Key = Option<KeyDigest>;
+
+fn key_of(record: &Record) -> Key {
+    record.key.as_deref().map(key_digest)
+}
 
 /// Work of the partition that ended.
 enum Job {
@@ -79,7 +86,7 @@ enum Job {
 
 pub(super) struct KeyedTask {
     at: Position,
-    buffer: VecDeque<Record>,
+    buffer: VecDeque<(Key, Record)>,
     /// When the oldest buffered record arrived: the linger clock.
     since: Option<Instant>,
     /// Offsets read and not yet settled (buffered, in a batch, waiting to be
@@ -155,7 +162,7 @@ impl KeyedTask {
                 let Some(read) = self.read_blocked(&stops.revoked).await else {
                     break;
                 };
-                let waiting = self.buffer.iter().filter_map(|record| record.key.as_deref());
+                let waiting = self.buffer.iter().filter_map(|(key, _)| key.as_ref());
                 self.blocked.reloaded(read, waiting);
             }
             let reload_at = self.blocked.wake();
@@ -189,6 +196,9 @@ impl KeyedTask {
                         if !self.accept(record, &stops.revoked).await {
                             break;
                         }
+                        // A queue that always has a record never makes this
+                        // task wait: yield when its share of the worker is used.
+                        tokio::task::consume_budget().await;
                     }
                     Err(error) => self.at.consumer_error(&error).await,
                 },
@@ -229,7 +239,7 @@ impl KeyedTask {
                 self.unsettled_bytes -= old;
             }
             self.high = Some(record.offset + 1);
-            self.buffer.push_back(record);
+            self.buffer.push_back((key_of(&record), record));
             self.stalled = false;
         }
         true
@@ -238,7 +248,7 @@ impl KeyedTask {
     /// Forgets what was buffered: the position was re-read, and the
     /// partition is read again from there.
     fn forget(&mut self) {
-        let forgotten: Vec<i64> = self.buffer.drain(..).map(|record| record.offset).collect();
+        let forgotten: Vec<i64> = self.buffer.drain(..).map(|(_, record)| record.offset).collect();
         for offset in forgotten {
             self.unsettle(offset);
         }
@@ -283,6 +293,11 @@ impl KeyedTask {
             return;
         }
         let free = LANES.saturating_sub(self.lanes);
+        if free == 0 && self.blocked.is_empty() {
+            // Neither a lane nor a hold can start: a job's end looks again.
+            self.stalled = true;
+            return;
+        }
         let per_lane = self.buffer.len().div_ceil(free.max(1)).clamp(1, max_events);
         let room = shared.max_keys_in_flight.saturating_sub(self.busy.len());
         // The free keys' buffered records, key by key in the order of each
@@ -291,31 +306,30 @@ impl KeyedTask {
         // lane's worth of other keys' records for each of its own.
         let mut order: Vec<&Key> = Vec::new();
         let mut of_key: HashMap<&Key, Vec<usize>> = HashMap::new();
-        for (i, record) in self.buffer.iter().enumerate() {
-            if self.busy.contains(&record.key) {
+        for (i, (key, _)) in self.buffer.iter().enumerate() {
+            if self.busy.contains(key) {
                 continue;
             }
             of_key
-                .entry(&record.key)
+                .entry(key)
                 .or_insert_with(|| {
-                    order.push(&record.key);
+                    order.push(key);
                     Vec::new()
                 })
                 .push(i);
         }
         let mut lanes: Vec<Vec<usize>> = Vec::new();
         let mut open: Vec<usize> = Vec::new();
-        let mut holds: Vec<(Vec<u8>, Vec<usize>)> = Vec::new();
+        let mut holds: Vec<(KeyDigest, Vec<usize>)> = Vec::new();
         let mut new_keys = 0;
         for key in order {
             if new_keys >= room {
                 break;
             }
             let mut indexes = of_key.remove(key).unwrap_or_default();
-            let blocked = key.as_deref().filter(|k| self.blocked.blocks(k));
-            if let Some(blocked) = blocked {
+            if let Some(digest) = key.filter(|d| self.blocked.blocks(d)) {
                 new_keys += 1;
-                holds.push((blocked.to_vec(), indexes));
+                holds.push((digest, indexes));
                 continue;
             }
             // At most a batch of one key at once; the rest waits for it.
@@ -343,39 +357,34 @@ impl KeyedTask {
             self.stalled = true;
             return;
         }
-        let mut taken = vec![false; self.buffer.len()];
-        let mut take = |indexes: &[usize], buffer: &VecDeque<Record>| -> Vec<Record> {
+        // Moved out, not copied (a record is up to `max_payload_bytes`).
+        let mut slots: Vec<Option<(Key, Record)>> = self.buffer.drain(..).map(Some).collect();
+        let mut take = |indexes: &[usize]| -> Vec<Record> {
             indexes
                 .iter()
-                .map(|&i| {
-                    taken[i] = true;
-                    buffer[i].clone()
-                })
+                .filter_map(|&i| slots[i].take().map(|(_, record)| record))
                 .collect()
         };
-        let lanes: Vec<Vec<Record>> = lanes.iter().map(|l| take(l, &self.buffer)).collect();
-        let holds: Vec<(Vec<u8>, Vec<Record>)> = holds
+        let lanes: Vec<Vec<Record>> = lanes.iter().map(|l| take(l)).collect();
+        let holds: Vec<(KeyDigest, Vec<Record>)> = holds
             .into_iter()
-            .map(|(key, indexes)| (key, take(&indexes, &self.buffer)))
+            .map(|(key, indexes)| (key, take(&indexes)))
             .collect();
-        let mut index = 0;
-        self.buffer.retain(|_| {
-            index += 1;
-            !taken[index - 1]
-        });
+        self.buffer = slots.into_iter().flatten().collect();
         if self.buffer.is_empty() {
             self.since = None;
         }
         for records in lanes {
-            self.busy.extend(records.iter().map(|r| r.key.clone()));
+            self.busy.extend(records.iter().map(key_of));
             // Revoked, a lane's transaction ends as it would, but no wait
             // (a retry's backoff, an outage) holds the partition's next
             // task back: what it did not commit, the new owner runs.
             self.start_lane(records, &stops.revoked);
         }
         for (key, records) in holds {
-            self.busy.insert(Some(key.clone()));
-            self.start_hold(key, records, &stops.revoked);
+            self.busy.insert(Some(key));
+            let raw = records[0].key.clone().unwrap_or_default();
+            self.start_hold(raw, records, &stops.revoked);
         }
     }
 
@@ -396,7 +405,7 @@ impl KeyedTask {
     }
 
     fn start_retry(&mut self, record: Record, deferred: Deferred, stop: &CancellationToken) {
-        self.busy.insert(record.key.clone());
+        self.busy.insert(key_of(&record));
         let pipeline = Arc::new(self.at.shared.pipeline.pinned());
         let outage = self.at.shared.outage.clone();
         let (stop, generation) = (stop.clone(), self.at.generation);
@@ -445,7 +454,7 @@ impl KeyedTask {
                 self.lanes -= 1;
                 self.at.shared.batches_in_flight(-1);
                 for record in &records {
-                    self.busy.remove(&record.key);
+                    self.busy.remove(&key_of(record));
                 }
                 for record in &records[..cursor.done] {
                     self.settle(record.offset);
@@ -473,7 +482,7 @@ impl KeyedTask {
                 blocks,
                 generation,
             } => {
-                self.busy.remove(&record.key);
+                self.busy.remove(&key_of(&record));
                 match outcome {
                     Some(_) => self.settle(record.offset),
                     None => self.drop_unrun(std::slice::from_ref(&record)),
@@ -488,7 +497,7 @@ impl KeyedTask {
                 held,
                 generation,
             } => {
-                self.busy.remove(&Some(key.clone()));
+                self.busy.remove(&Some(key_digest(&key)));
                 let current = !stopping && generation == self.at.generation;
                 let parked = match held {
                     Some(Held::Parked { count, .. }) => count,
@@ -574,8 +583,9 @@ impl KeyedTask {
         if records.is_empty() {
             return;
         }
-        let mut all: Vec<Record> = self.buffer.drain(..).chain(records).collect();
-        all.sort_by_key(|r| r.offset);
+        let given = records.into_iter().map(|record| (key_of(&record), record));
+        let mut all: Vec<(Key, Record)> = self.buffer.drain(..).chain(given).collect();
+        all.sort_by_key(|(_, record)| record.offset);
         self.buffer = all.into();
         let linger = Duration::from_millis(self.at.shared.batching.linger_ms);
         self.since = Some(Instant::now().checked_sub(linger).unwrap_or_else(Instant::now));

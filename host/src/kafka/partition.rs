@@ -303,6 +303,9 @@ impl PartitionTask {
                         if !self.accept(record, &stops.revoked).await {
                             break;
                         }
+                        // A queue that always has a record never makes this
+                        // task wait: yield when its share of the worker is used.
+                        tokio::task::consume_budget().await;
                     }
                     Err(error) => self.at.consumer_error(&error).await,
                 },

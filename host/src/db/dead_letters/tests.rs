@@ -315,3 +315,35 @@ async fn a_reason_is_stored_cut_to_its_bound() {
     // NULs are replaced (three bytes each) before the cut (the sixteenth read).
     assert!(storable(&"\0".repeat(1 << 20)).len() <= MAX_REASON_BYTES + 8);
 }
+
+/// Regression (issue 23, seventeenth read of its third round): SQLite keeps a
+/// row's columns in order and a large value on a chain of overflow pages
+/// that is walked to reach what follows it, so a list of letters (or of
+/// parked outbox messages) read every payload to get to the reason and the
+/// times. Key, headers and payload are each table's last columns, and the
+/// rebuild kept every id's high-water mark (no id is used twice).
+#[tokio::test]
+async fn on_sqlite_the_record_columns_come_last() {
+    let db = sqlite_db().await;
+    for table in ["dead_letters", "outbox"] {
+        let rows = db
+            .query(
+                &format!("SELECT name FROM pragma_table_info('{table}') ORDER BY cid"),
+                &[],
+            )
+            .await
+            .unwrap();
+        let names: Vec<String> = rows
+            .into_iter()
+            .map(|row| match &row[0] {
+                SqlValue::Text(name) => name.clone(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            names[names.len() - 3..],
+            ["key", "headers", "payload"],
+            "{table}: {names:?}"
+        );
+    }
+}

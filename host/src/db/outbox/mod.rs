@@ -525,7 +525,9 @@ pub async fn requeue(db: &Database, handler: &str, seqs: &[i64]) -> Result<Vec<i
     }
     let list: Vec<String> = seqs.iter().map(i64::to_string).collect();
     let sql = format!("{REQUEUE} AND seq IN ({}) RETURNING seq", list.join(", "));
-    let mut tx = db.begin().await?;
+    // A write like the pipeline's: on SQLite it queues behind them rather
+    // than failing on a locked database (and holding a connection meanwhile).
+    let mut tx = db.begin_write().await?;
     let rows = tx.query(&sql, &[handler.into()]).await?;
     tx.commit().await?;
     Ok(ints(rows, "outbox row", "seq")?)
@@ -533,33 +535,63 @@ pub async fn requeue(db: &Database, handler: &str, seqs: &[i64]) -> Result<Vec<i
 
 /// Re-queues every parked message of a handler, answering how many: a
 /// handler may have millions parked, and listing them answered one seq per
-/// message (issue 23, fifth read). A page of [`REQUEUE_PAGE`] at a time,
-/// each in its own write (on SQLite through the writer queue): one UPDATE of
-/// a million rows held SQLite's only writer 1.5 s and more (the tenth read).
-/// Pages go up in `seq`, so a message the relay parks again meanwhile is not
-/// re-queued twice and the walk ends.
+/// message (issue 23, fifth read). A page at a time, each in its own write
+/// (on SQLite through the writer queue): one UPDATE of a million rows held
+/// SQLite's only writer 1.5 s and more (the tenth read). A page is at most
+/// [`REQUEUE_PAGE`] messages and [`REQUEUE_PAGE_BYTES`] of them (SQLite
+/// writes an updated row whole: a thousand 8 MiB messages were 8 GB in one
+/// write, the seventeenth read). Pages go up in `seq`, so a message the
+/// relay parks again meanwhile is not re-queued twice and the walk ends.
 pub async fn requeue_all(db: &Database, handler: &str) -> Result<u64, DbError> {
+    Ok(requeue_in_pages(db, handler, REQUEUE_PAGE_BYTES).await?.0)
+}
+
+/// [`requeue_all`] in pages of at most `page_bytes` (and always at least one
+/// message): how many were re-queued, in how many pages.
+async fn requeue_in_pages(db: &Database, handler: &str, page_bytes: i64) -> Result<(u64, u64), DbError> {
+    // A message's size as the relay counts it (`pending`), without reading
+    // its payload: PostgreSQL knows a value's length without detoasting it,
+    // SQLite stores the size (0009) or reads a blob's length from the row's
+    // header. `before` is what precedes a message in its page.
+    let size = match db.backend() {
+        Backend::Postgres => {
+            "octet_length(payload)::int8 + COALESCE(octet_length(key)::int8, 0) + 2 * octet_length(headers)::int8"
+        }
+        Backend::Sqlite => {
+            "COALESCE(bytes, length(payload) + COALESCE(length(key), 0) + 2 * length(CAST(headers AS BLOB)))"
+        }
+    };
     let sql = format!(
-        "{REQUEUE} AND seq IN (SELECT seq FROM outbox WHERE handler = $1 AND parked_at IS NOT NULL
-             AND discarded_at IS NULL AND published_at IS NULL AND seq > $2 ORDER BY seq LIMIT {REQUEUE_PAGE})
+        "{REQUEUE} AND seq IN (SELECT seq FROM (SELECT seq,
+             SUM({size}) OVER (ORDER BY seq) - {size} AS before
+             FROM outbox WHERE handler = $1 AND parked_at IS NOT NULL
+             AND discarded_at IS NULL AND published_at IS NULL AND seq > $2 ORDER BY seq LIMIT {REQUEUE_PAGE}) AS page
+           WHERE before < $3)
          RETURNING seq"
     );
-    let (mut after, mut count) = (0i64, 0u64);
+    let (mut after, mut count, mut pages) = (0i64, 0u64, 0u64);
     loop {
         let mut tx = db.begin_write().await?;
-        let rows = tx.query(&sql, &[handler.into(), after.into()]).await?;
+        let rows = tx
+            .query(&sql, &[handler.into(), after.into(), page_bytes.into()])
+            .await?;
         tx.commit().await?;
         let seqs = ints(rows, "outbox row", "seq")?;
-        count += seqs.len() as u64;
         match seqs.iter().max() {
-            Some(&last) if seqs.len() as i64 == REQUEUE_PAGE => after = last,
-            _ => return Ok(count),
+            Some(&last) => {
+                (after, count, pages) = (last, count + seqs.len() as u64, pages + 1);
+            }
+            None => return Ok((count, pages)),
         }
     }
 }
 
-/// Parked messages re-queued per write by [`requeue_all`].
+/// Parked messages re-queued per write by [`requeue_all`], at most.
 pub const REQUEUE_PAGE: i64 = 1_000;
+
+/// The bytes of parked messages re-queued per write by [`requeue_all`], at
+/// most (unless one message alone is more).
+pub const REQUEUE_PAGE_BYTES: i64 = 16 << 20;
 
 const REQUEUE: &str = "UPDATE outbox SET parked_at = NULL
                        WHERE handler = $1 AND parked_at IS NOT NULL AND discarded_at IS NULL
@@ -569,7 +601,7 @@ const REQUEUE: &str = "UPDATE outbox SET parked_at = NULL
 /// record until `outbox.retention` has passed. False if it is not parked (or
 /// already discarded).
 pub async fn discard(db: &Database, handler: &str, seq: i64) -> Result<bool, DbError> {
-    let mut tx = db.begin().await?;
+    let mut tx = db.begin_write().await?;
     let discarded = tx
         .execute(
             "UPDATE outbox SET discarded_at = $3
@@ -600,7 +632,8 @@ pub async fn backlog(db: &Database, handler: &str) -> Result<(i64, Option<i64>),
 
 /// Deletes at most `limit` messages published, or discarded, before `cutoff_ms`.
 pub async fn purge_published(db: &Database, cutoff_ms: i64, limit: i64) -> Result<u64, DbError> {
-    let mut tx = db.begin().await?;
+    // Through the writer queue on SQLite, as every other write.
+    let mut tx = db.begin_write().await?;
     let mut deleted = tx
         .execute(
             "DELETE FROM outbox WHERE seq IN

@@ -470,6 +470,39 @@ async fn requeue_all_goes_a_page_at_a_time_and_counts_every_message() {
     }
 }
 
+/// Regression (the seventeenth read of this round, issue 23): a page was a
+/// thousand messages whatever their size, and SQLite writes an updated row
+/// whole. A page now also stops at its bytes (one message at least).
+#[tokio::test]
+async fn requeue_all_pages_are_bounded_in_bytes() {
+    for db in each_backend().await {
+        let messages: Vec<NewMessage> = (0..10).map(|i| message(&format!("k{i}"))).collect();
+        let mut tx = db.begin().await.unwrap();
+        insert(&mut tx, "heavy", &messages).await.unwrap();
+        tx.commit().await.unwrap();
+        let mut tx = db.begin().await.unwrap();
+        // Each 4 MiB (on SQLite, one sized from its columns, as if written
+        // before hosts stored the size).
+        let payload = SqlValue::Blob(vec![b'x'; 4 << 20]);
+        tx.execute(
+            "UPDATE outbox SET parked_at = 1, payload = $1 WHERE handler = 'heavy'",
+            std::slice::from_ref(&payload),
+        )
+        .await
+        .unwrap();
+        if db.backend() == Backend::Sqlite {
+            tx.execute("UPDATE outbox SET bytes = NULL WHERE handler = 'heavy'", &[])
+                .await
+                .unwrap();
+        }
+        tx.commit().await.unwrap();
+        let (count, pages) = requeue_in_pages(&db, "heavy", 10 << 20).await.unwrap();
+        // Three of 4 MiB fit under 10 MiB (the third starts at 8): 3, 3, 3, 1.
+        assert_eq!((count, pages), (10, 4), "{:?}", db.backend());
+        assert!(parked_counts(&db).await.unwrap().is_empty(), "{:?}", db.backend());
+    }
+}
+
 /// Regression (the eleventh adversarial read, issue 23): the relay parked
 /// each message in a write of its own, so a team's thousands of messages to
 /// a quarantined topic held every bucket. `park_all` parks a round's worth
