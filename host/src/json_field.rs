@@ -5,19 +5,19 @@
 //! first: a `[0,0,0,...]` of a few megabytes is 16 times its size as a tree,
 //! and a compressed record of a gigabyte's zeros was a crash of the host
 //! (issue 23, seventeenth read of its third round). Here the document is
-//! walked once and nothing but the wanted value is kept; everything else is
-//! skipped with serde's `IgnoredAny`, which serde_json skips without
-//! recursion (the walk itself recurses only along the path).
+//! walked once and nothing but the wanted value is kept.
 //!
 //! The answer is the one `serde_json::Value` gives, so no producer can make
 //! the host read an id that a handler parsing the same payload would not:
+//! every value off the path is read as `Value` reads it, only not kept
+//! (serde's `IgnoredAny` checks less: it let strings that are not UTF-8,
+//! lone surrogates and numbers out of range through, the eighteenth read);
 //! the last of duplicate names wins (at every level of the path, as a later
-//! object replaces an earlier one whole), and a document that is not JSON,
-//! or has anything after its value, is an error. One difference: nesting
-//! deeper than serde_json's 128 levels off the path is read (a tree of it
-//! would be refused), since skipping it costs a byte per level.
+//! object replaces an earlier one whole); nesting past serde_json's 128
+//! levels, a document that is not JSON, or anything after its value, is an
+//! error.
 
-use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::fmt;
 
 /// The value at the path.
@@ -43,8 +43,9 @@ pub enum Read {
 }
 
 /// The value at `path` in `payload`. `cut`: the payload is the first part of
-/// a longer one, so running out of input is not an error (the value found
-/// so far is the answer, which a later duplicate name could have replaced).
+/// a longer one, so where its reading stops is not an error (the value found
+/// so far is the answer, which a later duplicate name could have replaced;
+/// a cut can leave a number or an escape unfinished as well as a document).
 pub fn read(payload: &[u8], path: &[&str], cut: bool) -> Result<Read, serde_json::Error> {
     let mut found = None;
     let mut de = serde_json::Deserializer::from_slice(payload);
@@ -56,7 +57,7 @@ pub fn read(payload: &[u8], path: &[&str], cut: bool) -> Result<Read, serde_json
     .and_then(|()| de.end());
     match walked {
         Ok(()) => Ok(Read::Whole(found)),
-        Err(error) if cut && error.is_eof() => Ok(Read::Cut(found)),
+        Err(_) if cut => Ok(Read::Cut(found)),
         Err(error) => Err(error),
     }
 }
@@ -118,14 +119,16 @@ impl<'de> Visitor<'de> for Seek<'_, '_> {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         self.keep(Found::Container("an array"));
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        while seq.next_element_seed(Skip)?.is_some() {}
         Ok(())
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let Some((field, rest)) = self.path.split_first() else {
             *self.found = Some(Found::Container("an object"));
-            while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            while map.next_key_seed(IsName(""))?.is_some() {
+                map.next_value_seed(Skip)?;
+            }
             return Ok(());
         };
         while let Some(matches) = map.next_key_seed(IsName(field))? {
@@ -137,7 +140,7 @@ impl<'de> Visitor<'de> for Seek<'_, '_> {
                     found: &mut *self.found,
                 })?;
             } else {
-                map.next_value::<IgnoredAny>()?;
+                map.next_value_seed(Skip)?;
             }
         }
         Ok(())
@@ -150,6 +153,62 @@ impl Seek<'_, '_> {
         if self.path.is_empty() {
             *self.found = Some(value);
         }
+    }
+}
+
+/// A value off the path: read as `serde_json::Value` reads it (strings
+/// checked, numbers in range, nesting within serde_json's limit), not kept.
+struct Skip;
+
+impl<'de> DeserializeSeed<'de> for Skip {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Skip {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(Skip)?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while map.next_key_seed(IsName(""))?.is_some() {
+            map.next_value_seed(Skip)?;
+        }
+        Ok(())
     }
 }
 
@@ -252,27 +311,61 @@ mod tests {
             Read::Cut(found) => assert_eq!(found, Some(Found::String("a".into()))),
             other => panic!("{other:?}"),
         }
-        // Not JSON before the cut is still not JSON.
-        assert!(read(b"{event_id", &["event_id"], true).is_err());
+        // Nothing read before the cut: no value, whatever stopped the reading.
+        assert!(matches!(
+            read(b"{event_id", &["event_id"], true),
+            Ok(Read::Cut(None))
+        ));
     }
 
-    /// Nesting off the path is skipped without recursion: no stack overflow.
+    /// Deep nesting is refused as `Value` refuses it (serde_json's depth
+    /// limit), on the path or off it: an error, not a stack overflow.
     #[test]
-    fn deep_nesting_is_skipped_without_overflowing_the_stack() {
-        let deep = format!(
-            r#"{{"x":{}{},"event_id":"a"}}"#,
-            "[".repeat(1_000_000),
-            "]".repeat(1_000_000)
-        );
-        match read(deep.as_bytes(), &["event_id"], false).unwrap() {
-            Read::Whole(found) => assert_eq!(found, Some(Found::String("a".into()))),
-            other => panic!("{other:?}"),
+    fn deep_nesting_is_an_error_not_a_stack_overflow() {
+        let deep = |at: &str| {
+            format!(
+                r#"{{"{at}":{}{},"event_id":"a"}}"#,
+                "[".repeat(100_000),
+                "]".repeat(100_000)
+            )
+        };
+        assert!(read(deep("x").as_bytes(), &["event_id"], false).is_err());
+        assert!(read(deep("event_id").as_bytes(), &["event_id"], false).is_err());
+    }
+
+    /// What `IgnoredAny` let through and `Value` refuses (the eighteenth
+    /// read): off the path too, the payload is not JSON.
+    #[test]
+    fn what_value_refuses_off_the_path_is_refused() {
+        let bad: [&[u8]; 4] = [
+            b"{\"event_id\":\"a\",\"x\":\"\xff\"}",
+            br#"{"event_id":"a","x":"\ud800"}"#,
+            br#"{"event_id":"a","n":1e400}"#,
+            br#"{"event_id":"a","o":{"\ud800":1}}"#,
+        ];
+        for payload in bad {
+            assert!(serde_json::from_slice::<serde_json::Value>(payload).is_err());
+            assert!(
+                read(payload, &["event_id"], false).is_err(),
+                "{}",
+                String::from_utf8_lossy(payload)
+            );
         }
-        // At the end of the path it is named, and skipped the same way.
-        let at_path = format!(r#"{{"event_id":{}{}}}"#, "[".repeat(100_000), "]".repeat(100_000));
-        match read(at_path.as_bytes(), &["event_id"], false).unwrap() {
-            Read::Whole(found) => assert_eq!(found, Some(Found::Container("an array"))),
-            other => panic!("{other:?}"),
+    }
+
+    /// A cut can end inside a number or an escape: the id before it stands.
+    #[test]
+    fn a_cut_inside_a_number_or_an_escape_keeps_the_id_before_it() {
+        for payload in [
+            &br#"{"event_id":"a","n":-"#[..],
+            br#"{"event_id":"a","n":1."#,
+            br#"{"event_id":"a","n":1e"#,
+            br#"{"event_id":"a","s":"\u00"#,
+        ] {
+            match read(payload, &["event_id"], true).unwrap() {
+                Read::Cut(found) => assert_eq!(found, Some(Found::String("a".into()))),
+                other => panic!("{other:?}"),
+            }
         }
     }
 }

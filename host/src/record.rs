@@ -14,42 +14,63 @@ pub struct Record {
     pub cut: Option<Cut>,
 }
 
-/// A record past its handler's `limits.max_payload_bytes` as consumed: its
-/// payload, or its headers together, were longer than the limit. The host
-/// keeps the payload's first `limit` bytes and the headers that fit in
-/// `limit` and never reads past them (issue 23, seventeenth read of its third
-/// round: a compressed record of a gigabyte's zeros was copied whole, then
-/// parsed as a JSON tree many times its size, and the host was killed for
-/// memory at every restart). Such a record is never run: it is parked as a
-/// `limit` letter whose `record_bytes` says what was not kept, and the
-/// letter cannot be replayed (the record is still in Kafka at its offset).
+/// A record too large to keep whole: its key, its payload, or its headers
+/// together were longer than [`Cut::kept`] as consumed (the larger of its
+/// handler's `limits.max_payload_bytes` and [`KEPT_AT_LEAST`]). The host
+/// keeps the payload's first `kept` bytes and the headers that fit in `kept`,
+/// no key past it, and never reads past them (issue 23, seventeenth read of
+/// its third round: a compressed record of a gigabyte's zeros was copied
+/// whole, then parsed as a JSON tree many times its size, and the host was
+/// killed for memory at every restart). Such a record is never run: it is
+/// parked as a `limit` letter whose `record_bytes` says how large it was, and
+/// the letter cannot be replayed. A record past its handler's limit and
+/// within `kept` is kept whole, and its letter can be replayed once the limit
+/// is raised.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cut {
     /// The payload's size as consumed.
     pub payload_bytes: usize,
     /// The headers' size as consumed, as [`headers_bytes`] counts it.
     pub headers_bytes: usize,
-    /// The limit the record was cut at.
-    pub limit: usize,
+    /// The key's size as consumed (kept only if at most `kept`).
+    pub key_bytes: usize,
+    /// What the host keeps of a record's payload, and of its headers.
+    pub kept: usize,
 }
 
+/// A record is kept whole up to this size even past its handler's limit:
+/// the built-in team ceiling of `limits.max_payload_bytes` (the pipeline
+/// checks the two agree), so a team can raise its limit that far and replay
+/// what was parked.
+pub const KEPT_AT_LEAST: usize = 4 * 1024 * 1024;
+
 impl Cut {
-    /// The record's size as consumed: payload and headers.
+    /// What the host keeps of a record for a handler whose limit is `limit`.
+    pub fn kept_for(limit: usize) -> usize {
+        limit.max(KEPT_AT_LEAST)
+    }
+
+    /// The record's size as consumed: key, payload and headers.
     pub fn record_bytes(&self) -> usize {
-        self.payload_bytes.saturating_add(self.headers_bytes)
+        self.payload_bytes
+            .saturating_add(self.headers_bytes)
+            .saturating_add(self.key_bytes)
     }
 
     /// Why the record was not run, for its dead letter.
     pub fn reason(&self) -> String {
-        let what = if self.payload_bytes > self.limit {
+        let what = if self.payload_bytes > self.kept {
             format!("the payload is {} bytes", self.payload_bytes)
-        } else {
+        } else if self.headers_bytes > self.kept {
             format!("the headers are {} bytes", self.headers_bytes)
+        } else {
+            format!("the key is {} bytes", self.key_bytes)
         };
         format!(
-            "limit limits.max_payload_bytes exceeded: {what}; the limit is {}. The host kept only what fits in \
-             the limit, so the letter cannot be replayed: the record is still in Kafka at its offset",
-            self.limit
+            "limit limits.max_payload_bytes exceeded: {what}, past the {} bytes the host keeps of a record, so \
+             the letter keeps only its first part (and no key past that) and cannot be replayed; the record \
+             is still in Kafka at its offset",
+            self.kept
         )
     }
 }

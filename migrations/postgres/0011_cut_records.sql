@@ -7,9 +7,9 @@
 -- added without rewriting the table.)
 ALTER TABLE dead_letters ADD COLUMN record_bytes BIGINT;
 
--- The dead letters' gate takes the size. The new function is granted to every
--- role that may call the old one before the old one goes, so a handler
--- prepared by an older host keeps parking its events.
+-- The dead letters' gate takes the size: a new function beside the old one,
+-- which stays (for a release) as a wrapper that passes none, so a host from
+-- before still parks its events while newer ones migrate the database.
 CREATE FUNCTION inboxd_gate.dead_letter(host_key TEXT, p_handler TEXT, p_event_id TEXT, p_topic TEXT,
     p_partition INTEGER, p_offset BIGINT, p_key BYTEA, p_payload BYTEA, p_headers TEXT, p_reason_kind TEXT,
     p_reason TEXT, p_attempts INTEGER, p_handler_version TEXT, p_first_failed_at BIGINT,
@@ -26,9 +26,22 @@ BEGIN
             p_record_bytes);
 END $$;
 
+CREATE OR REPLACE FUNCTION inboxd_gate.dead_letter(host_key TEXT, p_handler TEXT, p_event_id TEXT, p_topic TEXT,
+    p_partition INTEGER, p_offset BIGINT, p_key BYTEA, p_payload BYTEA, p_headers TEXT, p_reason_kind TEXT,
+    p_reason TEXT, p_attempts INTEGER, p_handler_version TEXT, p_first_failed_at BIGINT,
+    p_last_failed_at BIGINT) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = inboxd, pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM inboxd_gate.dead_letter(host_key, p_handler, p_event_id, p_topic, p_partition, p_offset, p_key,
+        p_payload, p_headers, p_reason_kind, p_reason, p_attempts, p_handler_version, p_first_failed_at,
+        p_last_failed_at, NULL::pg_catalog.int8);
+END $$;
+
 REVOKE ALL ON FUNCTION inboxd_gate.dead_letter(TEXT, TEXT, TEXT, TEXT, INTEGER, BIGINT, BYTEA, BYTEA, TEXT,
     TEXT, TEXT, INTEGER, TEXT, BIGINT, BIGINT, BIGINT) FROM PUBLIC;
 
+-- Every role that may call the old gate may call the new one (each host also
+-- grants its handlers' roles every gate when it prepares them).
 DO $$
 DECLARE grantee TEXT;
 BEGIN
@@ -43,6 +56,3 @@ BEGIN
         EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION inboxd_gate.dead_letter(text,text,text,text,int4,int8,bytea,bytea,text,text,text,int4,text,int8,int8,int8) TO %I', grantee);
     END LOOP;
 END $$;
-
-DROP FUNCTION inboxd_gate.dead_letter(TEXT, TEXT, TEXT, TEXT, INTEGER, BIGINT, BYTEA, BYTEA, TEXT, TEXT,
-    TEXT, INTEGER, TEXT, BIGINT, BIGINT);

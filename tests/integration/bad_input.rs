@@ -206,8 +206,8 @@ on_both_backends!(a_compressed_record_past_the_limit_is_parked_without_being_rea
 /// of 64 MB of `0,` (64 KB on the wire) was copied whole, then built as a
 /// JSON tree of 32 million numbers (about a gigabyte) to find its event id:
 /// a few such records killed the host for memory, at every restart. Now the
-/// consumer keeps the first `max_payload_bytes` of it and reads the id from
-/// that part: the event is parked as a `limit` letter that says the record's
+/// consumer keeps the first 4 MiB of it (the larger of `max_payload_bytes`
+/// and the team ceiling's default) and reads the id from that part: the event is parked as a `cut` letter that says the record's
 /// size, the partition goes on, and the host's peak memory stays far below
 /// the tree's.
 async fn a_compressed_record_past_the_limit_is_parked_without_being_read_whole(backend: Backend) {
@@ -225,8 +225,13 @@ async fn a_compressed_record_past_the_limit_is_parked_without_being_read_whole(b
     }
     payload.extend_from_slice(b"0]}");
     let size = payload.len();
-    produce_gzip(&topic, &payload).await;
+    produce_gzip(&topic, b"k", &payload).await;
     drop(payload);
+    // A key past what the host keeps: cut too, and its key is not kept.
+    let keyed = new_id();
+    let small = format!(r#"{{"event_id":"{keyed}"}}"#);
+    let key = vec![b'k'; 5 << 20];
+    produce_gzip(&topic, &key, small.as_bytes()).await;
     let after = new_id();
     let ends = produce(&topic, &[Send::order(&after, "o2")]).await;
 
@@ -241,22 +246,42 @@ async fn a_compressed_record_past_the_limit_is_parked_without_being_read_whole(b
     let invoiced = rows(&db, &format!("SELECT event_id FROM {invoices}")).await;
     assert_eq!(invoiced, vec![vec![SqlValue::Text(after)]]);
     let letters = inboxd::db::dead_letters::list(&db, "billing").await.unwrap();
-    assert_eq!(letters.len(), 1, "{letters:#?}");
-    let ids = [letters[0].id];
+    assert_eq!(letters.len(), 2, "{letters:#?}");
+    let ids = [letters[0].id, letters[1].id];
     let filter = inboxd::db::dead_letters::Filter {
         ids: Some(&ids),
         ..Default::default()
     };
-    let letter = &inboxd::db::dead_letters::find(&db, &filter).await.unwrap()[0];
+    let found = inboxd::db::dead_letters::find(&db, &filter).await.unwrap();
+    let letter = &found[0];
     assert_eq!(
         letter.event_id.as_deref(),
         Some(big.as_str()),
         "the id, read from the part kept"
     );
-    assert_eq!(letter.payload.len(), LIMIT, "the part kept");
-    assert_eq!(letter.kind, "limit");
-    assert_eq!(letter.record_bytes, Some(size as i64), "{}", letter.reason);
+    assert_eq!(
+        letter.payload.len(),
+        4 << 20,
+        "the part kept: the team ceiling's default"
+    );
+    assert_eq!(letter.kind, "cut");
+    assert_eq!(
+        letter.record_bytes,
+        Some(size as i64 + 1),
+        "payload and key: {}",
+        letter.reason
+    );
     assert!(letter.reason.contains("cannot be replayed"), "{}", letter.reason);
+    let by_key = &found[1];
+    assert_eq!(by_key.event_id.as_deref(), Some(keyed.as_str()));
+    assert_eq!(by_key.kind, "cut");
+    assert_eq!(by_key.key, None, "a key past what the host keeps is not kept");
+    assert_eq!(by_key.record_bytes, Some((key.len() + small.len()) as i64));
+    assert!(
+        by_key.reason.contains("the key is 5242880 bytes"),
+        "{}",
+        by_key.reason
+    );
     // The tree alone was 32 bytes a number: a gigabyte. What is left is
     // librdkafka's decompressed copy and the host's own.
     assert!(
@@ -268,8 +293,8 @@ async fn a_compressed_record_past_the_limit_is_parked_without_being_read_whole(b
     assert_eq!(host.terminate(Duration::from_secs(30)).await, Some(0));
 }
 
-/// Produces one gzip-compressed record with `payload` (its id in the JSON).
-async fn produce_gzip(topic: &str, payload: &[u8]) {
+/// Produces one gzip-compressed record with `key` and `payload` (its id in the JSON).
+async fn produce_gzip(topic: &str, key: &[u8], payload: &[u8]) {
     use rdkafka::config::ClientConfig;
     use rdkafka::producer::{FutureProducer, FutureRecord};
     let producer: FutureProducer = ClientConfig::new()
@@ -281,7 +306,7 @@ async fn produce_gzip(topic: &str, payload: &[u8]) {
         .expect("producer");
     producer
         .send(
-            FutureRecord::to(topic).key("k").payload(payload),
+            FutureRecord::to(topic).key(key).payload(payload),
             Duration::from_secs(60),
         )
         .await

@@ -62,6 +62,24 @@ impl Tokens {
         )
     }
 
+    /// Who a request's `Authorization` header says it comes from, for
+    /// [`super::responses`]: a known team token by name, an admin token, or
+    /// no known token at all.
+    pub fn who(&self, header: Option<&axum::http::HeaderValue>) -> Who {
+        let presented = header
+            .and_then(|h| h.to_str().ok())
+            .and_then(|h| h.strip_prefix("Bearer "))
+            .map(str::trim);
+        match presented.and_then(|p| self.find(p)) {
+            Some(Token {
+                scope: TokenScope::Admin,
+                ..
+            }) => Who::Admin,
+            Some(token) => Who::Team(token.name.clone()),
+            None => Who::Unknown,
+        }
+    }
+
     fn find(&self, presented: &str) -> Option<&Token> {
         let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
         let mut found = None;
@@ -72,6 +90,14 @@ impl Tokens {
         }
         found
     }
+}
+
+/// Who a request comes from, as far as its token says.
+pub enum Who {
+    Admin,
+    Team(String),
+    /// No token, or one the host does not know: open routes and refusals.
+    Unknown,
 }
 
 /// The authenticated caller of a request.

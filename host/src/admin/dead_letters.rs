@@ -90,7 +90,8 @@ pub async fn show(
     // `max_payload_bytes` and as much in headers).
     let _turn = state.listings.wait(&caller, "dead-letter detail").await?;
     let row = fetch(&state, &caller, id).await?;
-    // Written out as it is serialized: the letter is borrowed, not copied.
+    // Serialized once, into the response (no tree of it first); the body
+    // then holds its place until it is sent (see `responses`).
     Ok(Json(row.detail_json()).into_response())
 }
 

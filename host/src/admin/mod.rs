@@ -14,12 +14,14 @@
 
 mod auth;
 mod console;
+mod counts;
 mod dead_letters;
 mod handlers;
 mod in_flight;
 mod ops;
 mod outbox;
 mod overview;
+mod responses;
 mod upload_turns;
 
 use crate::config::AdminConfig;
@@ -89,6 +91,8 @@ impl Listener {
             tokens: Tokens::new(&self.config.tokens),
             max_component_bytes: self.config.max_component_bytes(),
             probe: ops::ReadyProbe::new(registry.kafka()),
+            counts: counts::CountsCache::default(),
+            places: responses::Places::default(),
             upload_turns: upload_turns::UploadTurns::default(),
             bulk: in_flight::InFlight::default(),
             listings: in_flight::InFlight::default(),
@@ -158,6 +162,10 @@ fn router(state: AppState, max_component_bytes: usize) -> Router {
         // looked at, a 104 MiB limit let each call hold that much (the
         // fifteenth read of issue 23's third round).
         .layer(DefaultBodyLimit::max(JSON_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            responses::hold_a_place,
+        ))
         .with_state(state)
 }
 
@@ -169,6 +177,10 @@ pub struct Shared {
     tokens: Tokens,
     max_component_bytes: usize,
     probe: ops::ReadyProbe,
+    /// The per-handler counts `/metrics` and the overview show.
+    counts: counts::CountsCache,
+    /// Requests and responses in progress per token (see [`responses`]).
+    places: responses::Places,
     /// Who may upload now (see [`upload_turns::UploadTurns`]).
     upload_turns: upload_turns::UploadTurns,
     /// Team tokens with a bulk request running: a dead-letter replay or

@@ -52,6 +52,9 @@ pub async fn show(
     Path((name, seq)): Path<(String, i64)>,
 ) -> Result<Json<Value>, ApiError> {
     caller.check(&name)?;
+    // One message in full at a time per team token (up to `max_outbox_bytes`,
+    // several times that once escaped: the eighteenth read).
+    let _turn = state.listings.wait(&caller, "parked outbox message").await?;
     let filter = ParkedFilter {
         handler: Some(&name),
         seqs: Some(&[seq]),

@@ -8,7 +8,7 @@
 
 use super::auth::Caller;
 use super::{ApiError, AppState};
-use crate::db::{dead_letters, now_ms, outbox};
+use crate::db::now_ms;
 use crate::registry::hosts::{self, HostRow};
 use crate::registry::{Settings, Source, store};
 use crate::stats::Live;
@@ -64,11 +64,10 @@ pub async fn overview(State(state): State<AppState>, caller: Caller) -> Result<J
     names.dedup();
     names.retain(|n| caller.may_manage(n));
 
-    let parked = dead_letters::parked_counts(db).await?;
-    let held = dead_letters::held_counts(db).await?;
-    let backlog = outbox::backlog_counts(db).await?;
-    let outbox_parked = outbox::parked_counts(db).await?;
-    let oldest = outbox::oldest_pending(db).await?;
+    let counts = state.counts.get(db).await?;
+    let (parked, held) = (&counts.dead_letters_parked, &counts.held_records);
+    let (backlog, outbox_parked) = (&counts.outbox_backlog, &counts.outbox_parked);
+    let oldest = &counts.oldest_pending;
     let mut hosts = hosts::by_handler(db).await?;
     let now = now_ms();
     let count = |map: &BTreeMap<String, i64>, name: &str| map.get(name).copied().unwrap_or(0);
@@ -87,10 +86,10 @@ pub async fn overview(State(state): State<AppState>, caller: Caller) -> Result<J
                 hosts: hosts.remove(&name).unwrap_or_default(),
                 live: stats.remove(&name).map(|s| s.live(now)),
                 settings: here.map(|r| r.settings),
-                dead_letters_parked: count(&parked, &name),
-                held_records: count(&held, &name),
-                outbox_backlog: count(&backlog, &name),
-                outbox_parked: count(&outbox_parked, &name),
+                dead_letters_parked: count(parked, &name),
+                held_records: count(held, &name),
+                outbox_backlog: count(backlog, &name),
+                outbox_parked: count(outbox_parked, &name),
                 relay_lag_ms: oldest.get(&name).map(|created| (now - created).max(0)),
                 name,
             }

@@ -27,6 +27,11 @@ pub enum ReasonKind {
     RetriesExhausted,
     /// The event broke a limit before the handler ran (its payload size).
     Limit,
+    /// The record was too large to keep whole (see [`crate::record::Cut`]):
+    /// never run, and its letter keeps only its first part, so it cannot be
+    /// replayed. (A kind of its own: a host from before it would replay a
+    /// `limit` letter, cut or not.)
+    Cut,
     /// The host's own rows were not intact after the handler ran.
     SandboxViolation,
     /// The database kept refusing the host's own statements for the event
@@ -39,11 +44,12 @@ pub enum ReasonKind {
 }
 
 impl ReasonKind {
-    pub const ALL: [ReasonKind; 7] = [
+    pub const ALL: [ReasonKind; 8] = [
         ReasonKind::EventId,
         ReasonKind::Rejected,
         ReasonKind::RetriesExhausted,
         ReasonKind::Limit,
+        ReasonKind::Cut,
         ReasonKind::SandboxViolation,
         ReasonKind::HostError,
         ReasonKind::Held,
@@ -60,6 +66,7 @@ impl ReasonKind {
             ReasonKind::Rejected => "rejected",
             ReasonKind::RetriesExhausted => "retries-exhausted",
             ReasonKind::Limit => "limit",
+            ReasonKind::Cut => "cut",
             ReasonKind::SandboxViolation => "sandbox-violation",
             ReasonKind::HostError => "host-error",
             ReasonKind::Held => "held",

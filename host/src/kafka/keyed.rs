@@ -191,7 +191,7 @@ impl KeyedTask {
                 _ = sleep_until(wake), if wake.is_some() => {}
                 message = self.at.queue.recv(), if room => match message {
                     Ok(message) => {
-                        let record = to_record(&message, self.at.shared.pipeline.max_payload_bytes());
+                        let record = to_record(&message, self.at.shared.pipeline.kept_bytes());
                         drop(message);
                         if !self.accept(record, &stops.revoked).await {
                             break;

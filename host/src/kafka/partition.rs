@@ -298,7 +298,7 @@ impl PartitionTask {
                 _ = sleep_until(wake), if wake.is_some() => {}
                 message = self.at.queue.recv(), if room => match message {
                     Ok(message) => {
-                        let record = to_record(&message, self.at.shared.pipeline.max_payload_bytes());
+                        let record = to_record(&message, self.at.shared.pipeline.kept_bytes());
                         drop(message);
                         if !self.accept(record, &stops.revoked).await {
                             break;
@@ -474,23 +474,26 @@ pub(super) async fn sleep_until(wake: Option<Instant>) {
 }
 
 /// The record of `message` as the pipeline sees it, keeping at most `keep`
-/// bytes of payload and of headers: a record past them is cut (see
+/// bytes of payload, of headers and of key: a record past them is cut (see
 /// [`Cut`]), never copied whole (librdkafka holds a compressed batch's
 /// records decompressed, as large as a producer made them).
 pub(super) fn to_record(message: &BorrowedMessage<'_>, keep: usize) -> Record {
     // Not rdkafka's header reader, which panics on a name that is not UTF-8.
     let (headers, headers_bytes) = super::headers::headers_of(message, keep);
     let payload = message.payload().unwrap_or_default();
-    let cut = (payload.len() > keep || headers_bytes > keep).then_some(Cut {
+    let key = message.key();
+    let key_bytes = key.map_or(0, <[u8]>::len);
+    let cut = (payload.len() > keep || headers_bytes > keep || key_bytes > keep).then_some(Cut {
         payload_bytes: payload.len(),
         headers_bytes,
-        limit: keep,
+        key_bytes,
+        kept: keep,
     });
     Record {
         topic: message.topic().to_owned(),
         partition: message.partition(),
         offset: message.offset(),
-        key: message.key().map(<[u8]>::to_vec),
+        key: key.filter(|key| key.len() <= keep).map(<[u8]>::to_vec),
         payload: payload[..payload.len().min(keep)].to_vec(),
         headers,
         timestamp_ms: message.timestamp().to_millis(),

@@ -529,7 +529,7 @@ impl Pipeline {
                     }
                     continue;
                 }
-                Call::TooLarge(reason) => Park::too_large(reason),
+                Call::TooLarge(reason) => Park::too_large(reason, record),
                 Call::Redo => {
                     tx.rollback().await?;
                     return Ok(TxEnd::Redo);

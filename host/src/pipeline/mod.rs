@@ -99,9 +99,15 @@ enum Step {
 
 impl Park {
     /// An event whose payload is past its handler's limit: parked unrun.
-    fn too_large(reason: String) -> Self {
+    /// A record past its handler's payload limit: `cut` if the host could
+    /// not keep it whole (then its letter can never be replayed).
+    fn too_large(reason: String, record: &Record) -> Self {
         Park {
-            kind: ReasonKind::Limit,
+            kind: if record.cut.is_some() {
+                ReasonKind::Cut
+            } else {
+                ReasonKind::Limit
+            },
             reason,
             attempts: 0,
             first_failed_at: now_ms(),
@@ -118,6 +124,11 @@ pub struct Loaded {
     /// Business-key dedup (`[handlers.dedup]`), if configured.
     pub dedup: Option<DedupConfig>,
 }
+
+// What is kept of a record whole is what a team may raise its limit to
+// (`record` is below `config`'s reach, so the two are checked here).
+const _: () =
+    assert!(crate::record::KEPT_AT_LEAST as u64 == crate::config::defaults::TEAM_CEILING_MAX_PAYLOAD_BYTES);
 
 /// The version a handler's next batch will run. Swapping it is how a new
 /// version goes live without a restart: a batch pins the version it started
@@ -213,10 +224,10 @@ impl Pipeline {
         Self::new(self.db.clone(), self.slot.clone(), self.stats.clone())
     }
 
-    /// What the consumer keeps of a record for this handler: its current
-    /// version's `limits.max_payload_bytes`.
-    pub fn max_payload_bytes(&self) -> usize {
-        self.slot.max_payload_bytes()
+    /// What the consumer keeps of a record for this handler (see
+    /// [`crate::record::Cut`]): from its current version's `limits.max_payload_bytes`.
+    pub fn kept_bytes(&self) -> usize {
+        crate::record::Cut::kept_for(self.slot.max_payload_bytes())
     }
 
     pub fn stats(&self) -> &Stats {
@@ -272,7 +283,7 @@ impl Pipeline {
                 }
                 Step::Ran(Call::TooLarge(reason)) => {
                     let letter = self
-                        .park_claimed(&mut tx, &claim, record, Park::too_large(reason))
+                        .park_claimed(&mut tx, &claim, record, Park::too_large(reason, record))
                         .await?;
                     return self.commit_parked(tx, record, fence, letter).await;
                 }

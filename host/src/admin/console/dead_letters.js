@@ -10,7 +10,7 @@ import { fmt, h } from './dom.js';
 import { clearMessages, confirmAction, notify, showError } from './ui.js';
 
 // The reason kinds the host writes (db::dead_letters::ReasonKind).
-const KINDS = ['event-id', 'rejected', 'retries-exhausted', 'limit', 'sandbox-violation', 'host-error', 'held'];
+const KINDS = ['event-id', 'rejected', 'retries-exhausted', 'limit', 'cut', 'sandbox-violation', 'host-error', 'held'];
 
 /** The API's answer for one id, in words, and whether it did what was asked. */
 const ACTIONS = {

@@ -561,29 +561,48 @@ async fn requeue_in_pages(db: &Database, handler: &str, page_bytes: i64) -> Resu
             "COALESCE(bytes, length(payload) + COALESCE(length(key), 0) + 2 * length(CAST(headers AS BLOB)))"
         }
     };
+    // The window sums only the page's candidates (a window over the whole
+    // parked set would be computed before the LIMIT, at every page).
     let sql = format!(
-        "{REQUEUE} AND seq IN (SELECT seq FROM (SELECT seq,
-             SUM({size}) OVER (ORDER BY seq) - {size} AS before
-             FROM outbox WHERE handler = $1 AND parked_at IS NOT NULL
-             AND discarded_at IS NULL AND published_at IS NULL AND seq > $2 ORDER BY seq LIMIT {REQUEUE_PAGE}) AS page
+        "{REQUEUE} AND seq IN (SELECT seq FROM (SELECT seq, SUM(size) OVER (ORDER BY seq) - size AS before
+             FROM (SELECT seq, {size} AS size FROM outbox WHERE handler = $1 AND parked_at IS NOT NULL
+                   AND discarded_at IS NULL AND published_at IS NULL AND seq > $2 AND seq <= $4
+                   ORDER BY seq LIMIT {REQUEUE_PAGE}) AS candidates) AS page
            WHERE before < $3)
          RETURNING seq"
     );
+    // What is parked now, and no more: messages the relay parks while the
+    // walk goes on would keep it going for as long as a team publishes to a
+    // topic that is missing (the eighteenth read).
+    let last = db
+        .query(
+            "SELECT MAX(seq) FROM outbox WHERE handler = $1 AND parked_at IS NOT NULL AND discarded_at IS NULL",
+            &[handler.into()],
+        )
+        .await?
+        .into_iter()
+        .next()
+        .and_then(|row| row.first().and_then(SqlValue::as_i64));
+    let Some(last) = last else {
+        return Ok((0, 0));
+    };
     let (mut after, mut count, mut pages) = (0i64, 0u64, 0u64);
-    loop {
+    while after < last {
         let mut tx = db.begin_write().await?;
         let rows = tx
-            .query(&sql, &[handler.into(), after.into(), page_bytes.into()])
+            .query(
+                &sql,
+                &[handler.into(), after.into(), page_bytes.into(), last.into()],
+            )
             .await?;
         tx.commit().await?;
         let seqs = ints(rows, "outbox row", "seq")?;
         match seqs.iter().max() {
-            Some(&last) => {
-                (after, count, pages) = (last, count + seqs.len() as u64, pages + 1);
-            }
-            None => return Ok((count, pages)),
+            Some(&high) => (after, count, pages) = (high, count + seqs.len() as u64, pages + 1),
+            None => break,
         }
     }
+    Ok((count, pages))
 }
 
 /// Parked messages re-queued per write by [`requeue_all`], at most.

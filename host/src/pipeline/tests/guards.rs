@@ -156,7 +156,7 @@ async fn an_oversized_payload_is_parked_as_a_limit_without_running_the_handler()
 /// id (a compressed gigabyte of zeros killed the host for memory at every
 /// restart). The consumer keeps only the first `max_payload_bytes` of it
 /// (a [`Cut`]); the id is read from that part, the event is parked as a
-/// `limit` letter that says how large the record was, never run, and its
+/// `cut` letter that says how large the record was, never run, and its
 /// replay is refused (running the part kept would run an event that never was).
 #[tokio::test]
 async fn a_record_cut_at_the_limit_is_parked_with_its_size_and_never_replayed() {
@@ -178,13 +178,14 @@ async fn a_record_cut_at_the_limit_is_parked_with_its_size_and_never_replayed() 
         batch[1].cut = Some(Cut {
             payload_bytes: 1 << 30,
             headers_bytes: 0,
-            limit: MAX_PAYLOAD,
+            key_bytes: 0,
+            kept: MAX_PAYLOAD,
         });
         let (end, _) = h.batch(&batch).await;
         assert_eq!(end, BatchEnd::Done, "{on:?}");
         assert_eq!(h.handler.call_order(), first_calls(&[1, 3]), "{on:?}");
         let parked = h.only_dead_letter(on).await;
-        assert_eq!(parked.said(), (Some(id(2).as_str()), 1, "limit", 0), "{on:?}");
+        assert_eq!(parked.said(), (Some(id(2).as_str()), 1, "cut", 0), "{on:?}");
         assert!(
             parked.reason.contains("1073741824 bytes"),
             "{on:?}: {}",

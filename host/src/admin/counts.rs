@@ -1,0 +1,55 @@
+//! The per-handler counts `/metrics` and `/v1/overview` show (dead letters
+//! parked and held, outbox backlog, parked and oldest pending message), read
+//! at most once a second for all callers.
+//!
+//! Each is a `GROUP BY` over a host table: `/metrics` is open, and a scraper
+//! or a team polling the overview in a loop ran five of them per request,
+//! each on a connection of the pool the pipeline writes through (issue 23,
+//! the seventeenth read's list of what was still open). One read runs at a
+//! time; requests meanwhile wait for it and take its answer.
+
+use crate::db::{Database, DbError, dead_letters, outbox};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long one read of the counts serves every request.
+const FRESH: Duration = Duration::from_secs(1);
+
+/// Counts per handler name.
+#[derive(Debug, Default)]
+pub struct Counts {
+    pub dead_letters_parked: BTreeMap<String, i64>,
+    pub held_records: BTreeMap<String, i64>,
+    pub outbox_backlog: BTreeMap<String, i64>,
+    pub outbox_parked: BTreeMap<String, i64>,
+    /// When the oldest pending message of each handler was written.
+    pub oldest_pending: BTreeMap<String, i64>,
+}
+
+/// The last read of [`Counts`], and when it was taken.
+#[derive(Default)]
+pub struct CountsCache {
+    last: tokio::sync::Mutex<Option<(Instant, Arc<Counts>)>>,
+}
+
+impl CountsCache {
+    /// The counts, read now unless a read under [`FRESH`] old answers.
+    pub async fn get(&self, db: &Database) -> Result<Arc<Counts>, DbError> {
+        let mut last = self.last.lock().await;
+        if let Some((at, counts)) = &*last
+            && at.elapsed() < FRESH
+        {
+            return Ok(counts.clone());
+        }
+        let counts = Arc::new(Counts {
+            dead_letters_parked: dead_letters::parked_counts(db).await?,
+            held_records: dead_letters::held_counts(db).await?,
+            outbox_backlog: outbox::backlog_counts(db).await?,
+            outbox_parked: outbox::parked_counts(db).await?,
+            oldest_pending: outbox::oldest_pending(db).await?,
+        });
+        *last = Some((Instant::now(), counts.clone()));
+        Ok(counts)
+    }
+}

@@ -1,0 +1,201 @@
+//! How many responses the admin API holds at once, and for how long.
+//!
+//! A response is built whole before it is sent (one dead letter in full is
+//! tens of megabytes once its payload and headers are escaped), and a client
+//! that does not read it kept it in memory for as long as its connection
+//! stayed open: a team token opening connection after connection, reading
+//! none, held gigabytes (issue 23, the eighteenth read). Every request holds
+//! a place from its start until its response is sent or dropped: a team
+//! token at most [`TEAM_PLACES`] at once, requests without a known token
+//! (`/metrics`, `/readyz`, the console's files, refusals) [`OPEN_PLACES`]
+//! together; admin tokens are the operator's and are not counted. A request
+//! that finds no place within [`PLACE_WAIT`] gets 503. A response not sent
+//! within [`SEND_DEADLINE`] is cut off with its connection.
+
+use super::auth::Who;
+use super::{ApiError, AppState};
+use axum::body::{Body, Bytes, HttpBody};
+use axum::extract::{Request, State};
+use axum::http::header::AUTHORIZATION;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Requests (with their responses) one team token may have at once.
+pub const TEAM_PLACES: usize = 8;
+/// Requests without a known token the host serves at once, together.
+pub const OPEN_PLACES: usize = 32;
+/// How long a request waits for a place.
+const PLACE_WAIT: Duration = Duration::from_secs(10);
+/// How long a response may take to be sent, from when it is ready.
+pub const SEND_DEADLINE: Duration = Duration::from_secs(120);
+
+/// The places: one set per team token, one for requests without one.
+pub struct Places {
+    teams: Mutex<HashMap<String, Arc<Semaphore>>>,
+    open: Arc<Semaphore>,
+    wait: Duration,
+    deadline: Duration,
+}
+
+impl Default for Places {
+    fn default() -> Self {
+        Self::new(PLACE_WAIT, SEND_DEADLINE)
+    }
+}
+
+impl Places {
+    fn new(wait: Duration, deadline: Duration) -> Self {
+        Self {
+            teams: Mutex::default(),
+            open: Arc::new(Semaphore::new(OPEN_PLACES)),
+            wait,
+            deadline,
+        }
+    }
+
+    fn of(&self, who: &Who) -> Option<Arc<Semaphore>> {
+        match who {
+            Who::Admin => None,
+            Who::Unknown => Some(self.open.clone()),
+            Who::Team(name) => {
+                let mut teams = self.teams.lock().unwrap_or_else(|p| p.into_inner());
+                // One entry per configured team token: the names are the config's.
+                Some(
+                    teams
+                        .entry(name.clone())
+                        .or_insert_with(|| Arc::new(Semaphore::new(TEAM_PLACES)))
+                        .clone(),
+                )
+            }
+        }
+    }
+
+    /// A place for a request from `who` (`None`: an admin token needs none),
+    /// or 503 after waiting.
+    async fn take(&self, who: &Who) -> Result<Option<OwnedSemaphorePermit>, ApiError> {
+        let Some(places) = self.of(who) else {
+            return Ok(None);
+        };
+        match tokio::time::timeout(self.wait, places.acquire_owned()).await {
+            Ok(Ok(permit)) => Ok(Some(permit)),
+            _ => {
+                let whose = match who {
+                    Who::Team(name) => format!("token {name:?} has {TEAM_PLACES}"),
+                    _ => format!("requests without a known token have {OPEN_PLACES}"),
+                };
+                Err(ApiError::unavailable(format!(
+                    "too many requests at once: {whose} in progress or being sent (waited {:?})",
+                    self.wait
+                )))
+            }
+        }
+    }
+
+    /// `body`, holding `place` until it is sent or dropped, and cut off at the deadline.
+    fn hold(&self, body: Body, place: Option<OwnedSemaphorePermit>) -> Body {
+        Body::new(Held {
+            body,
+            _place: place,
+            deadline: Box::pin(tokio::time::sleep(self.deadline)),
+            limit: self.deadline,
+        })
+    }
+}
+
+/// The middleware: a place for the request, kept until its response is sent.
+pub async fn hold_a_place(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let who = state.tokens.who(request.headers().get(AUTHORIZATION));
+    let place = match state.places.take(&who).await {
+        Ok(place) => place,
+        Err(refused) => return refused.into_response(),
+    };
+    let (parts, body) = next.run(request).await.into_parts();
+    Response::from_parts(parts, state.places.hold(body, place))
+}
+
+/// A response body holding its request's place until it is sent (or dropped).
+struct Held {
+    body: Body,
+    _place: Option<OwnedSemaphorePermit>,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    limit: Duration,
+}
+
+impl HttpBody for Held {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        if self.deadline.as_mut().poll(cx).is_ready() {
+            let late = format!("the response was not read within {:?}", self.limit);
+            return Poll::Ready(Some(Err(axum::Error::new(late))));
+        }
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    /// A team token's ninth request waits for a place and is refused when
+    /// none frees; a place is held by the response until its body is gone,
+    /// and another team's places are its own.
+    #[tokio::test]
+    async fn a_team_has_its_places_and_a_response_holds_one_until_it_is_sent() {
+        let places = Places::new(Duration::from_millis(100), SEND_DEADLINE);
+        let billing = Who::Team("billing".into());
+        let mut held = Vec::new();
+        for _ in 0..TEAM_PLACES {
+            let place = places.take(&billing).await.unwrap();
+            held.push(places.hold(Body::from("x".repeat(1 << 20)), place));
+        }
+        let refused = places.take(&billing).await.unwrap_err();
+        assert!(
+            refused.message.contains("too many requests at once"),
+            "{}",
+            refused.message
+        );
+        assert!(places.take(&Who::Team("notify".into())).await.unwrap().is_some());
+        assert!(places.take(&Who::Admin).await.unwrap().is_none(), "not counted");
+        // Sending one response whole frees its place.
+        let sent = held.pop().unwrap().collect().await.unwrap().to_bytes();
+        assert_eq!(sent.len(), 1 << 20);
+        assert!(places.take(&billing).await.unwrap().is_some());
+    }
+
+    /// A response its client does not read is cut off at the deadline, and
+    /// its place is free again.
+    #[tokio::test]
+    async fn a_response_not_read_in_time_is_cut_off() {
+        let places = Places::new(Duration::from_millis(100), Duration::from_millis(200));
+        let who = Who::Unknown;
+        let never = Body::from_stream(futures_util::stream::pending::<Result<Bytes, std::io::Error>>());
+        let mut body = places.hold(never, places.take(&who).await.unwrap());
+        let error = body.frame().await.unwrap().unwrap_err();
+        assert!(error.to_string().contains("not read within 200ms"), "{error}");
+        drop(body);
+        for _ in 0..OPEN_PLACES {
+            std::mem::forget(places.take(&who).await.unwrap());
+        }
+    }
+}
