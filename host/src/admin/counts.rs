@@ -29,27 +29,54 @@ pub struct Counts {
 
 /// The last read of [`Counts`], and when it was taken.
 #[derive(Default)]
-pub struct CountsCache {
-    last: tokio::sync::Mutex<Option<(Instant, Arc<Counts>)>>,
-}
+pub struct CountsCache(Arc<tokio::sync::Mutex<Option<Taken>>>);
+
+/// Counts and when they were read.
+type Taken = (Instant, Arc<Counts>);
+
+/// How long one read of the counts may take; past it, the last counts answer.
+const DEADLINE: Duration = Duration::from_secs(5);
 
 impl CountsCache {
-    /// The counts, read now unless a read under [`FRESH`] old answers.
+    /// The counts, read now unless a read under [`FRESH`] old answers. The
+    /// read runs on a task of its own that holds the turn: a request that
+    /// goes away neither ends it nor lets the next request start another
+    /// (the nineteenth read). One that takes past [`DEADLINE`] answers with
+    /// the last counts, if there are any.
     pub async fn get(&self, db: &Database) -> Result<Arc<Counts>, DbError> {
-        let mut last = self.last.lock().await;
-        if let Some((at, counts)) = &*last
-            && at.elapsed() < FRESH
-        {
-            return Ok(counts.clone());
-        }
-        let counts = Arc::new(Counts {
-            dead_letters_parked: dead_letters::parked_counts(db).await?,
-            held_records: dead_letters::held_counts(db).await?,
-            outbox_backlog: outbox::backlog_counts(db).await?,
-            outbox_parked: outbox::parked_counts(db).await?,
-            oldest_pending: outbox::oldest_pending(db).await?,
+        let (last, db) = (self.0.clone(), db.clone());
+        let read = tokio::spawn(async move {
+            let mut last = last.lock().await;
+            if let Some((at, counts)) = &*last
+                && at.elapsed() < FRESH
+            {
+                return Ok(counts.clone());
+            }
+            match tokio::time::timeout(DEADLINE, read(&db)).await {
+                Ok(Ok(counts)) => {
+                    let counts = Arc::new(counts);
+                    *last = Some((Instant::now(), counts.clone()));
+                    Ok(counts)
+                }
+                Ok(Err(error)) => Err(error),
+                Err(_) => match &*last {
+                    Some((_, stale)) => Ok(stale.clone()),
+                    None => Err(DbError::NoAnswer { waited: DEADLINE }),
+                },
+            }
         });
-        *last = Some((Instant::now(), counts.clone()));
-        Ok(counts)
+        // A panic in the read is the host's bug, as in any request.
+        read.await
+            .unwrap_or(Err(DbError::Sqlx(sqlx::Error::WorkerCrashed)))
     }
+}
+
+async fn read(db: &Database) -> Result<Counts, DbError> {
+    Ok(Counts {
+        dead_letters_parked: dead_letters::parked_counts(db).await?,
+        held_records: dead_letters::held_counts(db).await?,
+        outbox_backlog: outbox::backlog_counts(db).await?,
+        outbox_parked: outbox::parked_counts(db).await?,
+        oldest_pending: outbox::oldest_pending(db).await?,
+    })
 }

@@ -22,6 +22,7 @@ mod ops;
 mod outbox;
 mod overview;
 mod responses;
+mod serve;
 mod upload_turns;
 
 use crate::config::AdminConfig;
@@ -100,12 +101,7 @@ impl Listener {
         }));
         let app = router(state, self.config.max_component_bytes());
         tracing::info!(%addr, "admin API listening");
-        let served = axum::serve(self.listener, app)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await;
-        if let Err(error) = served {
-            tracing::error!("the admin API stopped: {error}");
-        }
+        serve::serve(self.listener, app, shutdown).await;
     }
 }
 

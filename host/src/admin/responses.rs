@@ -7,8 +7,9 @@
 //! none, held gigabytes (issue 23, the eighteenth read). Every request holds
 //! a place from its start until its response is sent or dropped: a team
 //! token at most [`TEAM_PLACES`] at once, requests without a known token
-//! (`/metrics`, `/readyz`, the console's files, refusals) [`OPEN_PLACES`]
-//! together; admin tokens are the operator's and are not counted. A request
+//! (`/metrics`, the console's files, refusals) [`OPEN_PLACES`] together;
+//! admin tokens are the operator's and are not counted, nor are the probes
+//! `/healthz` and `/readyz`. A request
 //! that finds no place within [`PLACE_WAIT`] gets 503. A response not sent
 //! within [`SEND_DEADLINE`] is cut off with its connection.
 
@@ -102,6 +103,7 @@ impl Places {
     fn hold(&self, body: Body, place: Option<OwnedSemaphorePermit>) -> Body {
         Body::new(Held {
             body,
+            rest: Bytes::new(),
             _place: place,
             deadline: Box::pin(tokio::time::sleep(self.deadline)),
             limit: self.deadline,
@@ -109,8 +111,16 @@ impl Places {
     }
 }
 
+/// Routes that take no place: the orchestrator's probes answer a few bytes
+/// (`/readyz` from a cache), and must answer while others wait, or a flood
+/// of requests without a token would get the host restarted.
+const PROBES: [&str; 2] = ["/healthz", "/readyz"];
+
 /// The middleware: a place for the request, kept until its response is sent.
 pub async fn hold_a_place(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if PROBES.contains(&request.uri().path()) {
+        return next.run(request).await;
+    }
     let who = state.tokens.who(request.headers().get(AUTHORIZATION));
     let place = match state.places.take(&who).await {
         Ok(place) => place,
@@ -120,9 +130,19 @@ pub async fn hold_a_place(State(state): State<AppState>, request: Request, next:
     Response::from_parts(parts, state.places.hold(body, place))
 }
 
+/// What a response hands hyper at a time. hyper takes a body's frames as
+/// fast as it gets them into its write buffer and drops the body once it
+/// has the last one: a response of one frame (every response here is built
+/// whole) gave its place back before a byte of it was sent (the nineteenth
+/// read). In pieces, the body and its place last until its last piece is
+/// taken, at most a piece and hyper's buffer from the end.
+const PIECE: usize = 64 << 10;
+
 /// A response body holding its request's place until it is sent (or dropped).
 struct Held {
     body: Body,
+    /// What is left of the last frame taken from `body`.
+    rest: Bytes,
     _place: Option<OwnedSemaphorePermit>,
     deadline: Pin<Box<tokio::time::Sleep>>,
     limit: Duration,
@@ -140,15 +160,33 @@ impl HttpBody for Held {
             let late = format!("the response was not read within {:?}", self.limit);
             return Poll::Ready(Some(Err(axum::Error::new(late))));
         }
-        Pin::new(&mut self.body).poll_frame(cx)
+        if self.rest.is_empty() {
+            match Pin::new(&mut self.body).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => self.rest = data,
+                    Err(trailers) => return Poll::Ready(Some(Ok(trailers))),
+                },
+                other => return other,
+            }
+        }
+        let piece = self.rest.len().min(PIECE);
+        let data = self.rest.split_to(piece);
+        Poll::Ready(Some(Ok(http_body::Frame::data(data))))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
+        self.rest.is_empty() && self.body.is_end_stream()
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
-        self.body.size_hint()
+        let inner = self.body.size_hint();
+        let rest = self.rest.len() as u64;
+        let mut hint = http_body::SizeHint::new();
+        hint.set_lower(inner.lower() + rest);
+        if let Some(upper) = inner.upper() {
+            hint.set_upper(upper + rest);
+        }
+        hint
     }
 }
 
@@ -177,9 +215,15 @@ mod tests {
         );
         assert!(places.take(&Who::Team("notify".into())).await.unwrap().is_some());
         assert!(places.take(&Who::Admin).await.unwrap().is_none(), "not counted");
-        // Sending one response whole frees its place.
-        let sent = held.pop().unwrap().collect().await.unwrap().to_bytes();
-        assert_eq!(sent.len(), 1 << 20);
+        // A response is handed over in pieces, and holds its place until the
+        // last one is taken.
+        let mut body = held.pop().unwrap();
+        assert_eq!(body.size_hint().exact(), Some(1 << 20));
+        let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(first.len(), PIECE);
+        assert!(places.take(&billing).await.is_err(), "still held");
+        let rest = body.collect().await.unwrap().to_bytes();
+        assert_eq!(first.len() + rest.len(), 1 << 20);
         assert!(places.take(&billing).await.unwrap().is_some());
     }
 

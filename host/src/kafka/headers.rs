@@ -38,7 +38,12 @@ pub fn headers_of(message: &BorrowedMessage<'_>, keep: usize) -> (Vec<(String, V
         // SAFETY: as above; both are copied before the next call.
         let name = unsafe { CStr::from_ptr(name) };
         let size = if value.is_null() { 0 } else { size };
-        weight = weight.saturating_add(HEADER_OVERHEAD + name.count_bytes() + size);
+        // A name is kept lossily: each byte that is not UTF-8 becomes three.
+        let name_bytes = match name.to_str() {
+            Ok(text) => text.len(),
+            Err(_) => name.count_bytes().saturating_mul(3),
+        };
+        weight = weight.saturating_add(HEADER_OVERHEAD + name_bytes + size);
         if weight > keep {
             continue;
         }

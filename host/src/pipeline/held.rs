@@ -106,11 +106,23 @@ impl Pipeline {
                 parked.push(self.park_without_id(&mut tx, record, &error).await?);
                 continue;
             };
-            let park = Park {
-                kind: ReasonKind::Held,
-                reason: reason.clone(),
-                attempts: 0,
-                first_failed_at: now_ms(),
+            // A record the host could not keep whole is never run, held or
+            // not: a `held` letter is replayed when the one before it is
+            // resolved (by a host from before `cut` too), so it is parked as
+            // `cut` instead, and blocks its key itself (the nineteenth read).
+            let park = match record.cut {
+                Some(cut) => Park {
+                    kind: ReasonKind::Cut,
+                    reason: format!("{} ({reason})", cut.reason()),
+                    attempts: 0,
+                    first_failed_at: now_ms(),
+                },
+                None => Park {
+                    kind: ReasonKind::Held,
+                    reason: reason.clone(),
+                    attempts: 0,
+                    first_failed_at: now_ms(),
+                },
             };
             parked.push(
                 self.park_claimed(&mut tx, &self.claim(record, id), record, park)

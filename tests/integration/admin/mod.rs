@@ -12,6 +12,7 @@ mod ceilings;
 mod console;
 mod group;
 mod lifecycle;
+mod places;
 mod tls;
 mod upgrade;
 mod uploads;
