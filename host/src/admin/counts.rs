@@ -29,45 +29,66 @@ pub struct Counts {
 
 /// The last read of [`Counts`], and when it was taken.
 #[derive(Default)]
-pub struct CountsCache(Arc<tokio::sync::Mutex<Option<Taken>>>);
+pub struct CountsCache(Arc<tokio::sync::Mutex<Last>>);
 
-/// Counts and when they were read.
-type Taken = (Instant, Arc<Counts>);
+/// The last counts read, and when the last read (of any outcome) ended.
+#[derive(Default)]
+struct Last {
+    counts: Option<Arc<Counts>>,
+    tried_at: Option<Instant>,
+    failure: Option<String>,
+}
 
 /// How long one read of the counts may take; past it, the last counts answer.
 const DEADLINE: Duration = Duration::from_secs(5);
 
 impl CountsCache {
-    /// The counts, read now unless a read under [`FRESH`] old answers. The
-    /// read runs on a task of its own that holds the turn: a request that
-    /// goes away neither ends it nor lets the next request start another
-    /// (the nineteenth read). One that takes past [`DEADLINE`] answers with
-    /// the last counts, if there are any.
-    pub async fn get(&self, db: &Database) -> Result<Arc<Counts>, DbError> {
+    /// The counts, read now unless a read under [`FRESH`] old answers (or
+    /// failed: a failure is remembered as long, so a slow database gets
+    /// one read a second, not one per request waiting: the twentieth
+    /// read). The read runs on a task of its own that holds the turn: a
+    /// request that goes away neither ends it nor lets the next request
+    /// start another (the nineteenth read). One past [`DEADLINE`] answers
+    /// with the last counts, if there are any; a request waits at most
+    /// twice that.
+    pub async fn get(&self, db: &Database) -> Result<Arc<Counts>, String> {
         let (last, db) = (self.0.clone(), db.clone());
         let read = tokio::spawn(async move {
             let mut last = last.lock().await;
-            if let Some((at, counts)) = &*last
-                && at.elapsed() < FRESH
-            {
-                return Ok(counts.clone());
+            if last.tried_at.is_some_and(|at| at.elapsed() < FRESH) {
+                return last.answer();
             }
-            match tokio::time::timeout(DEADLINE, read(&db)).await {
+            let read = tokio::time::timeout(DEADLINE, read(&db)).await;
+            last.tried_at = Some(Instant::now());
+            match read {
                 Ok(Ok(counts)) => {
-                    let counts = Arc::new(counts);
-                    *last = Some((Instant::now(), counts.clone()));
-                    Ok(counts)
+                    last.counts = Some(Arc::new(counts));
+                    last.failure = None;
                 }
-                Ok(Err(error)) => Err(error),
-                Err(_) => match &*last {
-                    Some((_, stale)) => Ok(stale.clone()),
-                    None => Err(DbError::NoAnswer { waited: DEADLINE }),
-                },
+                Ok(Err(error)) => last.failure = Some(error.to_string()),
+                Err(_) => last.failure = Some(format!("counting took more than {DEADLINE:?}")),
             }
+            last.answer()
         });
-        // A panic in the read is the host's bug, as in any request.
-        read.await
-            .unwrap_or(Err(DbError::Sqlx(sqlx::Error::WorkerCrashed)))
+        match tokio::time::timeout(2 * DEADLINE, read).await {
+            Ok(Ok(answer)) => answer,
+            // A panic in the read is the host's bug, as in any request.
+            Ok(Err(error)) => Err(format!("counting failed: {error}")),
+            Err(_) => Err(format!("the counts were not read within {:?}", 2 * DEADLINE)),
+        }
+    }
+}
+
+impl Last {
+    /// The last counts, stale or not; the last failure if there are none.
+    fn answer(&self) -> Result<Arc<Counts>, String> {
+        match (&self.counts, &self.failure) {
+            (Some(counts), _) => Ok(counts.clone()),
+            (None, failure) => Err(format!(
+                "the counts could not be read: {}",
+                failure.as_deref().unwrap_or("no read yet")
+            )),
+        }
     }
 }
 

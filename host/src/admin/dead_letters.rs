@@ -301,8 +301,15 @@ async fn fetch_group(state: &AppState, caller: &Caller, id: &str) -> Result<Grou
 /// could be 2.4 GB (each is replayed in a transaction of its own anyway).
 const REPLAY_CHUNK: usize = 1;
 
-/// `POST /v1/dead-letters/groups/{id}/replay`: every member, oldest first,
-/// each with its own outcome (a member resolved meanwhile says so).
+/// Members replayed or discarded by one call on a group, at most: each
+/// outcome is kept for the answer, and a group of three million letters
+/// without an id (free for a producer to make) was gigabytes of outcomes
+/// (issue 23, the twentieth read). The group keeps its id while members
+/// remain: a client calls again for the next ones.
+pub const GROUP_PAGE: usize = 1_000;
+
+/// `POST /v1/dead-letters/groups/{id}/replay`: its oldest [`GROUP_PAGE`]
+/// members, each with its own outcome (a member resolved meanwhile says so).
 pub async fn replay_group(
     State(state): State<AppState>,
     caller: Caller,
@@ -310,7 +317,8 @@ pub async fn replay_group(
 ) -> Result<Json<Vec<Value>>, ApiError> {
     // Before the group is read: that reads every parked letter.
     let _turn = state.bulk.enter(&caller, "replay, discard or re-queue")?;
-    let group = fetch_group(&state, &caller, &id).await?;
+    let mut group = fetch_group(&state, &caller, &id).await?;
+    group.members.truncate(GROUP_PAGE);
     let mut outcomes = Vec::with_capacity(group.members.len());
     for ids in group.members.chunks(REPLAY_CHUNK) {
         let filter = Filter {
@@ -337,7 +345,8 @@ pub async fn replay_group(
     Ok(Json(outcomes))
 }
 
-/// `POST /v1/dead-letters/groups/{id}/discard`: every member, each reported.
+/// `POST /v1/dead-letters/groups/{id}/discard`: its oldest [`GROUP_PAGE`]
+/// members, each reported.
 pub async fn discard_group(
     State(state): State<AppState>,
     caller: Caller,
@@ -346,7 +355,8 @@ pub async fn discard_group(
 ) -> Result<Json<Vec<Value>>, ApiError> {
     // Before the group is read: that reads every parked letter.
     let _turn = state.bulk.enter(&caller, "replay, discard or re-queue")?;
-    let group = fetch_group(&state, &caller, &id).await?;
+    let mut group = fetch_group(&state, &caller, &id).await?;
+    group.members.truncate(GROUP_PAGE);
     let db = state.registry.db();
     let mut outcomes = Vec::with_capacity(group.members.len());
     // Every member first, then what each held (ordering = "key"): a letter

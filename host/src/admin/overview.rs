@@ -64,7 +64,7 @@ pub async fn overview(State(state): State<AppState>, caller: Caller) -> Result<J
     names.dedup();
     names.retain(|n| caller.may_manage(n));
 
-    let counts = state.counts.get(db).await?;
+    let counts = state.counts.get(db).await.map_err(ApiError::unavailable)?;
     let (parked, held) = (&counts.dead_letters_parked, &counts.held_records);
     let (backlog, outbox_parked) = (&counts.outbox_backlog, &counts.outbox_parked);
     let oldest = &counts.oldest_pending;

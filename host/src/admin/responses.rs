@@ -11,7 +11,8 @@
 //! admin tokens are the operator's and are not counted, nor are the probes
 //! `/healthz` and `/readyz`. A request
 //! that finds no place within [`PLACE_WAIT`] gets 503. A response not sent
-//! within [`SEND_DEADLINE`] is cut off with its connection.
+//! within [`SEND_DEADLINE`] is cut off with its connection, and a request
+//! body (but an upload's) not read within [`BODY_READ`] fails its request.
 
 use super::auth::Who;
 use super::{ApiError, AppState};
@@ -34,8 +35,14 @@ pub const TEAM_PLACES: usize = 8;
 pub const OPEN_PLACES: usize = 32;
 /// How long a request waits for a place.
 const PLACE_WAIT: Duration = Duration::from_secs(10);
-/// How long a response may take to be sent, from when it is ready.
-pub const SEND_DEADLINE: Duration = Duration::from_secs(120);
+/// How long a response may take to be sent, from when it is ready (a client
+/// that reads nothing is closed sooner: `serve::SEND_STALL`).
+pub const SEND_DEADLINE: Duration = Duration::from_secs(600);
+/// How long a request's body may take to arrive, but an upload's (which has
+/// its own, longer bound): hyper times nothing after the head, and a team
+/// token sending a byte of a 64 KiB body every few seconds held a place and
+/// a connection for good (the twentieth read).
+pub const BODY_READ: Duration = Duration::from_secs(30);
 
 /// The places: one set per team token, one for requests without one.
 pub struct Places {
@@ -126,8 +133,66 @@ pub async fn hold_a_place(State(state): State<AppState>, request: Request, next:
         Ok(place) => place,
         Err(refused) => return refused.into_response(),
     };
+    let request = if is_upload(&request) {
+        request
+    } else {
+        request.map(|body| Body::new(ReadBy::new(body, BODY_READ)))
+    };
     let (parts, body) = next.run(request).await.into_parts();
     Response::from_parts(parts, state.places.hold(body, place))
+}
+
+/// `POST /v1/handlers/{name}`: an upload, whose body is read on its own terms.
+fn is_upload(request: &Request) -> bool {
+    let segments: Vec<&str> = request.uri().path().split('/').collect();
+    request.method() == axum::http::Method::POST
+        && matches!(segments.as_slice(), ["", "v1", "handlers", name] if !name.is_empty())
+}
+
+/// A request body that fails once it has taken `limit` to arrive.
+struct ReadBy {
+    body: Body,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    limit: Duration,
+}
+
+impl ReadBy {
+    fn new(body: Body, limit: Duration) -> Self {
+        Self {
+            body,
+            deadline: Box::pin(tokio::time::sleep(limit)),
+            limit,
+        }
+    }
+}
+
+impl HttpBody for ReadBy {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        if let Poll::Ready(frame) = Pin::new(&mut self.body).poll_frame(cx) {
+            return Poll::Ready(frame);
+        }
+        match self.deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Some(Err(axum::Error::new(format!(
+                "the request's body did not arrive within {:?}",
+                self.limit
+            ))))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 /// What a response hands hyper at a time. hyper takes a body's frames as
@@ -241,5 +306,20 @@ mod tests {
         for _ in 0..OPEN_PLACES {
             std::mem::forget(places.take(&who).await.unwrap());
         }
+    }
+
+    /// A request body that does not arrive fails at its deadline; one that
+    /// does is read as it is.
+    #[tokio::test]
+    async fn a_request_body_must_arrive_in_time() {
+        let never = Body::from_stream(futures_util::stream::pending::<Result<Bytes, std::io::Error>>());
+        let mut late = ReadBy::new(never, Duration::from_millis(100));
+        let error = late.frame().await.unwrap().unwrap_err();
+        assert!(
+            error.to_string().contains("did not arrive within 100ms"),
+            "{error}"
+        );
+        let sent = ReadBy::new(Body::from("{}"), Duration::from_millis(100));
+        assert_eq!(sent.collect().await.unwrap().to_bytes(), "{}");
     }
 }

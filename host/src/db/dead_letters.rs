@@ -379,10 +379,20 @@ pub async fn parked_counts(db: &Database) -> Result<BTreeMap<String, i64>, DbErr
     .await
 }
 
-/// Bytes as text where they are UTF-8, else their length and hex.
+/// Bytes as text where they are UTF-8 without control characters (tab and
+/// line breaks aside), else their length and hex: a control character is
+/// six bytes once in JSON (`\u0001`), so a payload of them made a detail
+/// six times its size where hex is two (the twentieth read).
 pub fn bytes_text(bytes: &[u8]) -> String {
     match std::str::from_utf8(bytes) {
-        Ok(text) => text.to_owned(),
+        Ok(text)
+            if !text
+                .chars()
+                .any(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r')) =>
+        {
+            text.to_owned()
+        }
+        Ok(_) => format!("<{} bytes, not text> {}", bytes.len(), hex::encode(bytes)),
         Err(_) => format!("<{} bytes, not UTF-8> {}", bytes.len(), hex::encode(bytes)),
     }
 }

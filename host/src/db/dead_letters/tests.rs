@@ -347,3 +347,12 @@ async fn on_sqlite_the_record_columns_come_last() {
         );
     }
 }
+
+/// A detail shows text as text, and bytes that are not text (control
+/// characters, six bytes each once in JSON, or not UTF-8) as hex.
+#[test]
+fn bytes_are_shown_as_text_only_when_they_are_text() {
+    assert_eq!(bytes_text(b"line one\nline\ttwo\r"), "line one\nline\ttwo\r");
+    assert_eq!(bytes_text(&[1, 1]), "<2 bytes, not text> 0101");
+    assert_eq!(bytes_text(&[0xff]), "<1 bytes, not UTF-8> ff");
+}
