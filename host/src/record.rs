@@ -61,6 +61,8 @@ impl Cut {
     pub fn reason(&self) -> String {
         let what = if self.payload_bytes > self.kept {
             format!("the payload is {} bytes", self.payload_bytes)
+        } else if self.headers_bytes == usize::MAX {
+            "its headers could not be read (more than 100,000, or malformed)".to_owned()
         } else if self.headers_bytes > self.kept {
             format!("the headers are {} bytes", self.headers_bytes)
         } else {

@@ -324,3 +324,72 @@ fn peak_rss_bytes(pid: u32) -> u64 {
         .expect("VmHWM");
     kib * 1024
 }
+
+on_both_backends!(a_record_whose_headers_cannot_be_read_is_parked_not_run);
+
+/// Regression (issue 23, twenty-first read of its third round): librdkafka
+/// reads no headers of a record with more than 100,000 (or malformed ones),
+/// and the host ran such a record as if it had none: its id from the JSON
+/// where every other client reads the header, its business key header gone.
+/// Now it is cut (`cut` letter) and never run.
+async fn a_record_whose_headers_cannot_be_read_is_parked_not_run(backend: Backend) {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let topic = unique("orders");
+    create_topic(&topic, 1).await;
+    let env = TestEnv::new(backend, "billing", &topic, "").await;
+    let unreadable = new_id();
+    let mut headers = OwnedHeaders::new_with_capacity(100_002).insert(Header {
+        key: "event_id",
+        value: Some(unreadable.as_bytes()),
+    });
+    for _ in 0..100_001 {
+        headers = headers.insert(Header {
+            key: "h",
+            value: Some(b"x"),
+        });
+    }
+    let order = Send::order(&unreadable, "o1");
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .set("compression.type", "gzip")
+        .set("message.max.bytes", "100000000")
+        .create()
+        .expect("producer");
+    producer
+        .send(
+            FutureRecord::to(&topic)
+                .key("o1")
+                .payload(&order.payload)
+                .headers(headers),
+            Duration::from_secs(60),
+        )
+        .await
+        .map_err(|(e, _)| e)
+        .expect("delivered");
+    let after = new_id();
+    let ends = produce(&topic, &[Send::order(&after, "o2")]).await;
+
+    let mut host = env.spawn_host();
+    env.wait_for_offsets(&ends, Duration::from_secs(120), &mut host)
+        .await;
+    assert!(host.is_running(), "the host survived:\n{}", host.log());
+    let db = env.db().await;
+    let invoices = env.table("invoices").await;
+    let invoiced = rows(&db, &format!("SELECT event_id FROM {invoices}")).await;
+    assert_eq!(
+        invoiced,
+        vec![vec![SqlValue::Text(after)]],
+        "the unreadable one never ran"
+    );
+    let letters = inboxd::db::dead_letters::list(&db, "billing").await.unwrap();
+    assert_eq!(letters.len(), 1, "{letters:#?}");
+    assert_eq!(letters[0].kind, "cut");
+    assert!(
+        letters[0].reason.contains("headers could not be read"),
+        "{}",
+        letters[0].reason
+    );
+    assert_eq!(host.terminate(Duration::from_secs(30)).await, Some(0));
+}

@@ -154,9 +154,9 @@ pub async fn insert(tx: &mut Tx, letter: &DeadLetter<'_>) -> Result<(), DbError>
         letter.handler_version.into(),
         letter.first_failed_at.into(),
         now_ms().into(),
-        letter
-            .record_bytes
-            .map_or(SqlValue::Null, |bytes| (bytes as i64).into()),
+        letter.record_bytes.map_or(SqlValue::Null, |bytes| {
+            i64::try_from(bytes).unwrap_or(i64::MAX).into()
+        }),
     ];
     tx.host_write(INSERT, INSERT_GATE, &params).await
 }

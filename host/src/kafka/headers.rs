@@ -12,6 +12,9 @@ use rdkafka::bindings as rd;
 use rdkafka::message::BorrowedMessage;
 use std::ffi::CStr;
 
+/// What headers librdkafka cannot read weigh.
+pub const UNREADABLE: usize = usize::MAX;
+
 /// The headers of `message`, name and value, in order, as long as together
 /// they weigh at most `keep` bytes (as [`crate::record::headers_bytes`] counts them), and
 /// the weight of them all: past `keep`, names and values are measured, not copied.
@@ -20,8 +23,14 @@ pub fn headers_of(message: &BorrowedMessage<'_>, keep: usize) -> (Vec<(String, V
     // SAFETY: `message.ptr()` is the live message `message` borrows; librdkafka
     // only writes the pointer to its headers, which live as long as it.
     let err = unsafe { rd::rd_kafka_message_headers(message.ptr(), &mut headers) };
-    if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || headers.is_null() {
+    if err == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR__NOENT {
         return (Vec::new(), 0);
+    }
+    if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || headers.is_null() {
+        // librdkafka could not read them (more than 100,000, or malformed):
+        // weighed as more than any bound, so the record is cut and never
+        // run, rather than run as if it had none (the twenty-first read).
+        return (Vec::new(), UNREADABLE);
     }
     // SAFETY: `headers` is the message's header list, checked non-null.
     let count = unsafe { rd::rd_kafka_header_cnt(headers) };
