@@ -22,16 +22,13 @@
 //! partition order among themselves.
 
 use super::blocked_keys::{BlockedKeys, MAX_BLOCKED_KEYS, RELOAD};
-use super::outage::{Attempt, OutageLog};
+use super::key_jobs::{hold_or_park, retry_alone};
 use super::partition::{
     Admit, BatchDone, BatchTask, MAX_BUFFERED_BYTES, Position, Stops, sleep_until, to_record,
 };
-use crate::db::dead_letters::{self, KeyDigest, ReasonKind, key_digest};
+use crate::db::dead_letters::{self, KeyDigest, key_digest};
 use crate::db::offsets;
-use crate::metrics::HostErrorKind;
-use crate::pipeline::{
-    BatchCursor, BatchEnd, Deferred, Fence, HOST_ERROR_ATTEMPTS, Held, Outcome, Pipeline, PipelineError,
-};
+use crate::pipeline::{BatchCursor, BatchEnd, Deferred, Held, Outcome, PipelineError};
 use crate::record::Record;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -620,102 +617,6 @@ impl KeyedTask {
                 partition,
                 "storing the partition's position failed ({error}); it is written after the next batch"
             ),
-        }
-    }
-}
-
-/// Runs a record again alone once its backoff is over, retrying the host's
-/// own failures; `None` if `stop` came first (nothing committed).
-async fn retry_alone(
-    pipeline: &Pipeline,
-    outage: &OutageLog,
-    record: &Record,
-    deferred: Deferred,
-    stop: &CancellationToken,
-) -> Option<Outcome> {
-    tokio::select! {
-        _ = stop.cancelled() => return None,
-        _ = tokio::time::sleep_until(deferred.due.into()) => {}
-    }
-    let mut attempt = Attempt::new(outage);
-    loop {
-        let run = pipeline.process_alone(
-            record,
-            Fence::Keyed,
-            stop,
-            deferred.attempt,
-            Some(deferred.first_failed_at),
-        );
-        match run.await {
-            Ok(outcome) => {
-                attempt.succeeded("processing records");
-                return Some(outcome);
-            }
-            Err(PipelineError::Abandoned) => return None,
-            Err(error) => {
-                if error.is_transient() {
-                    pipeline.stats().host_error(HostErrorKind::Transient);
-                }
-                if !attempt.failed("processing records", &error, stop).await {
-                    return None;
-                }
-            }
-        }
-    }
-}
-
-/// Holds records of a blocked key ([`Pipeline::hold`]), waiting out an
-/// outage; a failure that is not one (a row the database refuses for good)
-/// parks them (kind `held`, with the reason) after [`HOST_ERROR_ATTEMPTS`] tries,
-/// so the partition is not pinned. `None` if `stop` came first.
-async fn hold_or_park(
-    pipeline: &Pipeline,
-    outage: &OutageLog,
-    key: &[u8],
-    records: &[Record],
-    max_held: u64,
-    stop: &CancellationToken,
-) -> Option<Held> {
-    const WHAT: &str = "holding records behind a dead letter";
-    let mut attempt = Attempt::new(outage);
-    let mut refused = 0;
-    let first_failed_at = crate::db::now_ms();
-    loop {
-        let error = match pipeline.hold(key, records, max_held).await {
-            Ok(held) => {
-                attempt.succeeded(WHAT);
-                return Some(held);
-            }
-            Err(PipelineError::Abandoned) => return None,
-            Err(error) => error,
-        };
-        if !error.is_transient() {
-            refused += 1;
-            pipeline.stats().host_error(HostErrorKind::Permanent);
-            if refused >= HOST_ERROR_ATTEMPTS {
-                for record in records {
-                    let parked = outage
-                        .retry(WHAT, stop, || {
-                            pipeline.park_host_error(
-                                record,
-                                Fence::Keyed,
-                                &error,
-                                refused,
-                                first_failed_at,
-                                ReasonKind::Held,
-                            )
-                        })
-                        .await;
-                    parked?;
-                }
-                return Some(Held::Parked {
-                    behind: 0,
-                    count: records.len(),
-                });
-            }
-        }
-        if !attempt.failed(WHAT, &error, stop).await {
-            return None;
         }
     }
 }

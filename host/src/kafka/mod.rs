@@ -4,6 +4,7 @@
 mod blocked_keys;
 pub mod consumer;
 mod headers;
+mod key_jobs;
 mod keyed;
 mod missing_topics;
 mod outage;
