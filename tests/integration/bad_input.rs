@@ -4,6 +4,7 @@
 use crate::on_both_backends;
 use crate::support::*;
 use inboxd::db::SqlValue;
+use rdkafka::message::OwnedHeaders;
 use std::time::Duration;
 
 on_both_backends!(bad_messages_are_dead_lettered_with_reasons_and_the_partition_moves_on);
@@ -225,13 +226,13 @@ async fn a_compressed_record_past_the_limit_is_parked_without_being_read_whole(b
     }
     payload.extend_from_slice(b"0]}");
     let size = payload.len();
-    produce_gzip(&topic, b"k", &payload).await;
+    produce_gzip(&topic, b"k", OwnedHeaders::new(), &payload).await;
     drop(payload);
     // A key past what the host keeps: cut too, and its key is not kept.
     let keyed = new_id();
     let small = format!(r#"{{"event_id":"{keyed}"}}"#);
     let key = vec![b'k'; 5 << 20];
-    produce_gzip(&topic, &key, small.as_bytes()).await;
+    produce_gzip(&topic, &key, OwnedHeaders::new(), small.as_bytes()).await;
     let after = new_id();
     let ends = produce(&topic, &[Send::order(&after, "o2")]).await;
 
@@ -293,27 +294,6 @@ async fn a_compressed_record_past_the_limit_is_parked_without_being_read_whole(b
     assert_eq!(host.terminate(Duration::from_secs(30)).await, Some(0));
 }
 
-/// Produces one gzip-compressed record with `key` and `payload` (its id in the JSON).
-async fn produce_gzip(topic: &str, key: &[u8], payload: &[u8]) {
-    use rdkafka::config::ClientConfig;
-    use rdkafka::producer::{FutureProducer, FutureRecord};
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", brokers())
-        .set("compression.type", "gzip")
-        // The producer checks the uncompressed size against this.
-        .set("message.max.bytes", "1000000000")
-        .create()
-        .expect("producer");
-    producer
-        .send(
-            FutureRecord::to(topic).key(key).payload(payload),
-            Duration::from_secs(60),
-        )
-        .await
-        .map_err(|(e, _)| e)
-        .expect("delivered");
-}
-
 /// The peak resident memory of process `pid` (`VmHWM`), in bytes.
 fn peak_rss_bytes(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
@@ -333,9 +313,7 @@ on_both_backends!(a_record_whose_headers_cannot_be_read_is_parked_not_run);
 /// where every other client reads the header, its business key header gone.
 /// Now it is cut (`cut` letter) and never run.
 async fn a_record_whose_headers_cannot_be_read_is_parked_not_run(backend: Backend) {
-    use rdkafka::config::ClientConfig;
-    use rdkafka::message::{Header, OwnedHeaders};
-    use rdkafka::producer::{FutureProducer, FutureRecord};
+    use rdkafka::message::Header;
     let topic = unique("orders");
     create_topic(&topic, 1).await;
     let env = TestEnv::new(backend, "billing", &topic, "").await;
@@ -351,23 +329,7 @@ async fn a_record_whose_headers_cannot_be_read_is_parked_not_run(backend: Backen
         });
     }
     let order = Send::order(&unreadable, "o1");
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", brokers())
-        .set("compression.type", "gzip")
-        .set("message.max.bytes", "100000000")
-        .create()
-        .expect("producer");
-    producer
-        .send(
-            FutureRecord::to(&topic)
-                .key("o1")
-                .payload(&order.payload)
-                .headers(headers),
-            Duration::from_secs(60),
-        )
-        .await
-        .map_err(|(e, _)| e)
-        .expect("delivered");
+    produce_gzip(&topic, b"o1", headers, &order.payload).await;
     let after = new_id();
     let ends = produce(&topic, &[Send::order(&after, "o2")]).await;
 

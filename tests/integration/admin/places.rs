@@ -3,6 +3,7 @@
 //! memory, and another team is not held up.
 
 use super::*;
+use rdkafka::message::{Header, OwnedHeaders};
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -42,7 +43,12 @@ async fn unread_responses_hold_their_teams_places_and_no_one_elses() {
     assert_eq!(status, 201, "{body}");
     // Past the handler's limit and kept whole (under 4 MiB): a `limit`
     // letter whose detail escapes each control byte six times.
-    produce_gzip(&topic, &new_id(), &vec![1u8; (4 << 20) - 1024]).await;
+    let id = new_id();
+    let headers = OwnedHeaders::new().insert(Header {
+        key: "event_id",
+        value: Some(id.as_bytes()),
+    });
+    produce_gzip(&topic, b"k", headers, &vec![1u8; (4 << 20) - 1024]).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     let id = loop {
         let (_, listed) = admin.get("/v1/dead-letters", Some(BILLING_TOKEN)).await;
@@ -86,29 +92,4 @@ async fn unread_responses_hold_their_teams_places_and_no_one_elses() {
         "the host is still up:\n{}",
         admin.host.log()
     );
-}
-
-/// Produces one gzip-compressed record with an `event_id` header and `payload`.
-async fn produce_gzip(topic: &str, event_id: &str, payload: &[u8]) {
-    use rdkafka::config::ClientConfig;
-    use rdkafka::message::{Header, OwnedHeaders};
-    use rdkafka::producer::{FutureProducer, FutureRecord};
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", brokers())
-        .set("compression.type", "gzip")
-        .set("message.max.bytes", "100000000")
-        .create()
-        .expect("producer");
-    let headers = OwnedHeaders::new().insert(Header {
-        key: "event_id",
-        value: Some(event_id.as_bytes()),
-    });
-    producer
-        .send(
-            FutureRecord::to(topic).key("k").payload(payload).headers(headers),
-            Duration::from_secs(60),
-        )
-        .await
-        .map_err(|(e, _)| e)
-        .expect("delivered");
 }

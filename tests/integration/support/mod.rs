@@ -111,6 +111,26 @@ impl Send {
     }
 }
 
+/// Produces one gzip-compressed record: a batch that is small on the wire
+/// and as large as the producer likes once decompressed (the producer checks
+/// only the uncompressed size, against a `message.max.bytes` raised here).
+pub async fn produce_gzip(topic: &str, key: &[u8], headers: OwnedHeaders, payload: &[u8]) {
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .set("compression.type", "gzip")
+        .set("message.max.bytes", "1000000000")
+        .create()
+        .expect("producer");
+    producer
+        .send(
+            FutureRecord::to(topic).key(key).payload(payload).headers(headers),
+            Duration::from_secs(60),
+        )
+        .await
+        .map_err(|(e, _)| e)
+        .expect("delivered");
+}
+
 /// Produces every record (pipelined), returns the next offset per partition.
 pub async fn produce(topic: &str, records: &[Send]) -> HashMap<i32, i64> {
     produce_to(&brokers(), topic, records).await
