@@ -93,6 +93,9 @@ impl Last {
 }
 
 async fn read(db: &Database) -> Result<Counts, DbError> {
+    // Each statement ends in the server at the deadline too, not only here
+    // (the twentieth read: a count the host gave up on ran on in PostgreSQL).
+    let db = &db.with_read_deadline(DEADLINE);
     Ok(Counts {
         dead_letters_parked: dead_letters::parked_counts(db).await?,
         held_records: dead_letters::held_counts(db).await?,

@@ -13,6 +13,7 @@
 //! binary that call the same `/v1` API with the token the operator types in.
 
 mod auth;
+mod connections;
 mod console;
 mod counts;
 mod dead_letters;

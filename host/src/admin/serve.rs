@@ -9,37 +9,33 @@
 //! hyper's write buffer for as long as its connection stayed open (issue 23,
 //! the nineteenth read). Here hyper serves each connection with a timer: a
 //! request's head must arrive within [`HEAD_DEADLINE`] (an idle keep-alive
-//! connection waits that long for the next), at most [`MAX_CONNECTIONS`]
-//! connections are open, [`MAX_CONNECTIONS_PER_PEER`] from one address
-//! (the next is closed at once), and a connection whose writes make no
-//! progress for [`SEND_STALL`] is closed.
+//! connection waits that long for the next), the connections open are
+//! bounded ([`connections`](super::connections): at a bound a newcomer
+//! takes the place of the connection that has waited longest on its
+//! client), and a connection whose writes make no progress for
+//! [`SEND_STALL`] is closed.
 
+use super::connections::{Admission, Connections, Marker, Serving};
 use axum::Router;
+use axum::body::Body;
+use bytes::Bytes;
+use http_body::{Frame, SizeHint};
+use hyper::body::Incoming;
 use hyper::server::conn::http1;
+use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use std::collections::HashMap;
 use std::future::Future;
 use std::io;
-use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-/// Connections open at once, at most.
-pub const MAX_CONNECTIONS: usize = 256;
-/// Connections open at once from one address, at most: one client cannot
-/// take them all (keeping idle keep-alive connections alive with a request
-/// every 25 s took every place, and the orchestrator's probes with them:
-/// the twentieth read). A TLS proxy in front is one address for all its
-/// clients, so this is well above what a console and a few scripts use.
-pub const MAX_CONNECTIONS_PER_PEER: usize = 64;
 /// How long a request's head may take to arrive.
 pub const HEAD_DEADLINE: Duration = Duration::from_secs(30);
 /// How long a connection's writes may make no progress.
@@ -50,13 +46,12 @@ const READ_BUFFER: usize = 64 << 10;
 /// How long a stopping server waits for the requests it is serving.
 const DRAIN: Duration = Duration::from_secs(5);
 
-/// Serves `app` on `listener` until `shutdown`. A connection past either
-/// bound is accepted and closed at once (left in the kernel's backlog, it
-/// kept every later one waiting, probes included).
+/// Serves `app` on `listener` until `shutdown`. A connection that cannot be
+/// admitted is accepted and closed at once (left in the kernel's backlog,
+/// it kept every later one waiting, probes included).
 pub async fn serve(listener: TcpListener, app: Router, shutdown: CancellationToken) {
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    let peers: Arc<Mutex<HashMap<IpAddr, usize>>> = Arc::default();
-    let mut refused_logged: Option<Instant> = None;
+    let open = Arc::new(Connections::default());
+    let mut logged: Option<Instant> = None;
     let mut connections = JoinSet::new();
     loop {
         let (stream, peer) = tokio::select! {
@@ -72,40 +67,54 @@ pub async fn serve(listener: TcpListener, app: Router, shutdown: CancellationTok
             },
         };
         while connections.try_join_next().is_some() {}
-        let admitted = slots
-            .clone()
-            .try_acquire_owned()
-            .ok()
-            .and_then(|slot| PeerSlot::take(&peers, peer.ip()).map(|peer| (slot, peer)));
-        let Some((slot, peer_slot)) = admitted else {
-            if refused_logged.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
-                refused_logged = Some(Instant::now());
-                tracing::warn!(
-                    %peer,
-                    "the admin API closed a connection past its bounds ({MAX_CONNECTIONS} open, \
-                     {MAX_CONNECTIONS_PER_PEER} from one address; logged once a minute)"
-                );
+        let connection = match open.admit(peer.ip()) {
+            Admission::Admitted { connection, closed } => {
+                if let Some(closed) = closed
+                    && logged.is_none_or(|at| at.elapsed() >= Duration::from_secs(60))
+                {
+                    logged = Some(Instant::now());
+                    tracing::warn!(
+                        %peer,
+                        "the admin API is full: it closed the connection of {closed:?} that waited \
+                         longest on its client (logged once a minute)"
+                    );
+                }
+                connection
             }
-            drop(stream);
-            continue;
+            Admission::Refused => {
+                if logged.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
+                    logged = Some(Instant::now());
+                    tracing::warn!(
+                        %peer,
+                        "the admin API closed a new connection: every connection in its way is \
+                         serving a request (logged once a minute)"
+                    );
+                }
+                drop(stream);
+                continue;
+            }
         };
         let io = TokioIo::new(Stalls::new(stream, SEND_STALL));
-        let service = TowerToHyperService::new(app.clone());
+        let service = Marked {
+            inner: TowerToHyperService::new(app.clone()),
+            marker: connection.marker(),
+        };
         let shutdown = shutdown.clone();
         connections.spawn(async move {
-            let _slots = (slot, peer_slot);
             let mut builder = http1::Builder::new();
             builder
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEAD_DEADLINE)
                 .max_buf_size(READ_BUFFER);
-            let connection = builder.serve_connection(io, service);
-            tokio::pin!(connection);
+            let served = builder.serve_connection(io, service);
+            tokio::pin!(served);
             tokio::select! {
-                _ = connection.as_mut() => return,
-                _ = shutdown.cancelled() => connection.as_mut().graceful_shutdown(),
+                _ = served.as_mut() => return,
+                // Its place went to a newcomer: closed now.
+                _ = connection.closed() => return,
+                _ = shutdown.cancelled() => served.as_mut().graceful_shutdown(),
             }
-            let _ = connection.await;
+            let _ = served.await;
         });
     }
     let drained = async { while connections.join_next().await.is_some() {} };
@@ -114,36 +123,56 @@ pub async fn serve(listener: TcpListener, app: Router, shutdown: CancellationTok
     }
 }
 
-/// One of an address's connections, given back when dropped.
-struct PeerSlot {
-    peers: Arc<Mutex<HashMap<IpAddr, usize>>>,
-    ip: IpAddr,
+/// The app, marking its connection as serving from a request's head until
+/// its response's body is done with (dropped by hyper after its last piece).
+struct Marked {
+    inner: TowerToHyperService<Router>,
+    marker: Marker,
 }
 
-impl PeerSlot {
-    fn take(peers: &Arc<Mutex<HashMap<IpAddr, usize>>>, ip: IpAddr) -> Option<Self> {
-        let mut open = peers.lock().unwrap_or_else(|p| p.into_inner());
-        let count = open.entry(ip).or_default();
-        if *count >= MAX_CONNECTIONS_PER_PEER {
-            return None;
-        }
-        *count += 1;
-        Some(Self {
-            peers: peers.clone(),
-            ip,
+impl hyper::service::Service<Request<Incoming>> for Marked {
+    type Response = Response<Body>;
+    type Error = std::convert::Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Self::Error>> + Send>>;
+
+    fn call(&self, request: Request<Incoming>) -> Self::Future {
+        let serving = self.marker.serving();
+        let response = self.inner.call(request);
+        Box::pin(async move {
+            let response = response.await?;
+            Ok(response.map(|body| {
+                Body::new(ServingBody {
+                    body,
+                    _serving: serving,
+                })
+            }))
         })
     }
 }
 
-impl Drop for PeerSlot {
-    fn drop(&mut self) {
-        let mut open = self.peers.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(count) = open.get_mut(&self.ip) {
-            *count -= 1;
-            if *count == 0 {
-                open.remove(&self.ip);
-            }
-        }
+/// A response body that holds its connection's [`Serving`] mark.
+struct ServingBody {
+    body: Body,
+    _serving: Serving,
+}
+
+impl http_body::Body for ServingBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
     }
 }
 
@@ -234,21 +263,54 @@ mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt;
 
-    /// One address has at most its share of connections, and gets them
-    /// back as they close; another address has its own.
-    #[test]
-    fn an_address_has_its_share_of_connections() {
-        let peers: Arc<Mutex<HashMap<IpAddr, usize>>> = Arc::default();
-        let (one, two): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
-        let mut held: Vec<PeerSlot> = (0..MAX_CONNECTIONS_PER_PEER)
-            .map(|_| PeerSlot::take(&peers, one).expect("within the share"))
-            .collect();
-        assert!(PeerSlot::take(&peers, one).is_none(), "past the share");
-        assert!(PeerSlot::take(&peers, two).is_some(), "another address");
-        held.pop();
-        assert!(PeerSlot::take(&peers, one).is_some(), "given back");
-        drop(held);
-        assert!(peers.lock().unwrap().is_empty(), "nothing left behind");
+    /// Four addresses holding every connection open and idle (the
+    /// twenty-first read) do not shut out a probe from a fifth: it takes the
+    /// place of the connection that waited longest, and is answered.
+    #[tokio::test]
+    async fn idle_connections_filling_the_bounds_do_not_shut_out_a_probe() {
+        use super::super::connections::{MAX_CONNECTIONS, MAX_CONNECTIONS_PER_PEER};
+        use tokio::io::AsyncReadExt;
+        use tokio::net::TcpSocket;
+
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = Router::new().route("/healthz", axum::routing::get(|| async { "ok" }));
+        let shutdown = CancellationToken::new();
+        let server = tokio::spawn(serve(listener, app, shutdown.clone()));
+        let connect_from = |from: &str| {
+            let from: std::net::SocketAddr = format!("{from}:0").parse().unwrap();
+            async move {
+                let socket = TcpSocket::new_v4().unwrap();
+                socket.bind(from).unwrap();
+                socket.connect(addr).await.unwrap()
+            }
+        };
+        let mut idle = Vec::new();
+        for i in 0..MAX_CONNECTIONS {
+            let from = format!("127.0.0.{}", 2 + i / MAX_CONNECTIONS_PER_PEER);
+            idle.push(connect_from(&from).await);
+        }
+        // Let the server admit them all before the probe comes.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut probe = connect_from("127.0.0.9").await;
+        probe
+            .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), probe.read_to_end(&mut answer))
+            .await
+            .expect("answered in time")
+            .expect("read");
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        // The first idle connection (the longest waiting) was closed for it.
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_secs(10), idle[0].read(&mut byte)).await;
+        assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "closed: {read:?}");
+        shutdown.cancel();
+        drop(idle);
+        server.await.unwrap();
     }
 
     /// A peer that reads nothing stalls the writes, which then fail at the

@@ -52,6 +52,9 @@ pub struct Database {
     writer: Option<Arc<Semaphore>>,
     /// PostgreSQL: the handlers' own logins and the host's key to the gates.
     guests: Option<Arc<Guests>>,
+    /// PostgreSQL: how long each statement of [`Database::query`] may run
+    /// ([`Database::with_read_deadline`]); none by default.
+    read_deadline: Option<Duration>,
 }
 
 /// PostgreSQL's handler sessions (see [`logins`]).
@@ -226,7 +229,12 @@ impl Database {
             Pool::Postgres(pool)
         };
         let writer = matches!(pool, Pool::Sqlite(_)).then(|| Arc::new(Semaphore::new(1)));
-        Ok(Self { pool, writer, guests })
+        Ok(Self {
+            pool,
+            writer,
+            guests,
+            read_deadline: None,
+        })
     }
 
     pub fn backend(&self) -> Backend {
@@ -382,9 +390,27 @@ impl Database {
         }
     }
 
+    /// This database, with each statement of [`Database::query`] (and what
+    /// reads through it) ended by PostgreSQL at `deadline`: a read whose
+    /// caller stops waiting for it should not run on in the server (issue 23,
+    /// the twentieth read: the counts of `/metrics` gave up after 5 s and
+    /// their statements ran on). SQLite's reads are not interrupted.
+    pub fn with_read_deadline(&self, deadline: Duration) -> Database {
+        Database {
+            read_deadline: Some(deadline),
+            ..self.clone()
+        }
+    }
+
     /// Runs one read outside any transaction.
     pub async fn query(&self, sql: &str, params: &[SqlValue]) -> Result<Vec<Vec<SqlValue>>, DbError> {
         let mut tx = self.begin().await?;
+        if let (Some(deadline), Backend::Postgres) = (self.read_deadline, self.backend()) {
+            // `LOCAL`: it ends with this transaction, the pooled session keeps none of it.
+            let ms = deadline.as_millis().max(1);
+            tx.execute(&format!("SET LOCAL statement_timeout = {ms}"), &[])
+                .await?;
+        }
         let rows = tx.query(sql, params).await?;
         tx.commit().await?;
         Ok(rows)
@@ -582,6 +608,29 @@ mod tests {
         let write = tokio::time::timeout(std::time::Duration::from_secs(5), tx.execute(&sql, &[]));
         write.await.expect("the write lock is free").unwrap();
         tx.commit().await.unwrap();
+    }
+
+    /// A read with a deadline is ended by PostgreSQL at it (not only given
+    /// up on by the host), and the pooled session keeps no deadline after.
+    #[tokio::test]
+    async fn postgres_ends_a_read_at_its_deadline_and_the_session_keeps_none() {
+        let Some(db) = super::test_support::postgres_db().await else {
+            return eprintln!("INBOXD_TEST_POSTGRES is not set: skipped");
+        };
+        let bounded = db.with_read_deadline(std::time::Duration::from_millis(300));
+        let started = std::time::Instant::now();
+        let error = bounded.query("SELECT pg_sleep(5)", &[]).await.unwrap_err();
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(3),
+            "ended by the server: {:?}",
+            started.elapsed()
+        );
+        assert!(error.to_string().contains("statement timeout"), "{error}");
+        // Every pooled session: the setting was LOCAL to its transaction.
+        for _ in 0..6 {
+            let rows = db.query("SHOW statement_timeout", &[]).await.unwrap();
+            assert_eq!(rows[0][0].as_str(), Some("0"), "{rows:?}");
+        }
     }
 
     /// A transaction that reads, then writes after another connection
