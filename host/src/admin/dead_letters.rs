@@ -280,19 +280,24 @@ pub async fn groups(
     ))
 }
 
-/// The group with `id` among the caller's (404 otherwise, as for one dead letter).
-async fn fetch_group(state: &AppState, caller: &Caller, id: &str) -> Result<Group, ApiError> {
+/// The next page of the group with `id` among the caller's: from what its
+/// last call kept, or read (404 if there is none, as for one dead letter).
+async fn group_page(state: &AppState, caller: &Caller, id: &str) -> Result<Vec<i64>, ApiError> {
+    if let Some(page) = state.group_pages.next(&caller.name, id) {
+        return Ok(page);
+    }
     let filter = Filter {
         handlers: caller.handlers(),
         ..Filter::default()
     };
-    dead_letter_groups::group(state.registry.db(), &filter, id)
+    let group = dead_letter_groups::group(state.registry.db(), &filter, id)
         .await?
         .ok_or_else(|| {
             ApiError::not_found(format!(
                 "no group of parked dead letters with id {id}: its members may all be resolved"
             ))
-        })
+        })?;
+    Ok(state.group_pages.page(&caller.name, id, group.members))
 }
 
 /// Dead letters are read with their records one at a time when many are
@@ -301,14 +306,7 @@ async fn fetch_group(state: &AppState, caller: &Caller, id: &str) -> Result<Grou
 /// could be 2.4 GB (each is replayed in a transaction of its own anyway).
 const REPLAY_CHUNK: usize = 1;
 
-/// Members replayed or discarded by one call on a group, at most: each
-/// outcome is kept for the answer, and a group of three million letters
-/// without an id (free for a producer to make) was gigabytes of outcomes
-/// (issue 23, the twentieth read). The group keeps its id while members
-/// remain: a client calls again for the next ones.
-pub const GROUP_PAGE: usize = 1_000;
-
-/// `POST /v1/dead-letters/groups/{id}/replay`: its oldest [`GROUP_PAGE`]
+/// `POST /v1/dead-letters/groups/{id}/replay`: its next [`GROUP_PAGE`](super::group_pages::GROUP_PAGE)
 /// members, each with its own outcome (a member resolved meanwhile says so).
 pub async fn replay_group(
     State(state): State<AppState>,
@@ -317,10 +315,9 @@ pub async fn replay_group(
 ) -> Result<Json<Vec<Value>>, ApiError> {
     // Before the group is read: that reads every parked letter.
     let _turn = state.bulk.enter(&caller, "replay, discard or re-queue")?;
-    let mut group = fetch_group(&state, &caller, &id).await?;
-    group.members.truncate(GROUP_PAGE);
-    let mut outcomes = Vec::with_capacity(group.members.len());
-    for ids in group.members.chunks(REPLAY_CHUNK) {
+    let members = group_page(&state, &caller, &id).await?;
+    let mut outcomes = Vec::with_capacity(members.len());
+    for ids in members.chunks(REPLAY_CHUNK) {
         let filter = Filter {
             ids: Some(ids),
             include_resolved: true,
@@ -345,7 +342,7 @@ pub async fn replay_group(
     Ok(Json(outcomes))
 }
 
-/// `POST /v1/dead-letters/groups/{id}/discard`: its oldest [`GROUP_PAGE`]
+/// `POST /v1/dead-letters/groups/{id}/discard`: its next [`GROUP_PAGE`](super::group_pages::GROUP_PAGE)
 /// members, each reported.
 pub async fn discard_group(
     State(state): State<AppState>,
@@ -355,14 +352,13 @@ pub async fn discard_group(
 ) -> Result<Json<Vec<Value>>, ApiError> {
     // Before the group is read: that reads every parked letter.
     let _turn = state.bulk.enter(&caller, "replay, discard or re-queue")?;
-    let mut group = fetch_group(&state, &caller, &id).await?;
-    group.members.truncate(GROUP_PAGE);
+    let members = group_page(&state, &caller, &id).await?;
     let db = state.registry.db();
-    let mut outcomes = Vec::with_capacity(group.members.len());
+    let mut outcomes = Vec::with_capacity(members.len());
     // Every member first, then what each held (ordering = "key"): a letter
     // held behind a member that is itself a member is discarded, never replayed.
     let mut resolved = Vec::new();
-    for member in group.members {
+    for member in members {
         let discarded = async {
             let row = fetch(&state, &caller, member).await?;
             let mut tx = db.begin_write().await?;

@@ -17,6 +17,7 @@ mod connections;
 mod console;
 mod counts;
 mod dead_letters;
+mod group_pages;
 mod handlers;
 mod in_flight;
 mod ops;
@@ -98,6 +99,7 @@ impl Listener {
             upload_turns: upload_turns::UploadTurns::default(),
             bulk: in_flight::InFlight::default(),
             listings: in_flight::InFlight::default(),
+            group_pages: group_pages::GroupPages::default(),
             registry,
         }));
         let app = router(state, self.config.max_component_bytes());
@@ -186,6 +188,8 @@ pub struct Shared {
     /// Team tokens with a dead-letter group listing running (each reads
     /// every parked letter of the token's handlers).
     listings: in_flight::InFlight,
+    /// What each token's last call on a dead-letter group kept of its members.
+    group_pages: group_pages::GroupPages,
 }
 
 impl std::ops::Deref for AppState {

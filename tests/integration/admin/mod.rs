@@ -11,6 +11,7 @@ mod authoring;
 mod ceilings;
 mod console;
 mod group;
+mod group_pages;
 mod lifecycle;
 mod places;
 mod tls;
