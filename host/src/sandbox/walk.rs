@@ -133,6 +133,29 @@ impl Walk {
                  2^n copies); read it once, or join to its table directly"
             )));
         }
+        for name in &self.defined {
+            if super::is_reserved(name) {
+                return Err(forbidden(format!(
+                    "a CTE may not be named {name}: names starting with {} are the host's tables",
+                    super::RESERVED_PREFIXES.join(", ")
+                )));
+            }
+            // SQLite lets a CTE's query read every CTE of its WITH, those
+            // defined after it and itself too (`searchWith`), where this walk
+            // (and PostgreSQL) sees only those before it: a name that is both
+            // a later CTE and an own table was taken here for the table, and
+            // read twice per CTE, a chain of them made 2^n copies while SQLite
+            // prepared it (issue 23, the twenty-second read: 21 CTEs, about
+            // 11 s and the whole 2 GiB heap, past every deadline). A name
+            // that is no own table is refused as a table anyway.
+            if self.backend == Some(Backend::Sqlite) && owned.tables.contains(name) {
+                return Err(forbidden(format!(
+                    "a CTE may not be named like your table {name} on SQLite: SQLite lets each CTE \
+                     of a WITH read every other one, those defined after it too, so which of the two \
+                     a query reads depends on where it stands; rename the CTE"
+                )));
+            }
+        }
         for target in &self.write_targets {
             owned.check(target, "write to")?;
         }

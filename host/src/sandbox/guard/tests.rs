@@ -75,7 +75,7 @@ fn host_tables_are_refused_however_they_are_spelled() {
 #[test]
 fn a_cte_cannot_stand_in_for_a_host_table_as_a_write_target() {
     refused("WITH inbox AS (SELECT 1) DELETE FROM inbox", "host's tables");
-    refused("WITH invoices AS (SELECT 1) DELETE FROM offsets", "host's tables");
+    refused("WITH totals AS (SELECT 1) DELETE FROM offsets", "host's tables");
 }
 
 /// Regression: a CTE defined in an inner query made an outer reference to
@@ -294,6 +294,46 @@ fn on_sqlite_a_cte_is_read_once() {
     allowed(
         "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 10), \
          m AS (SELECT i FROM n) SELECT count(*) FROM m",
+    );
+}
+
+/// Regression (the twenty-second adversarial read, issue 23): SQLite lets
+/// a CTE read the CTEs defined after it, where the guard took such a name
+/// for an own table of that name; each CTE reading the next twice made
+/// 2^21 copies while SQLite prepared the statement (about 11 s and 2 GiB,
+/// past every deadline). On SQLite a CTE may not share an own table's
+/// name; on PostgreSQL, which scopes as the guard does, it may.
+#[test]
+fn on_sqlite_a_cte_may_not_share_an_own_tables_name() {
+    let tables: Vec<String> = (1..=21).map(|i| format!("c{i}")).collect();
+    let lite = Guard::new(Backend::Sqlite, "main", &tables, 4096, 1 << 20);
+    let mut ctes: Vec<String> = (0..=20)
+        .map(|i| format!("c{i} AS (SELECT 1 AS x FROM c{n} a, c{n} b)", n = i + 1))
+        .collect();
+    ctes.push("c21 AS (SELECT 1 AS x)".to_owned());
+    let forward = format!("WITH {} SELECT count(*) FROM c0", ctes.join(", "));
+    for sql in [
+        forward.as_str(),
+        "WITH c1 AS (SELECT 1 AS x) SELECT * FROM c1",
+        "WITH a AS (SELECT * FROM c1), c1 AS (SELECT 7 AS x) SELECT * FROM a",
+    ] {
+        match lite.check(sql) {
+            Err(Refusal::Forbidden(m)) => {
+                assert!(m.contains("may not be named like your table c1"), "{sql}: {m}")
+            }
+            other => panic!("{sql}: {other:?}"),
+        }
+    }
+    let pg = Guard::new(Backend::Postgres, "handler_x", &tables, 4096, 1 << 20);
+    assert_eq!(pg.check("WITH c1 AS (SELECT 1 AS x) SELECT * FROM c1"), Ok(()));
+    // A name that is no own table is a table read, refused, on both.
+    refused(
+        "WITH a AS (SELECT * FROM later), later AS (SELECT 1 AS x) SELECT * FROM a",
+        "later",
+    );
+    refused(
+        "WITH handler_totals AS (SELECT 1 AS x) SELECT * FROM handler_totals",
+        "host's tables",
     );
 }
 
