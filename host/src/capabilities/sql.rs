@@ -37,6 +37,9 @@ pub struct SqlState {
     /// A statement was stopped at the event's deadline: the event ran out of
     /// time, whatever the guest made of the error.
     timed_out: bool,
+    /// A statement was stopped at SQLite's shared heap bound (what it said):
+    /// like the deadline, the limit failed whatever the guest made of it.
+    out_of_memory: Option<String>,
     /// A failure of the database itself (connection lost, server restarting)
     /// during a guest statement. It is the host's to retry, never counted
     /// against the handler, whatever the guest made of its error value.
@@ -62,6 +65,7 @@ impl SqlState {
             deadline: Instant::now() + limits.timeout,
             timeout: limits.timeout,
             timed_out: false,
+            out_of_memory: None,
             host_error: None,
         }
     }
@@ -75,6 +79,11 @@ impl SqlState {
     /// True if a statement of this call ran into the event's deadline.
     pub fn timed_out(&self) -> bool {
         self.timed_out
+    }
+
+    /// What stopped a statement of this call at SQLite's shared heap bound, if one was.
+    pub fn out_of_memory(&self) -> Option<&str> {
+        self.out_of_memory.as_deref()
     }
 
     pub fn take_host_error(&mut self) -> Option<DbError> {
@@ -117,6 +126,7 @@ fn to_wit(value: SqlValue) -> Value {
 /// Maps a database error to the variant that tells the guest what to do.
 fn to_sql_error(err: &DbError, timeout: Duration) -> SqlError {
     match err {
+        DbError::StatementMemory { .. } => SqlError::Limit(err.to_string()),
         DbError::StatementTimeout => SqlError::Limit(format!(
             "limits.timeout_ms: the statement was still running at the event's deadline ({} ms) and was cancelled",
             timeout.as_millis()
@@ -251,6 +261,9 @@ impl SqlView<'_> {
     fn fail(&mut self, error: DbError) -> SqlError {
         let guest_error = to_sql_error(&error, self.state.timeout);
         self.state.timed_out |= matches!(error, DbError::StatementTimeout);
+        if let DbError::StatementMemory { .. } = error {
+            self.state.out_of_memory = Some(error.to_string());
+        }
         if error.is_connection_failure() {
             self.state.host_error = Some(error);
         }

@@ -32,6 +32,13 @@ pub enum DbError {
     /// The database stopped a handler's statement at its walls' deadline.
     #[error("the statement was still running at its deadline and was cancelled")]
     StatementTimeout,
+    /// SQLite's heap, shared by every handler in the process, reached its
+    /// ceiling under a handler's statement (see `sandbox::sqlite_memory`).
+    #[error(
+        "the statement ran out of SQLite's memory, which every handler of this host shares \
+         ({limit_mib} MiB in all)"
+    )]
+    StatementMemory { limit_mib: i64 },
     /// Only ever seen by a handler run that the pipeline then discards
     /// (see `Tx::set_statement_savepoints`).
     #[error("an earlier statement of this call failed, so this one was not run")]

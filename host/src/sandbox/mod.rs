@@ -15,6 +15,7 @@ pub mod migration;
 pub mod nesting;
 pub mod postgres;
 pub mod sqlite_memory;
+mod sqlite_registers;
 mod sqlite_sorts;
 pub mod sqlite_work;
 pub(crate) mod walk;

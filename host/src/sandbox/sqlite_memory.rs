@@ -13,10 +13,12 @@
 //! longest step was 0.17 s; a sort as large as a 30 s deadline lets a
 //! statement build stays near 200 MB.
 //!
-//! What no statement bound foresees is held by a process-wide ceiling
-//! ([`bound_heap`]): past it SQLite fails the allocation (`SQLITE_NOMEM`, the
-//! statement fails, the event is retried or parked) instead of the kernel
-//! ending the host.
+//! What a statement holds in registers is bounded by the guard
+//! (`sqlite_registers`). What no statement bound foresees is held by a
+//! process-wide ceiling ([`bound_heap`]): past it SQLite fails the allocation
+//! (`SQLITE_NOMEM`) instead of the kernel ending the host; under a handler's
+//! statement that is a limit counted against the event's attempts
+//! (`DbError::StatementMemory`), never retried as the database's failure.
 
 use libsqlite3_sys as ffi;
 use std::sync::Once;

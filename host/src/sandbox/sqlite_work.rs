@@ -37,9 +37,11 @@ pub fn max_calls(row_bytes: usize) -> u64 {
 }
 
 /// Refuses a statement with more calls and operators than [`max_calls`],
-/// or a sort of too many keys (`super::sqlite_sorts`).
+/// a sort of too many keys (`super::sqlite_sorts`), or levels holding too
+/// many values (`super::sqlite_registers`).
 pub fn check(statement: &Statement, row_bytes: usize) -> Result<(), Refusal> {
     super::sqlite_sorts::check(statement)?;
+    super::sqlite_registers::check(statement, row_bytes)?;
     let mut count = Count(0);
     let _ = statement.visit(&mut count);
     let max = max_calls(row_bytes);
@@ -157,6 +159,34 @@ pub fn check_schema(statement: &Statement, row_bytes: usize) -> Result<(), Refus
                 }
                 _ => false,
             };
+            // Each column at most once: a view's row is then at most a
+            // stored row, which the register bound counts as one value
+            // (`sqlite_registers`; 64 copies of one column were 64 values).
+            let named: Vec<String> = match view.query.body.as_ref() {
+                sqlparser::ast::SetExpr::Select(select) => select
+                    .projection
+                    .iter()
+                    .filter_map(|item| match item {
+                        sqlparser::ast::SelectItem::UnnamedExpr(e)
+                        | sqlparser::ast::SelectItem::ExprWithAlias { expr: e, .. } => match e {
+                            sqlparser::ast::Expr::Identifier(i) => Some(i.value.to_ascii_lowercase()),
+                            sqlparser::ast::Expr::CompoundIdentifier(parts) => {
+                                parts.last().map(|i| i.value.to_ascii_lowercase())
+                            }
+                            _ => None,
+                        },
+                        _ => None,
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
+            let mut seen = std::collections::HashSet::new();
+            if let Some(twice) = named.iter().find(|n| !seen.insert(*n)) {
+                return Err(forbidden(format!(
+                    "on SQLite a view names each column of its table at most once ({twice} is named twice): \
+                     SQLite holds a copy of every column a statement's levels select until it ends"
+                )));
+            }
             if !simple || view.query.with.is_some() {
                 return Err(forbidden(
                     "on SQLite a view selects and renames plain columns of one stored table (not a table function): its expressions, \
@@ -435,6 +465,15 @@ mod tests {
             assert!(err.contains("plain columns of one stored table"), "{view}: {err}");
         }
         assert!(schema("CREATE VIEW v AS SELECT a, b AS c FROM t").is_ok());
+        // Regression (the twenty-second read): a view naming one column 64
+        // times made its every read 64 values (see `sqlite_registers`).
+        for view in [
+            "CREATE VIEW v AS SELECT a, a AS b FROM t",
+            "CREATE VIEW v AS SELECT t.A, a AS b FROM t",
+        ] {
+            let err = schema(view).unwrap_err().to_string();
+            assert!(err.contains("named twice"), "{view}: {err}");
+        }
     }
 
     /// Regression (the fourteenth adversarial read, issue 23): each table

@@ -304,11 +304,21 @@ impl HandlerComponent {
         let mut tx = state.sql.take_tx();
         let mut host_error = state.sql.take_host_error();
         let sql_timed_out = state.sql.timed_out();
+        let sql_out_of_memory = state.sql.out_of_memory().map(|detail| LimitExceeded {
+            key: "SQLite's heap",
+            detail: detail.to_owned(),
+        });
         // SQLite took the transaction with a failed statement for a reason
-        // other than the deadline (disk full, out of memory): whatever the
-        // guest returned, its work is gone. Never commit that as applied; it
-        // is the database's failure, the host's to retry.
-        if !sql_timed_out && host_error.is_none() && tx.as_ref().is_some_and(Tx::is_lost) {
+        // other than a limit (a full disk, an I/O error): whatever the guest
+        // returned, its work is gone. Never commit that as applied; it is the
+        // database's failure, the host's to retry. (Out of memory is a limit:
+        // retried as the database's, a statement that always ran SQLite out
+        // of memory was retried for good: the twenty-second read.)
+        if !sql_timed_out
+            && sql_out_of_memory.is_none()
+            && host_error.is_none()
+            && tx.as_ref().is_some_and(Tx::is_lost)
+        {
             host_error = Some(DbError::TransactionLost);
         }
         // (After the check above: this loss is the guest's, not the database's.)
@@ -341,11 +351,14 @@ impl HandlerComponent {
         // A statement stopped at the deadline means the event ran out of
         // time, whatever the guest made of the error it got: the time limit
         // is what failed, and like any limit it counts against the attempts.
-        let (result, instance) = match (sql_timed_out, result) {
-            (true, Ok(()) | Err(GuestFailure::Retry(_) | GuestFailure::Reject(_))) => {
+        let (result, instance) = match (sql_timed_out, sql_out_of_memory, result) {
+            (true, _, Ok(()) | Err(GuestFailure::Retry(_) | GuestFailure::Reject(_))) => {
                 (Err(GuestFailure::Limit(self.timeout_exceeded())), None)
             }
-            (_, result) => (result, instance),
+            (false, Some(limit), Ok(()) | Err(GuestFailure::Retry(_) | GuestFailure::Reject(_))) => {
+                (Err(GuestFailure::Limit(limit)), None)
+            }
+            (_, _, result) => (result, instance),
         };
         // Only an instance that returned normally is kept: after a trap or a
         // limit its state is suspect, and the next event gets a fresh one.

@@ -169,6 +169,34 @@ pub fn attacks(brokers: &str, backend: Backend) -> Vec<(Value, &'static str)> {
         json!({ "attack": "repeat", "statement": "INSERT INTO hostile_effects SELECT 'zz' || coalesce(max(event_id), '') || coalesce(max(event_id), '') FROM hostile_effects", "times": 40 }),
         too_big,
     ));
+    if backend == Backend::Sqlite {
+        // The twenty-second adversarial read: 64 copies of the stored value
+        // (about a megabyte, from the attack above) under 14 levels of
+        // subqueries, three times, ran SQLite's heap to its 2 GiB ceiling
+        // (24 copies twice here: the payload's bound is 4 KB),
+        // which took the transaction and was retried as an outage for good;
+        // and a CTE named like an own table was read where SQLite reads the
+        // CTE (2^n copies while preparing, past every deadline).
+        let columns: Vec<String> = (0..24).map(|i| format!("x.event_id AS c{i}")).collect();
+        let mut chain = format!("SELECT {} FROM hostile_effects x", columns.join(", "));
+        for _ in 0..13 {
+            chain = format!("SELECT * FROM ({chain}) LIMIT 1");
+        }
+        let one = format!("(SELECT length(c0) FROM ({chain}))");
+        list.extend([
+            (
+                json!({ "attack": "query", "statement": format!("SELECT {one}, {one}") }),
+                "values at once",
+            ),
+            (
+                sql(
+                    "WITH a AS (SELECT 1 AS x FROM hostile_effects p, hostile_effects q), \
+                     hostile_effects AS (SELECT 1 AS event_id) SELECT count(*) FROM a",
+                ),
+                "may not be named like your table hostile_effects",
+            ),
+        ]);
+    }
     if backend == Backend::Postgres {
         let upper = vec!["upper(event_id)"; 60].join(", ");
         list.extend([

@@ -13,6 +13,7 @@ use super::value::{bind_postgres, bind_sqlite, decode_postgres, decode_sqlite};
 use super::walls::{Connection, WallState, Walls};
 use super::{Backend, DbError, SqlValue};
 use crate::sandbox::postgres::PlainInsert;
+use crate::sandbox::sqlite_memory::HARD_HEAP_BYTES;
 use deferred::Deferred;
 use futures_util::TryStreamExt;
 pub(super) use round_trip::HANDLER_ROUND_TRIP;
@@ -354,12 +355,22 @@ impl Tx {
     async fn deadline_error<T>(&mut self, result: Result<T, DbError>) -> Result<T, DbError> {
         let Err(error) = result else { return result };
         let interrupted = self.walls.after_failure(&mut self.inner).await?;
-        let cancelled = matches!(&error, DbError::Sqlx(sqlx::Error::Database(db))
-            if db.code().as_deref() == Some("57014"));
-        if interrupted || cancelled {
-            return Err(DbError::StatementTimeout);
+        let code = match &error {
+            DbError::Sqlx(sqlx::Error::Database(db)) => db.code(),
+            _ => None,
+        };
+        match (interrupted, code.as_deref(), self.backend()) {
+            (true, ..) | (false, Some("57014"), Backend::Postgres) => Err(DbError::StatementTimeout),
+            // SQLITE_NOMEM: SQLite's heap is at its process-wide ceiling
+            // under this statement. A limit, the guest's to count: taken for
+            // the database's failure (SQLite rolls the transaction back), a
+            // statement that always got there was retried for good (the
+            // twenty-second read).
+            (false, Some("7"), Backend::Sqlite) => Err(DbError::StatementMemory {
+                limit_mib: HARD_HEAP_BYTES >> 20,
+            }),
+            _ => Err(error),
         }
-        Err(error)
     }
 
     /// The CTE names of the guest statement about to run, as the statement
