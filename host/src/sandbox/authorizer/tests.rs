@@ -100,6 +100,12 @@ fn only_own_tables_are_read_and_written_in_every_scope() {
             p.decide(ffi::SQLITE_READ, Some("emails"), Some(""), &ctes),
             ffi::SQLITE_DENY
         );
+        // Never a host table's name, whatever the statement's CTEs are called.
+        let host = ["inbox".to_owned()];
+        assert_eq!(
+            p.decide(ffi::SQLITE_READ, Some("inbox"), Some(""), &host),
+            ffi::SQLITE_DENY
+        );
     }
 }
 
