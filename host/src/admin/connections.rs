@@ -8,12 +8,16 @@
 //! orchestrator's probes included (issue 23, the twenty-first read). So at
 //! a bound a newcomer takes the place of the connection that has waited
 //! longest on its client: an idle keep-alive connection, or one whose
-//! request head has not arrived. A connection serving a request (from its
-//! head until its response's last piece is handed over) is never closed
-//! for another; how many can be at once is bounded by the requests' own
+//! request head has not arrived, or whose request waits for a place. A
+//! connection serving a request (from when the request holds its place, or
+//! is an admin token's, until its response's last piece is handed over) is
+//! never closed for another; how many can be at once is bounded by the
 //! places (`responses.rs`: 8 per team token, 32 for requests without a
-//! known one). A client that keeps reconnecting closes its own oldest
-//! connections first, since a newcomer is the last to be chosen.
+//! known one). A request still waiting for its place does not count: then
+//! pipelined requests, each waiting its 10 s and answered 503, kept every
+//! connection serving (the twenty-third read). A client that keeps
+//! reconnecting closes its own oldest connections first, since a newcomer
+//! is the last to be chosen.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr};

@@ -15,6 +15,7 @@
 //! body (but an upload's) not read within [`BODY_READ`] fails its request.
 
 use super::auth::Who;
+use super::connections::{Marker, Serving};
 use super::{ApiError, AppState};
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{Request, State};
@@ -106,12 +107,14 @@ impl Places {
         }
     }
 
-    /// `body`, holding `place` until it is sent or dropped, and cut off at the deadline.
-    fn hold(&self, body: Body, place: Option<OwnedSemaphorePermit>) -> Body {
+    /// `body`, holding `place` (and its connection's `serving` mark) until
+    /// it is sent or dropped, and cut off at the deadline.
+    fn hold(&self, body: Body, place: Option<OwnedSemaphorePermit>, serving: Option<Serving>) -> Body {
         Body::new(Held {
             body,
             rest: Bytes::new(),
             _place: place,
+            _serving: serving,
             deadline: Box::pin(tokio::time::sleep(self.deadline)),
             limit: self.deadline,
         })
@@ -133,13 +136,17 @@ pub async fn hold_a_place(State(state): State<AppState>, request: Request, next:
         Ok(place) => place,
         Err(refused) => return refused.into_response(),
     };
+    // Serving from here, not while waiting for the place: only a request
+    // with a place (or an admin token's) keeps its connection from being
+    // closed for a newcomer (`connections.rs`), so how many can is bounded.
+    let serving = request.extensions().get::<Marker>().map(Marker::serving);
     let request = if is_upload(&request) {
         request
     } else {
         request.map(|body| Body::new(ReadBy::new(body, BODY_READ)))
     };
     let (parts, body) = next.run(request).await.into_parts();
-    Response::from_parts(parts, state.places.hold(body, place))
+    Response::from_parts(parts, state.places.hold(body, place, serving))
 }
 
 /// `POST /v1/handlers/{name}`: an upload, whose body is read on its own terms.
@@ -209,6 +216,7 @@ struct Held {
     /// What is left of the last frame taken from `body`.
     rest: Bytes,
     _place: Option<OwnedSemaphorePermit>,
+    _serving: Option<Serving>,
     deadline: Pin<Box<tokio::time::Sleep>>,
     limit: Duration,
 }
@@ -270,7 +278,7 @@ mod tests {
         let mut held = Vec::new();
         for _ in 0..TEAM_PLACES {
             let place = places.take(&billing).await.unwrap();
-            held.push(places.hold(Body::from("x".repeat(1 << 20)), place));
+            held.push(places.hold(Body::from("x".repeat(1 << 20)), place, None));
         }
         let refused = places.take(&billing).await.unwrap_err();
         assert!(
@@ -299,7 +307,7 @@ mod tests {
         let places = Places::new(Duration::from_millis(100), Duration::from_millis(200));
         let who = Who::Unknown;
         let never = Body::from_stream(futures_util::stream::pending::<Result<Bytes, std::io::Error>>());
-        let mut body = places.hold(never, places.take(&who).await.unwrap());
+        let mut body = places.hold(never, places.take(&who).await.unwrap(), None);
         let error = body.frame().await.unwrap().unwrap_err();
         assert!(error.to_string().contains("not read within 200ms"), "{error}");
         drop(body);

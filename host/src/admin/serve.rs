@@ -15,14 +15,11 @@
 //! client), and a connection whose writes make no progress for
 //! [`SEND_STALL`] is closed.
 
-use super::connections::{Admission, Connections, Marker, Serving};
+use super::connections::{Admission, Connections, Marker};
 use axum::Router;
-use axum::body::Body;
-use bytes::Bytes;
-use http_body::{Frame, SizeHint};
+use hyper::Request;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
-use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use std::future::Future;
@@ -123,56 +120,24 @@ pub async fn serve(listener: TcpListener, app: Router, shutdown: CancellationTok
     }
 }
 
-/// The app, marking its connection as serving from a request's head until
-/// its response's body is done with (dropped by hyper after its last piece).
+/// The app, each request carrying its connection's [`Marker`]: the request
+/// marks its connection serving once it holds a place (`responses.rs`), not
+/// while it waits for one (a connection whose requests all wait, pipelined
+/// one after another, would never be closed for a newcomer: the
+/// twenty-third read).
 struct Marked {
     inner: TowerToHyperService<Router>,
     marker: Marker,
 }
 
 impl hyper::service::Service<Request<Incoming>> for Marked {
-    type Response = Response<Body>;
-    type Error = std::convert::Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Self::Error>> + Send>>;
+    type Response = <TowerToHyperService<Router> as hyper::service::Service<Request<Incoming>>>::Response;
+    type Error = <TowerToHyperService<Router> as hyper::service::Service<Request<Incoming>>>::Error;
+    type Future = <TowerToHyperService<Router> as hyper::service::Service<Request<Incoming>>>::Future;
 
-    fn call(&self, request: Request<Incoming>) -> Self::Future {
-        let serving = self.marker.serving();
-        let response = self.inner.call(request);
-        Box::pin(async move {
-            let response = response.await?;
-            Ok(response.map(|body| {
-                Body::new(ServingBody {
-                    body,
-                    _serving: serving,
-                })
-            }))
-        })
-    }
-}
-
-/// A response body that holds its connection's [`Serving`] mark.
-struct ServingBody {
-    body: Body,
-    _serving: Serving,
-}
-
-impl http_body::Body for ServingBody {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
+    fn call(&self, mut request: Request<Incoming>) -> Self::Future {
+        request.extensions_mut().insert(self.marker.clone());
+        self.inner.call(request)
     }
 }
 
@@ -263,9 +228,10 @@ mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt;
 
-    /// Four addresses holding every connection open and idle (the
-    /// twenty-first read) do not shut out a probe from a fifth: it takes the
-    /// place of the connection that waited longest, and is answered.
+    /// Four addresses holding every connection open, idle (the twenty-first
+    /// read) or with requests waiting for a place (the twenty-third), do not
+    /// shut out a probe from a fifth: it takes the place of the connection
+    /// that waited longest, and is answered.
     #[tokio::test]
     async fn idle_connections_filling_the_bounds_do_not_shut_out_a_probe() {
         use super::super::connections::{MAX_CONNECTIONS, MAX_CONNECTIONS_PER_PEER};
@@ -274,7 +240,10 @@ mod tests {
 
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let app = Router::new().route("/healthz", axum::routing::get(|| async { "ok" }));
+        // `/wait`: a request that never gets a place (it waits, unmarked).
+        let app = Router::new()
+            .route("/healthz", axum::routing::get(|| async { "ok" }))
+            .route("/wait", axum::routing::get(std::future::pending::<&'static str>));
         let shutdown = CancellationToken::new();
         let server = tokio::spawn(serve(listener, app, shutdown.clone()));
         let connect_from = |from: &str| {
@@ -285,10 +254,19 @@ mod tests {
                 socket.connect(addr).await.unwrap()
             }
         };
+        // Half idle, half with a request waiting for a place (the
+        // twenty-third read: those were marked serving and never closed).
         let mut idle = Vec::new();
         for i in 0..MAX_CONNECTIONS {
             let from = format!("127.0.0.{}", 2 + i / MAX_CONNECTIONS_PER_PEER);
-            idle.push(connect_from(&from).await);
+            let mut connection = connect_from(&from).await;
+            if i % 2 == 1 {
+                connection
+                    .write_all(b"GET /wait HTTP/1.1\r\nhost: x\r\n\r\n")
+                    .await
+                    .unwrap();
+            }
+            idle.push(connection);
         }
         // Let the server admit them all before the probe comes.
         tokio::time::sleep(Duration::from_millis(200)).await;

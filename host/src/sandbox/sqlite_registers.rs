@@ -208,15 +208,17 @@ fn relations_read(from: &TableWithJoins) -> u64 {
         .sum()
 }
 
-/// What a write's RETURNING list holds (a `*` is the written row: one value).
+/// What a write's RETURNING list holds (a `*` is the written row: one
+/// value), and an UPDATE's new values (one each).
 fn returning(statement: &Statement, ctes: &HashMap<String, u64>) -> u64 {
-    let items = match statement {
-        Statement::Insert(insert) => insert.returning.as_deref(),
-        Statement::Update(update) => update.returning.as_deref(),
-        Statement::Delete(delete) => delete.returning.as_deref(),
-        _ => None,
+    let (items, assigned) = match statement {
+        Statement::Insert(insert) => (insert.returning.as_deref(), 0),
+        Statement::Update(update) => (update.returning.as_deref(), update.assignments.len() as u64),
+        Statement::Delete(delete) => (delete.returning.as_deref(), 0),
+        _ => (None, 0),
     };
-    items.map_or(0, |items| items_width(items, ctes, std::iter::empty))
+    let returned = items.map_or(0, |items| items_width(items, ctes, std::iter::empty));
+    returned.saturating_add(assigned)
 }
 
 #[cfg(test)]
