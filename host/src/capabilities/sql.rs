@@ -37,9 +37,10 @@ pub struct SqlState {
     /// A statement was stopped at the event's deadline: the event ran out of
     /// time, whatever the guest made of the error.
     timed_out: bool,
-    /// A statement was stopped at SQLite's shared heap bound (what it said):
-    /// like the deadline, the limit failed whatever the guest made of it.
-    out_of_memory: Option<String>,
+    /// A statement ran out of SQLite's shared heap or temporary disk (the
+    /// resource and what was said): like the deadline, the limit failed
+    /// whatever the guest made of it.
+    exhausted: Option<(&'static str, String)>,
     /// A failure of the database itself (connection lost, server restarting)
     /// during a guest statement. It is the host's to retry, never counted
     /// against the handler, whatever the guest made of its error value.
@@ -65,7 +66,7 @@ impl SqlState {
             deadline: Instant::now() + limits.timeout,
             timeout: limits.timeout,
             timed_out: false,
-            out_of_memory: None,
+            exhausted: None,
             host_error: None,
         }
     }
@@ -81,9 +82,10 @@ impl SqlState {
         self.timed_out
     }
 
-    /// What stopped a statement of this call at SQLite's shared heap bound, if one was.
-    pub fn out_of_memory(&self) -> Option<&str> {
-        self.out_of_memory.as_deref()
+    /// The shared resource a statement of this call exhausted (SQLite's heap
+    /// or its temporary disk) and what was said, if one did.
+    pub fn exhausted(&self) -> Option<(&'static str, &str)> {
+        self.exhausted.as_ref().map(|(what, said)| (*what, said.as_str()))
     }
 
     pub fn take_host_error(&mut self) -> Option<DbError> {
@@ -126,7 +128,7 @@ fn to_wit(value: SqlValue) -> Value {
 /// Maps a database error to the variant that tells the guest what to do.
 fn to_sql_error(err: &DbError, timeout: Duration) -> SqlError {
     match err {
-        DbError::StatementMemory { .. } => SqlError::Limit(err.to_string()),
+        DbError::StatementMemory { .. } | DbError::StatementSpill => SqlError::Limit(err.to_string()),
         DbError::StatementTimeout => SqlError::Limit(format!(
             "limits.timeout_ms: the statement was still running at the event's deadline ({} ms) and was cancelled",
             timeout.as_millis()
@@ -261,8 +263,14 @@ impl SqlView<'_> {
     fn fail(&mut self, error: DbError) -> SqlError {
         let guest_error = to_sql_error(&error, self.state.timeout);
         self.state.timed_out |= matches!(error, DbError::StatementTimeout);
-        if let DbError::StatementMemory { .. } = error {
-            self.state.out_of_memory = Some(error.to_string());
+        match error {
+            DbError::StatementMemory { .. } => {
+                self.state.exhausted = Some(("SQLite's heap", error.to_string()))
+            }
+            DbError::StatementSpill => {
+                self.state.exhausted = Some(("SQLite's temporary disk", error.to_string()))
+            }
+            _ => {}
         }
         if error.is_connection_failure() {
             self.state.host_error = Some(error);

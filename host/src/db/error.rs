@@ -39,6 +39,14 @@ pub enum DbError {
          ({limit_mib} MiB in all)"
     )]
     StatementMemory { limit_mib: i64 },
+    /// SQLite ran out of disk for a handler's statement's temporary files
+    /// (a sort or an index spilled past the free space of its directory)
+    /// while the database's own disk has room.
+    #[error(
+        "the statement filled the disk with SQLite's temporary files (a sort or an index larger than \
+         the space left for them): sort or read less at once"
+    )]
+    StatementSpill,
     /// Only ever seen by a handler run that the pipeline then discards
     /// (see `Tx::set_statement_savepoints`).
     #[error("an earlier statement of this call failed, so this one was not run")]

@@ -304,16 +304,17 @@ impl HandlerComponent {
         let mut tx = state.sql.take_tx();
         let mut host_error = state.sql.take_host_error();
         let sql_timed_out = state.sql.timed_out();
-        let sql_out_of_memory = state.sql.out_of_memory().map(|detail| LimitExceeded {
-            key: "SQLite's heap",
+        let sql_out_of_memory = state.sql.exhausted().map(|(key, detail)| LimitExceeded {
+            key,
             detail: detail.to_owned(),
         });
         // SQLite took the transaction with a failed statement for a reason
-        // other than a limit (a full disk, an I/O error): whatever the guest
+        // other than a limit (the database's disk full, an I/O error): whatever the guest
         // returned, its work is gone. Never commit that as applied; it is the
-        // database's failure, the host's to retry. (Out of memory is a limit:
-        // retried as the database's, a statement that always ran SQLite out
-        // of memory was retried for good: the twenty-second read.)
+        // database's failure, the host's to retry. (Out of memory, or of
+        // temporary disk, is a limit: retried as the database's, a statement
+        // that always got there was retried for good: the twenty-second and
+        // twenty-third reads.)
         if !sql_timed_out
             && sql_out_of_memory.is_none()
             && host_error.is_none()

@@ -14,6 +14,10 @@ use super::walls::{Connection, WallState, Walls};
 use super::{Backend, DbError, SqlValue};
 use crate::sandbox::postgres::PlainInsert;
 use crate::sandbox::sqlite_memory::HARD_HEAP_BYTES;
+
+/// Free space on the database's disk that says a guest statement's
+/// `SQLITE_FULL` came from its own temporary files, not a full database disk.
+const ROOM_AFTER_SPILL: u64 = 64 << 20;
 use deferred::Deferred;
 use futures_util::TryStreamExt;
 pub(super) use round_trip::HANDLER_ROUND_TRIP;
@@ -369,6 +373,15 @@ impl Tx {
             (false, Some("7"), Backend::Sqlite) => Err(DbError::StatementMemory {
                 limit_mib: HARD_HEAP_BYTES >> 20,
             }),
+            // SQLITE_FULL with room on the database's own disk: the statement
+            // filled the temporary directory with its own spill (a sort too
+            // large), which SQLite deleted as it failed. The guest's, like
+            // the above (the twenty-third read: taken for a full disk, it
+            // was retried for good). With the database's disk full it stays
+            // the host's outage, waited out.
+            (false, Some("13"), Backend::Sqlite) if self.walls.database_has_room(ROOM_AFTER_SPILL) => {
+                Err(DbError::StatementSpill)
+            }
             _ => Err(error),
         }
     }

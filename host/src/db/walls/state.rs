@@ -331,6 +331,14 @@ impl WallState {
         self.lost
     }
 
+    /// SQLite: whether the main database's disk has `bytes` free (see
+    /// `ConnectionWalls::database_has_room`); true on PostgreSQL.
+    pub fn database_has_room(&self, bytes: u64) -> bool {
+        self.sqlite
+            .0
+            .is_none_or(|connection| connection.database_has_room(bytes))
+    }
+
     /// SQLite: stops the statement running on the connection, if one is.
     pub fn interrupt_sqlite(&self) {
         if let Some(connection) = self.sqlite.0 {

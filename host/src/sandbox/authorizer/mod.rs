@@ -315,6 +315,38 @@ impl ConnectionWalls {
         self.db == 0 || unsafe { ffi::sqlite3_get_autocommit(self.db as *mut ffi::sqlite3) } == 0
     }
 
+    /// Whether the filesystem of the connection's main database has at least
+    /// `bytes` free (true for one in memory, or one it cannot look at). A
+    /// statement that failed with `SQLITE_FULL` while the database's own disk
+    /// has room filled the disk with its own temporary files (a sort's or an
+    /// index's spill), which SQLite deletes when it fails.
+    pub fn database_has_room(&self, bytes: u64) -> bool {
+        if self.db == 0 {
+            return true;
+        }
+        let main = c"main";
+        // SAFETY: as in `set_limits`; SQLite returns its own NUL-terminated
+        // name (or NULL), valid while the connection is open.
+        let name = unsafe { ffi::sqlite3_db_filename(self.db as *mut ffi::sqlite3, main.as_ptr()) };
+        let Some(path) = text(name).filter(|p| !p.is_empty()) else {
+            return true;
+        };
+        let dir = std::path::Path::new(path)
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        let Ok(dir) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+            return true;
+        };
+        // SAFETY: `statvfs` is plain data, for which all zeroes is a value.
+        let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: `dir` is NUL-terminated and `stat` is ours to fill.
+        if unsafe { libc::statvfs(dir.as_ptr(), &mut stat) } != 0 {
+            return true;
+        }
+        (stat.f_bavail as u64).saturating_mul(stat.f_frsize as u64) >= bytes
+    }
+
     /// True (once) if a statement was interrupted at the deadline since the walls went up.
     pub fn take_interrupted(&self) -> bool {
         self.interrupted.swap(false, Ordering::Relaxed)

@@ -112,3 +112,81 @@ async fn out_of_memory_in_a_process_of_its_own() {
     tx.commit().await.unwrap();
     assert_eq!(claims(&db).await, ["e2"]);
 }
+
+/// Regression (the twenty-third adversarial read, issue 23): a handler's
+/// sort that filled SQLite's temporary directory failed with `SQLITE_FULL`,
+/// which rolled the transaction back like a full database disk, and the
+/// host waited it out as an outage for good. With the database's own disk
+/// not full, it is a limit now, the guest's to count. In a process of its
+/// own, whose `SQLITE_TMPDIR` is a 16 MiB tmpfs (mounting it needs root,
+/// which the test machines and CI have).
+#[test]
+fn a_sort_that_fills_the_temporary_disk_is_a_limit_the_guest_counts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=16m", "tmpfs"])
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    assert!(
+        mounted.status.success(),
+        "this test mounts a small tmpfs (it runs as root on the test machines): {}",
+        String::from_utf8_lossy(&mounted.stderr)
+    );
+    let name = "db::walls::tests::sqlite_memory::temporary_disk_full_in_a_process_of_its_own";
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--ignored", "--nocapture", "--test-threads=1"])
+        .env("SQLITE_TMPDIR", tmp.path())
+        .output()
+        .unwrap();
+    let _ = std::process::Command::new("umount")
+        .arg("-l")
+        .arg(tmp.path())
+        .status();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{stdout}\n{stderr}"
+    );
+}
+
+#[tokio::test]
+#[ignore = "run by a_sort_that_fills_the_temporary_disk_is_a_limit_the_guest_counts, in a process of its own"]
+async fn temporary_disk_full_in_a_process_of_its_own() {
+    assert!(
+        std::env::var_os("SQLITE_TMPDIR").is_some(),
+        "run by the test above"
+    );
+    let db = sqlite_db().await;
+    let h = handler(&db, "wt_spill").await;
+    let mut tx = db.begin_write().await.unwrap();
+    claim(&mut tx, "wt_spill", "e1").await.unwrap();
+    tx.enter_guest(CALL, &h).await.unwrap();
+    for i in 0..48u8 {
+        let value = SqlValue::Blob(vec![i; 1_000_000]);
+        tx.guest_execute("INSERT INTO wt_spill_t (a) VALUES ($1)", &[value])
+            .await
+            .unwrap();
+    }
+    // 48 MB sorted in runs of the 16 MiB cache: the runs go to the tmpfs.
+    let error = tx
+        .guest_query(
+            "SELECT length(a) FROM wt_spill_t ORDER BY a DESC",
+            &[],
+            100,
+            1 << 20,
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(error, DbError::StatementSpill), "{error:?}");
+    assert!(!error.is_connection_failure(), "the guest's, not the database's");
+    assert!(!error.is_transient());
+    // SQLite took the transaction with it; the walls began another.
+    assert!(tx.is_lost());
+    tx.exit_guest(CALL, false).await.unwrap();
+    tx.commit().await.unwrap();
+    assert!(claims(&db).await.is_empty());
+}
