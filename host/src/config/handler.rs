@@ -533,6 +533,26 @@ impl HandlerConfig {
                 ));
             }
         }
+        // librdkafka reads a topic starting with `^` as a pattern, and the
+        // names registered for stamping are looked up by the topic a message
+        // goes to (`capabilities::outbox::id_names`): a pattern would match
+        // no message's topic, and a team publishing to a matching topic could
+        // set the header or field such a handler deduplicates on (the
+        // twenty-third read). Matching patterns on the host would be a second
+        // regex dialect beside librdkafka's; so a pattern subscription reads
+        // its ids from `event_id`, which every message carries as the host's.
+        let custom_id = self.event_id.header != default_event_id_header()
+            || self.event_id.json_field != default_event_id_json_field();
+        if custom_id && let Some(pattern) = self.topics.iter().find(|t| t.starts_with('^')) {
+            return Err(invalid(
+                format!("{key}.event_id"),
+                format!(
+                    "topic {pattern:?} is a pattern: a handler subscribed by pattern takes its event id from \
+                     the `event_id` header or field, which the host stamps on every message it relays (leave \
+                     event_id.header and event_id.json_field out, or list the topics by name)"
+                ),
+            ));
+        }
         if let Some(dedup) = &self.dedup {
             dedup.validate(key)?;
         }

@@ -476,3 +476,25 @@ fn a_dedup_section_names_where_its_key_is_and_its_window() {
     let err = load(&with_component("[handlers.dedup]\nkey = \"$.a\"")).unwrap_err();
     assert!(err.contains("missing field `window`"), "{err}");
 }
+
+/// Regression (the twenty-third adversarial read, issue 23): the id names a
+/// handler registers are looked up by a message's topic, which a pattern
+/// subscription (`^orders\..*`) never equals; such a handler takes its id
+/// from `event_id`, which the host stamps.
+#[test]
+fn a_pattern_subscription_takes_its_id_from_event_id() {
+    let pattern =
+        |extra: &str| with_component(extra).replace(r#"topics = ["orders"]"#, r#"topics = ["^orders\\..*"]"#);
+    for extra in [
+        "[handlers.event_id]\nheader = \"x-id\"",
+        "[handlers.event_id]\njson_field = \"id\"",
+    ] {
+        let err = load(&pattern(extra)).unwrap_err();
+        assert!(
+            err.contains("handlers[0].event_id") && err.contains("is a pattern"),
+            "{extra}: {err}"
+        );
+    }
+    load(&pattern("")).unwrap();
+    load(&with_component("[handlers.event_id]\nheader = \"x-id\"")).unwrap();
+}
