@@ -10,6 +10,17 @@ use crate::sandbox::authorizer::Scope;
 use crate::wasm::{HandlerComponent, Reuse, WasmEngine};
 use std::sync::Arc;
 
+/// Whether this is the first load of handler `name` in this process: then no
+/// other version of it runs here (see `migrate::row_bound::sqlite_row_bound`).
+fn first_load(name: &str) -> bool {
+    static LOADED: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<String>>> =
+        std::sync::LazyLock::new(Default::default);
+    LOADED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(name.to_owned())
+}
+
 /// An uploaded version's component, and the number that labels it.
 pub struct StoredComponent {
     pub bytes: Vec<u8>,
@@ -59,6 +70,23 @@ pub async fn load_handler(
             handler: handler.name.clone(),
             source,
         })?;
+    // SQLite: rows written under a larger limit (or by a migration) outlast
+    // a lower one; the guard counts rows at the longest the tables may hold.
+    let stored_row_bytes = match db.backend() {
+        crate::config::Backend::Sqlite => migrate::row_bound::sqlite_row_bound(
+            db,
+            &handler.name,
+            handler.limits.max_row_bytes,
+            &own_tables,
+            first_load(&handler.name),
+        )
+        .await
+        .map_err(|source| RegistryError::RowBound {
+            handler: handler.name.clone(),
+            source,
+        })?,
+        crate::config::Backend::Postgres => 0,
+    };
     let own_schema = migrate::own_schema(db.backend(), &handler.name);
     let guard =
         Guard::new(
@@ -81,7 +109,8 @@ pub async fn load_handler(
                 handler: handler.name.clone(),
                 source,
             }
-        })?);
+        })?)
+        .with_stored_row_bytes(stored_row_bytes);
     tracing::debug!(handler = handler.name, tables = ?own_tables, "handler's own tables");
     let limits = Limits::from(&handler.limits);
     // A statement may run as long as the whole event may.

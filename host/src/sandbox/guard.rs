@@ -123,6 +123,8 @@ pub struct Guard {
     max_statement_bytes: usize,
     /// `limits.max_row_bytes`: the largest row and bound value (see `super::work`).
     max_row_bytes: usize,
+    /// SQLite: the longest row stored (see [`Guard::with_stored_row_bytes`]).
+    stored_row_bytes: usize,
     /// PostgreSQL: what the guard knows of the database (each own table's
     /// own expressions, the functions it could call on a whole row).
     catalog: super::postgres::Catalog,
@@ -143,8 +145,18 @@ impl Guard {
             owned: Owned::new(own_schema, own_tables),
             max_statement_bytes,
             max_row_bytes,
+            stored_row_bytes: 0,
             catalog: Default::default(),
         }
+    }
+
+    /// SQLite: the longest row the handler's tables may hold, when longer than
+    /// its `limits.max_row_bytes` (rows written under a larger limit, or by a
+    /// migration): the per-row work and the values a statement holds are
+    /// counted at this size (`db::migrate::row_bound::sqlite_row_bound`).
+    pub fn with_stored_row_bytes(mut self, bytes: usize) -> Self {
+        self.stored_row_bytes = bytes;
+        self
     }
 
     /// The work a write to each own table adds by that table's CHECK,
@@ -259,7 +271,8 @@ impl Guard {
         let mut insert = None;
         let mut keep_prepared = true;
         if self.backend == Backend::Sqlite {
-            super::sqlite_work::check(statement, self.max_row_bytes)?;
+            let row_bytes = self.max_row_bytes.max(self.stored_row_bytes);
+            super::sqlite_work::check(statement, row_bytes)?;
         }
         if self.backend == Backend::Postgres {
             // The same text as PostgreSQL itself reads it (see `super::postgres`).

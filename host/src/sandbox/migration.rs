@@ -115,8 +115,16 @@ const SCHEMA_ROW_BYTES: u64 = crate::config::defaults::MAX_ROW_BYTES as u64;
 
 /// Checks a statement against the tables the handler owns right before it runs.
 pub fn check(piece: &Piece, owned: &Owned) -> Result<(), Refusal> {
+    check_at(piece, owned, SCHEMA_ROW_BYTES as usize)
+}
+
+/// As [`check`], SQLite's per-row bounds counting rows of `row_bytes` (at
+/// least [`SCHEMA_ROW_BYTES`]: the longest row the handler's tables may hold,
+/// `db::migrate::row_bound::sqlite_recorded_in`).
+pub fn check_at(piece: &Piece, owned: &Owned, row_bytes: usize) -> Result<(), Refusal> {
+    let row_bytes = row_bytes.max(SCHEMA_ROW_BYTES as usize);
     super::nesting::on_guard_stack(|| {
-        check_owned(&piece.statement, owned, piece.backend).map_err(|r| about(&piece.statement, r))
+        check_owned(&piece.statement, owned, piece.backend, row_bytes).map_err(|r| about(&piece.statement, r))
     })
 }
 
@@ -263,9 +271,14 @@ fn check_alter(operation: &AlterTableOperation) -> Result<(), Refusal> {
 }
 
 /// The ownership half: every table named is the handler's, every new name is free.
-fn check_owned(statement: &Statement, owned: &Owned, backend: Backend) -> Result<(), Refusal> {
+fn check_owned(
+    statement: &Statement,
+    owned: &Owned,
+    backend: Backend,
+    row_bytes: usize,
+) -> Result<(), Refusal> {
     if backend == Backend::Sqlite {
-        super::sqlite_work::check_schema(statement, SCHEMA_ROW_BYTES as usize)?;
+        super::sqlite_work::check_schema(statement, row_bytes)?;
     }
     match statement {
         Statement::Query(_) | Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_) => {

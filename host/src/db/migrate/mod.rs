@@ -409,12 +409,18 @@ pub async fn apply_one_reserving(
     })?;
     let schema = own_schema(tx.backend(), handler);
     let mut own = own_tables_in(tx, handler).await?;
+    // SQLite: the longest row the handler's tables may hold already (see
+    // `row_bound::sqlite_row_bound`), which its statements are counted at.
+    let stored = match tx.backend() {
+        Backend::Sqlite => row_bound::sqlite_recorded_in(tx, handler).await?.unwrap_or(0) as usize,
+        Backend::Postgres => 0,
+    };
     for piece in &pieces {
         let owned = Owned::new(&schema, &own);
         let refused = |why: String| {
             DbError::HandlerMigration(format!("migration {file} of handler {handler} is refused: {why}"))
         };
-        migration::check(piece, &owned).map_err(|refusal| refused(refusal.to_string()))?;
+        migration::check_at(piece, &owned, stored).map_err(|refusal| refused(refusal.to_string()))?;
         if tx.backend() == Backend::Postgres {
             // Counted again at the handler's own row bound, with what its
             // tables' own expressions add to a write (see `sandbox::work`).
@@ -562,6 +568,10 @@ pub async fn apply_one_reserving(
             )));
         }
     }
+    if tx.backend() == Backend::Sqlite {
+        // Its statements wrote rows of up to the migration walls' length.
+        row_bound::sqlite_raise_in(tx, handler, crate::config::defaults::MAX_ROW_BYTES as u64).await?;
+    }
     let record = [
         handler.into(),
         migration.version.into(),
@@ -641,7 +651,7 @@ fn short(text: &str) -> String {
 }
 
 mod catalog_rules;
-mod row_bound;
+pub mod row_bound;
 mod row_functions;
 mod statistics;
 pub(crate) use catalog_rules::{

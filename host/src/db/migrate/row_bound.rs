@@ -9,8 +9,15 @@
 //! or rename it (the name is reserved, see `sandbox::is_reserved`), and the
 //! host checks it again, by its exact definition, every time it loads the
 //! handler, re-adding whatever is missing or different, before any event runs.
-//! SQLite needs none of this: `SQLITE_LIMIT_LENGTH` bounds every value and
-//! row inside the walls (`sandbox::authorizer`).
+//! SQLite bounds every value and row inside the walls as it is written
+//! (`SQLITE_LIMIT_LENGTH`, `sandbox::authorizer`), but nothing bounds what
+//! was written before: rows under a larger limit, or by a migration (at
+//! 1 MiB), outlast a lower one, and the guard's SQLite bounds count every
+//! value at the limit (the twenty-third read: rows of 8 MiB read under a
+//! limit of 137 KB made one statement's copies 60 times what the guard
+//! counted). So SQLite records the longest row a handler's tables may hold
+//! (`handler_row_bounds`), and its statements are counted at that when it
+//! is longer than the limit ([`sqlite_row_bound`]).
 
 use super::{Backend, Database, DbError, SqlValue, Tx, handler_schema};
 use crate::config::defaults::MAX_ROW_BYTES;
@@ -390,4 +397,106 @@ fn rebound(schema: &str, table: &str, limit: i64) -> String {
 async fn first_name_in(tx: &mut Tx, handler: &str, sql: &str) -> Result<Option<String>, DbError> {
     let rows = tx.query(sql, &[handler_schema(handler).as_str().into()]).await?;
     Ok(texts(rows, "catalog row", "name")?.into_iter().next())
+}
+
+/// SQLite: the longest row `handler`'s tables may hold, as recorded.
+pub async fn sqlite_recorded_in(tx: &mut Tx, handler: &str) -> Result<Option<u64>, DbError> {
+    let rows = tx
+        .query(
+            "SELECT max_row_bytes FROM handler_row_bounds WHERE handler = $1",
+            &[handler.into()],
+        )
+        .await?;
+    Ok(rows
+        .first()
+        .and_then(|r| r.first())
+        .and_then(SqlValue::as_i64)
+        .map(|b| b.max(0) as u64))
+}
+
+/// SQLite: records that `handler`'s tables may hold rows of `bytes` (a
+/// longer record is kept).
+pub async fn sqlite_raise_in(tx: &mut Tx, handler: &str, bytes: u64) -> Result<(), DbError> {
+    let bytes = i64::try_from(bytes).unwrap_or(i64::MAX);
+    tx.execute(
+        "INSERT INTO handler_row_bounds (handler, max_row_bytes) VALUES ($1, $2)
+         ON CONFLICT (handler) DO UPDATE SET max_row_bytes = max(max_row_bytes, excluded.max_row_bytes)",
+        &[handler.into(), bytes.into()],
+    )
+    .await
+    .map(drop)
+}
+
+/// SQLite: the longest row `handler`'s tables may hold, which the statement
+/// guard counts its statements at when it is longer than `limit`
+/// (`Guard::with_stored_row_bytes`). A recorded bound at or below the limit
+/// becomes the limit (every row written from now on is held to it). One
+/// above it, or none, is measured by reading every row of its tables, but
+/// only when `settled` (no other version of the handler runs in this
+/// process: its first load here, as at start-up), since a version running
+/// meanwhile under a larger limit could write longer rows after the read;
+/// otherwise it stays. Reading takes no write lock.
+pub async fn sqlite_row_bound(
+    db: &Database,
+    handler: &str,
+    limit: usize,
+    tables: &[String],
+    settled: bool,
+) -> Result<usize, DbError> {
+    let limit = limit as u64;
+    let mut tx = db.begin().await?;
+    let recorded = sqlite_recorded_in(&mut tx, handler).await?;
+    let (bound, measured) = match recorded {
+        Some(recorded) if recorded <= limit => (limit, false),
+        Some(recorded) if !settled => (recorded, false),
+        _ => (longest_row_in(&mut tx, tables).await?.max(limit), true),
+    };
+    tx.commit().await?;
+    let mut tx = db.begin_write().await?;
+    if measured && settled {
+        tx.execute(
+            "INSERT INTO handler_row_bounds (handler, max_row_bytes) VALUES ($1, $2)
+             ON CONFLICT (handler) DO UPDATE SET max_row_bytes = excluded.max_row_bytes",
+            &[handler.into(), i64::try_from(bound).unwrap_or(i64::MAX).into()],
+        )
+        .await?;
+    } else {
+        sqlite_raise_in(&mut tx, handler, bound).await?;
+    }
+    tx.commit().await?;
+    Ok(usize::try_from(bound).unwrap_or(usize::MAX))
+}
+
+/// SQLite: the most bytes the values of one row hold, over `tables` (views
+/// aside: they read tables).
+async fn longest_row_in(tx: &mut Tx, tables: &[String]) -> Result<u64, DbError> {
+    let quote = |name: &str| format!("\"{}\"", name.replace('"', "\"\""));
+    let mut longest = 0u64;
+    for table in tables {
+        let kind = tx
+            .query(
+                "SELECT type FROM sqlite_schema WHERE name = $1",
+                &[table.as_str().into()],
+            )
+            .await?;
+        if kind.first().and_then(|r| r.first()).and_then(SqlValue::as_str) != Some("table") {
+            continue;
+        }
+        let columns = tx
+            .query("SELECT name FROM pragma_table_info($1)", &[table.as_str().into()])
+            .await?;
+        let lengths: Vec<String> = columns
+            .iter()
+            .filter_map(|r| r.first().and_then(SqlValue::as_str))
+            .map(|c| format!("coalesce(octet_length({}), 0)", quote(c)))
+            .collect();
+        if lengths.is_empty() {
+            continue;
+        }
+        let sql = format!("SELECT max({}) FROM {}", lengths.join(" + "), quote(table));
+        let rows = tx.query(&sql, &[]).await?;
+        let row = rows.first().and_then(|r| r.first()).and_then(SqlValue::as_i64);
+        longest = longest.max(row.unwrap_or(0).max(0) as u64);
+    }
+    Ok(longest)
 }

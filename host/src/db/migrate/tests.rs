@@ -416,3 +416,67 @@ async fn a_handlers_migrations_never_wait_for_another_handlers() {
         .unwrap();
     slow.commit().await.unwrap();
 }
+
+/// Regression (the twenty-third adversarial read, issue 23): on SQLite,
+/// rows written under a larger `max_row_bytes` (or by a migration) outlast a
+/// lower one, and the guard counted every value at the lower one. The
+/// longest row a handler's tables may hold is recorded, measured only when no
+/// other version of the handler runs, and the guard counts at it.
+#[tokio::test]
+async fn sqlite_counts_statements_at_the_longest_row_its_tables_may_hold() {
+    use crate::sandbox::{Guard, guard::Refusal};
+    let db = sqlite_db().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("0001_init.sql"), "CREATE TABLE t (v BLOB);").unwrap();
+    prepare_handler(&db, "bounded").await.unwrap();
+    apply_handler(&db, "bounded", dir.path()).await.unwrap();
+    let tables = own_tables(&db, "bounded").await.unwrap();
+    let recorded = |db: &Database| {
+        let db = db.clone();
+        async move {
+            let mut tx = db.begin().await.unwrap();
+            row_bound::sqlite_recorded_in(&mut tx, "bounded").await.unwrap()
+        }
+    };
+    assert_eq!(
+        recorded(&db).await,
+        Some(1 << 20),
+        "a migration writes rows of up to 1 MiB"
+    );
+    // A version ran under 8 MiB and wrote a 2 MB row.
+    let mut tx = db.begin_write().await.unwrap();
+    row_bound::sqlite_raise_in(&mut tx, "bounded", 8 << 20)
+        .await
+        .unwrap();
+    tx.execute("INSERT INTO t (v) VALUES (zeroblob(2000000))", &[])
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    // Lowered to 137 KB while that version may still run: counted at 8 MiB.
+    let bound = |settled| row_bound::sqlite_row_bound(&db, "bounded", 137_000, &tables, settled);
+    assert_eq!(bound(false).await.unwrap(), 8 << 20);
+    // With no other version running, the rows are measured: 2 MB.
+    assert_eq!(bound(true).await.unwrap(), 2_000_000);
+    assert_eq!(recorded(&db).await, Some(2_000_000));
+    let mut tx = db.begin_write().await.unwrap();
+    tx.execute("DELETE FROM t", &[]).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(bound(true).await.unwrap(), 137_000);
+    assert_eq!(bound(false).await.unwrap(), 137_000);
+
+    // The read's statement: 20 chains of 13 levels of `*` over a stored
+    // row, 16 values each at the limit, 60 times that at 8 MiB rows.
+    let mut chain = "SELECT * FROM t".to_owned();
+    for _ in 0..13 {
+        chain = format!("SELECT * FROM ({chain}) LIMIT 1");
+    }
+    let one = format!("(SELECT length(v) FROM ({chain}))");
+    let sql = format!("SELECT {}", vec![one.as_str(); 20].join(", "));
+    let guard =
+        |stored| Guard::new(Backend::Sqlite, "main", &tables, 1 << 20, 137_000).with_stored_row_bytes(stored);
+    assert_eq!(guard(137_000).check(&sql), Ok(()));
+    match guard(8 << 20).check(&sql) {
+        Err(Refusal::Limit(m)) => assert!(m.contains("values at once"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+}
