@@ -9,7 +9,7 @@
 //! token at most [`TEAM_PLACES`] at once, requests without a known token
 //! (`/metrics`, the console's files, refusals) [`OPEN_PLACES`] together;
 //! admin tokens are the operator's and are not counted, nor are the probes
-//! `/healthz` and `/readyz`. A request
+//! `/healthz` and `/readyz` and the scrapers' `/metrics`. A request
 //! that finds no place within [`PLACE_WAIT`] gets 503. A response not sent
 //! within [`SEND_DEADLINE`] is cut off with its connection, and a request
 //! body (but an upload's) not read within [`BODY_READ`] fails its request.
@@ -32,7 +32,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Requests (with their responses) one team token may have at once.
 pub const TEAM_PLACES: usize = 8;
-/// Requests without a known token the host serves at once, together.
+/// Requests without a known token the host serves at once, together
+/// (`/metrics` and the probes aside).
 pub const OPEN_PLACES: usize = 32;
 /// How long a request waits for a place.
 const PLACE_WAIT: Duration = Duration::from_secs(10);
@@ -123,8 +124,12 @@ impl Places {
 
 /// Routes that take no place: the orchestrator's probes answer a few bytes
 /// (`/readyz` from a cache), and must answer while others wait, or a flood
-/// of requests without a token would get the host restarted.
-const PROBES: [&str; 2] = ["/healthz", "/readyz"];
+/// of requests without a token would get the host restarted; `/metrics`
+/// answers from the counts read at most once a second, a few KB per
+/// handler, and a scraper must not wait behind clients without a token that
+/// hold every open place by reading their responses slowly (the
+/// twenty-fourth read).
+const PROBES: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
 
 /// The middleware: a place for the request, kept until its response is sent.
 pub async fn hold_a_place(State(state): State<AppState>, request: Request, next: Next) -> Response {

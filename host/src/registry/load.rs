@@ -70,6 +70,18 @@ pub async fn load_handler(
             handler: handler.name.clone(),
             source,
         })?;
+    if let Some(over) = migrate::sqlite_schema_over(db, &own_tables)
+        .await
+        .map_err(|source| RegistryError::Tables {
+            handler: handler.name.clone(),
+            source,
+        })?
+    {
+        return Err(RegistryError::Refused {
+            handler: handler.name.clone(),
+            reason: format!("{over} (a migration may drop indexes)"),
+        });
+    }
     // SQLite: rows written under a larger limit (or by a migration) outlast
     // a lower one; the guard counts rows at the longest the tables may hold.
     let stored_row_bytes = match db.backend() {

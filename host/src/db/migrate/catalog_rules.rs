@@ -2,7 +2,8 @@
 //! statement, read back from the catalog (the guard reads only the
 //! statement's text): a view that reads another view, on PostgreSQL more
 //! than [`MAX_RELATIONS`] relations or [`MAX_MIGRATION_LOCKS`] locks held,
-//! and on SQLite a foreign key to a table the handler does not own.
+//! and on SQLite a foreign key to a table the handler does not own, or more
+//! than [`MAX_INDEXES_PER_TABLE`] indexes on a table.
 
 use super::super::{Backend, DbError, SqlValue, Tx, handler_schema};
 
@@ -367,4 +368,56 @@ async fn count_over(tx: &mut Tx, sql: &str, params: &[SqlValue], bound: i64) -> 
         .and_then(SqlValue::as_i64)
         .unwrap_or(0);
     Ok((count > bound).then_some(count))
+}
+
+/// The most indexes one of a handler's tables may have on SQLite, its
+/// PRIMARY KEY's and UNIQUE constraints' own (`sqlite_autoindex_*`)
+/// included; and a handler holds at most [`MAX_RELATIONS`] tables, views and
+/// indexes there too.
+///
+/// Regression (the twenty-fourth adversarial read, issue 23): SQLite walks
+/// a table's whole list of indexes for each index it loads with the schema,
+/// so loading it is quadratic in one table's indexes, and every connection
+/// loads it again after any DDL commits, any team's: 20,000 indexes on one
+/// table took 2-2.5 s per connection, 10,000 UNIQUE constraints in one
+/// 188 KB CREATE TABLE 1.5 s, the writer's own reload inside the next
+/// batch's first statement.
+pub(crate) const MAX_INDEXES_PER_TABLE: i64 = 32;
+
+/// SQLite: what breaks [`MAX_INDEXES_PER_TABLE`] or [`MAX_RELATIONS`] among
+/// the handler's tables and views `own`, if anything.
+pub(crate) async fn sqlite_schema_over(tx: &mut Tx, own: &[String]) -> Result<Option<String>, DbError> {
+    if tx.backend() != Backend::Sqlite {
+        return Ok(None);
+    }
+    let owns = |name: &str| own.iter().any(|t| t.eq_ignore_ascii_case(name));
+    let rows = tx
+        .query(
+            "SELECT tbl_name, COUNT(*) FROM sqlite_schema WHERE type = 'index' GROUP BY tbl_name",
+            &[],
+        )
+        .await?;
+    let mut indexes = 0i64;
+    for row in rows {
+        let mut c = super::super::columns::Columns::new("index count row", row);
+        let (table, count) = (c.text("tbl_name")?, c.int("count")?);
+        if !owns(&table) {
+            continue;
+        }
+        if count > MAX_INDEXES_PER_TABLE {
+            return Ok(Some(format!(
+                "table {table} has {count} indexes (its PRIMARY KEY and each UNIQUE constraint count); at \
+                 most {MAX_INDEXES_PER_TABLE}: SQLite's work loading a table's schema grows with the \
+                 square of its indexes, and every connection loads it again after each schema change"
+            )));
+        }
+        indexes += count;
+    }
+    let relations = indexes + own.len() as i64;
+    Ok((relations > MAX_RELATIONS).then(|| {
+        format!(
+            "the handler holds {relations} tables, views and indexes; at most {MAX_RELATIONS} (SQLite \
+             loads every one with the schema on every connection, after each schema change)"
+        )
+    }))
 }

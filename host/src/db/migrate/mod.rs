@@ -561,6 +561,15 @@ pub async fn apply_one_reserving(
                 short(&piece.text)
             )));
         }
+        // (Not after a DROP: a migration that drops indexes to come back
+        // within the bound must be able to run.)
+        let drops = matches!(piece.statement, sqlparser::ast::Statement::Drop { .. });
+        if !drops && let Some(over) = catalog_rules::sqlite_schema_over(tx, &own).await? {
+            return Err(DbError::HandlerMigration(format!(
+                "migration {file} of handler {handler} is refused: after `{}`, {over}",
+                short(&piece.text)
+            )));
+        }
         if let Some(reference) = foreign_reference(tx, &own).await? {
             return Err(DbError::HandlerMigration(format!(
                 "migration {file} of handler {handler} is refused: after `{}`, {reference}",
@@ -661,6 +670,19 @@ pub(crate) use catalog_rules::{
 use catalog_rules::{foreign_reference, view_of_views};
 pub use row_bound::{CONSTRAINT as ROW_BOUND, bound_rows, hidden_work, jsonb_column};
 pub use row_functions::row_functions;
+
+/// SQLite: what makes the handler's schema too large to load (see
+/// `catalog_rules::MAX_INDEXES_PER_TABLE`), if anything: a database an older
+/// release migrated may hold it.
+pub async fn sqlite_schema_over(db: &Database, own: &[String]) -> Result<Option<String>, DbError> {
+    if db.backend() != Backend::Sqlite {
+        return Ok(None);
+    }
+    let mut tx = db.begin().await?;
+    let over = catalog_rules::sqlite_schema_over(&mut tx, own).await?;
+    tx.commit().await?;
+    Ok(over)
+}
 pub(crate) use statistics::POSTGRES_PARTIAL_INDEXES;
 
 #[cfg(test)]

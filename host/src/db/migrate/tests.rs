@@ -427,7 +427,11 @@ async fn sqlite_counts_statements_at_the_longest_row_its_tables_may_hold() {
     use crate::sandbox::{Guard, guard::Refusal};
     let db = sqlite_db().await;
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("0001_init.sql"), "CREATE TABLE t (v BLOB);").unwrap();
+    std::fs::write(
+        dir.path().join("0001_init.sql"),
+        "CREATE TABLE t (v BLOB, copy BLOB AS (v) STORED);",
+    )
+    .unwrap();
     prepare_handler(&db, "bounded").await.unwrap();
     apply_handler(&db, "bounded", dir.path()).await.unwrap();
     let tables = own_tables(&db, "bounded").await.unwrap();
@@ -443,19 +447,20 @@ async fn sqlite_counts_statements_at_the_longest_row_its_tables_may_hold() {
         Some(1 << 20),
         "a migration writes rows of up to 1 MiB"
     );
-    // A version ran under 8 MiB and wrote a 2 MB row.
+    // A version ran under 8 MiB and wrote a 2 MB row (1 MB and its stored copy).
     let mut tx = db.begin_write().await.unwrap();
     row_bound::sqlite_raise_in(&mut tx, "bounded", 8 << 20)
         .await
         .unwrap();
-    tx.execute("INSERT INTO t (v) VALUES (zeroblob(2000000))", &[])
+    tx.execute("INSERT INTO t (v) VALUES (zeroblob(1000000))", &[])
         .await
         .unwrap();
     tx.commit().await.unwrap();
     // Lowered to 137 KB while that version may still run: counted at 8 MiB.
     let bound = |settled| row_bound::sqlite_row_bound(&db, "bounded", 137_000, &tables, settled);
     assert_eq!(bound(false).await.unwrap(), 8 << 20);
-    // With no other version running, the rows are measured: 2 MB.
+    // With no other version running, the rows are measured: 2 MB, the
+    // stored generated column too.
     assert_eq!(bound(true).await.unwrap(), 2_000_000);
     assert_eq!(recorded(&db).await, Some(2_000_000));
     let mut tx = db.begin_write().await.unwrap();
@@ -479,4 +484,41 @@ async fn sqlite_counts_statements_at_the_longest_row_its_tables_may_hold() {
         Err(Refusal::Limit(m)) => assert!(m.contains("values at once"), "{m}"),
         other => panic!("{other:?}"),
     }
+}
+
+/// Regression (the twenty-fourth adversarial read, issue 23): SQLite loads a
+/// table's schema in time quadratic in its indexes, on every connection after
+/// every schema change; a table has at most 32 on SQLite, its keys' and
+/// UNIQUE constraints' own included, and a migration that drops some to come
+/// back within the bound still runs.
+#[tokio::test]
+async fn sqlite_a_table_has_a_bounded_number_of_indexes() {
+    let db = sqlite_db().await;
+    let uniques = |n: usize| {
+        let columns: Vec<String> = (0..n).map(|i| format!("c{i} INTEGER UNIQUE")).collect();
+        format!("CREATE TABLE t ({});", columns.join(", "))
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("0001_init.sql"), uniques(33)).unwrap();
+    prepare_handler(&db, "indexed").await.unwrap();
+    let err = apply_handler(&db, "indexed", dir.path())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("has 33 indexes") && err.contains("at most 32"),
+        "{err}"
+    );
+    std::fs::write(dir.path().join("0001_init.sql"), uniques(32)).unwrap();
+    apply_handler(&db, "indexed", dir.path()).await.unwrap();
+    std::fs::write(
+        dir.path().join("0002_one_more.sql"),
+        "CREATE INDEX t_more ON t (c0);",
+    )
+    .unwrap();
+    let err = apply_handler(&db, "indexed", dir.path())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("has 33 indexes"), "{err}");
 }
