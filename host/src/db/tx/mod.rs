@@ -114,6 +114,13 @@ impl Tx {
         }
     }
 
+    /// Tests: a shorter bound on the host's part of a round trip.
+    #[cfg(test)]
+    pub(crate) fn bound_host_round_trips_for_test(&mut self, host: Duration) {
+        self.round_trip = Some(host);
+        self.bound_round_trips(Duration::ZERO);
+    }
+
     /// Marks the transaction's session as `handler`'s own login (PostgreSQL)
     /// and learns its backend (one round trip per transaction).
     pub(super) async fn of_handler(mut self, handler: &str, pool: sqlx::PgPool) -> Result<Self, DbError> {

@@ -89,6 +89,15 @@ impl WallState {
     }
 
     /// The handler whose call is running, if one is.
+    /// The `statement_timeout` of the walls up now (a call's, running or
+    /// lingering), if any: what a statement sent inside them may run.
+    pub fn statement_timeout_up(&self) -> Option<std::time::Duration> {
+        match &self.call {
+            Phase::InCall(walls) | Phase::Lingering { walls, .. } => Some(walls.statement_timeout()),
+            _ => None,
+        }
+    }
+
     pub fn handler_in_call(&self) -> Option<&str> {
         match &self.call {
             Phase::InCall(walls) => Some(walls.handler()),

@@ -672,3 +672,71 @@ async fn postgres_plain_inserts_of_shared_calls_go_out_together_and_in_order() {
     tx.commit().await.unwrap();
     assert_eq!(rows(&db, &h).await, [1, 2, 3, 6, 7, 9]);
 }
+
+/// Regression (the twenty-fifth adversarial read, issue 23): rows held back
+/// by an optimistic batch were sent before the host's next statement with
+/// only a host statement's bound on the round trip (15 s), while the call's
+/// walls let them run its whole `statement_timeout` (up to 30 s), and no
+/// answer in time was taken for the network's failure and retried for good.
+/// Now they are sent under the call's timeout, and what fails there is the
+/// batch's, to run again call by call.
+#[tokio::test]
+async fn postgres_held_back_rows_are_sent_under_their_calls_timeout() {
+    let Some(db) = crate::db::test_support::postgres_db().await else {
+        return;
+    };
+    let h = handler(&db, "wt_slow").await;
+    // Each row's CHECK sleeps 0.3 s (made as the suite's superuser: no
+    // handler could).
+    let table = table(&db, &h);
+    db.query(
+        "CREATE FUNCTION public.inboxd_test_slow() RETURNS boolean LANGUAGE plpgsql AS \
+         $$ BEGIN PERFORM pg_sleep(0.3); RETURN true; END $$",
+        &[],
+    )
+    .await
+    .unwrap();
+    db.query(
+        &format!("ALTER TABLE {table} ADD CONSTRAINT slow CHECK (public.inboxd_test_slow())"),
+        &[],
+    )
+    .await
+    .unwrap();
+    let sql = "INSERT INTO wt_slow_t (a) VALUES ($1)";
+    let insert = std::sync::Arc::new(crate::sandbox::postgres::PlainInsert::of(sql).unwrap());
+    let held_back = |walls: Walls, host: Duration, event: &'static str| {
+        let (db, insert) = (db.clone(), insert.clone());
+        async move {
+            let mut tx = shared_call(&db, &walls).await;
+            tx.bound_host_round_trips_for_test(host);
+            for a in 1..=3 {
+                if a > 1 {
+                    tx.enter_guest(CALL, &walls).await.unwrap();
+                }
+                let params = [SqlValue::from(a)];
+                let n = tx.guest_execute_approved(sql, &params, Some(&insert), true).await;
+                assert_eq!(n.unwrap(), 1, "held back");
+                tx.exit_guest(CALL, true).await.unwrap();
+            }
+            let claimed = claim(&mut tx, "wt_slow", event).await;
+            if claimed.is_ok() {
+                tx.commit().await.unwrap();
+            }
+            claimed
+        }
+    };
+    // 0.9 s of rows against a host bound of 0.1 s: sent under the call's 5 s.
+    let claimed = held_back(h.clone(), Duration::from_millis(100), "e1").await;
+    assert!(claimed.unwrap(), "sent within the call's timeout");
+    assert_eq!(rows(&db, &h).await, [1, 2, 3]);
+    // Past the call's own timeout: the batch's to run again, not an outage.
+    let short = Walls::load(&db, "wt_slow", Duration::from_millis(400))
+        .await
+        .unwrap();
+    let err = held_back(short, Duration::from_millis(100), "e2")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, DbError::DeferredFailed(_)), "{err:?}");
+    assert!(!err.is_transient(), "{err:?}");
+    assert_eq!(rows(&db, &h).await, [1, 2, 3]);
+}
