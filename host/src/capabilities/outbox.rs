@@ -20,7 +20,7 @@ mod id_names;
 mod lenient;
 
 use id_names::id_headers;
-pub use id_names::{is_id_header, register_id_source, stamp_json_id};
+pub use id_names::{is_id_header, register_id_source, restamped, stamp_json_id};
 
 /// The most headers one message may carry. Kafka has no bound of its own,
 /// and a header of an empty name and value weighed nothing against
@@ -383,6 +383,37 @@ mod tests {
             2,
             "one top-level copy: {text}"
         );
+    }
+
+    /// Regression (the twenty-fifth adversarial read, issue 23): a message
+    /// published before its topic's consumer registered a name (or on a host
+    /// where that consumer never loaded) kept the publisher's value under
+    /// it; the relay stamps the names registered now, and leaves the rest.
+    #[test]
+    fn the_relay_stamps_the_names_registered_when_it_sends() {
+        let topic = "t-registered-later";
+        let stored = vec![
+            ("X-Later-Ref".to_owned(), b"forged".to_vec()),
+            ("other".to_owned(), b"kept".to_vec()),
+        ];
+        let payload = br#"{"later_ref": "forged", "n": 1}"#;
+        assert_eq!(
+            restamped(topic, "id-1", &stored, payload),
+            None,
+            "nothing registered yet"
+        );
+        register_id_source(&[topic.to_owned()], "x-later-ref", "later_ref");
+        let (headers, payload) = restamped(topic, "id-1", &stored, payload).expect("registered now");
+        assert_eq!(
+            headers,
+            [
+                ("other".to_owned(), b"kept".to_vec()),
+                ("x-later-ref".to_owned(), b"id-1".to_vec())
+            ]
+        );
+        let payload: serde_json::Value = serde_json::from_slice(&payload).unwrap();
+        assert_eq!(payload["later_ref"], "id-1");
+        assert_eq!(payload["n"], 1);
     }
 
     /// Regression (issue 23): only `event_id` was the host's, so a guest

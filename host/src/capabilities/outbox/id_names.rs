@@ -61,6 +61,44 @@ fn registered(topic: &str, pick: fn(&TopicNames) -> &BTreeSet<String>) -> Vec<St
         .unwrap_or_default()
 }
 
+/// A message as the relay sends it to `topic`: each header and top-level
+/// JSON field registered for the topic *now*, on this host, set to the
+/// message's id `id` (what the guest wrote under such a name dropped);
+/// `None` when none is (the message goes out as it was stored).
+///
+/// `publish` stamps the names registered when it runs, on the host it runs
+/// on. A name an operator gives a topic's consumer later, or one registered
+/// only on hosts where that consumer loaded, would leave messages already
+/// written, or written elsewhere, with the publisher's own value under it
+/// (the twenty-fifth read). Names not registered here are left as stored:
+/// the publishing host stamped them, and stripping them would take a
+/// consumer's id away.
+pub fn restamped(
+    topic: &str,
+    id: &str,
+    headers: &[(String, Vec<u8>)],
+    payload: &[u8],
+) -> Option<(Vec<(String, Vec<u8>)>, Vec<u8>)> {
+    let (names, fields) = {
+        let registered = ID_NAMES.read().unwrap_or_else(|p| p.into_inner());
+        let names = registered.by_topic.get(topic)?;
+        (names.headers.clone(), names.fields.clone())
+    };
+    if names.is_empty() && fields.is_empty() {
+        return None;
+    }
+    let ours = |name: &str| names.iter().any(|h| h.trim().eq_ignore_ascii_case(name.trim()));
+    let mut out: Vec<(String, Vec<u8>)> = headers.iter().filter(|(n, _)| !ours(n)).cloned().collect();
+    out.extend(names.iter().map(|n| (n.clone(), id.as_bytes().to_vec())));
+    let payload = if fields.is_empty() {
+        payload.to_vec()
+    } else {
+        // Publish checked the payload; one it could not stamp never got here.
+        stamp_json_id(topic, payload.to_vec(), id).unwrap_or_else(|_| payload.to_vec())
+    };
+    Some((out, payload))
+}
+
 /// The header names registered for `topic` (besides `event_id`): the host
 /// writes the message's id under each.
 pub(super) fn id_headers(topic: &str) -> Vec<String> {

@@ -424,8 +424,20 @@ pub(crate) async fn send_in_order(
             continue;
         }
         let span = publish_span(row);
+        // The id names registered for the topic now, on this host, stamped
+        // again (see `capabilities::outbox::restamped`).
+        let again = crate::capabilities::outbox::restamped(
+            &message.topic,
+            &message.id,
+            &message.headers,
+            &message.payload,
+        );
+        let (stored_headers, payload) = match &again {
+            Some((headers, payload)) => (headers.as_slice(), payload.as_slice()),
+            None => (message.headers.as_slice(), message.payload.as_slice()),
+        };
         let mut headers = OwnedHeaders::new();
-        for (name, value) in &message.headers {
+        for (name, value) in stored_headers {
             headers = headers.insert(Header {
                 key: name,
                 value: Some(value),
@@ -435,9 +447,7 @@ pub(crate) async fn send_in_order(
             key: "event_id",
             value: Some(message.id.as_bytes()),
         });
-        let mut record = FutureRecord::to(&message.topic)
-            .payload(&message.payload)
-            .headers(headers);
+        let mut record = FutureRecord::to(&message.topic).payload(payload).headers(headers);
         if let Some(key) = &message.key {
             record = record.key(key);
         }
