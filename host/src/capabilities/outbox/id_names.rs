@@ -61,6 +61,9 @@ fn registered(topic: &str, pick: fn(&TopicNames) -> &BTreeSet<String>) -> Vec<St
         .unwrap_or_default()
 }
 
+/// A message's headers, name and value.
+pub type Headers = Vec<(String, Vec<u8>)>;
+
 /// A message as the relay sends it to `topic`: each header and top-level
 /// JSON field registered for the topic *now*, on this host, set to the
 /// message's id `id` (what the guest wrote under such a name dropped);
@@ -78,7 +81,7 @@ pub fn restamped(
     id: &str,
     headers: &[(String, Vec<u8>)],
     payload: &[u8],
-) -> Option<(Vec<(String, Vec<u8>)>, Vec<u8>)> {
+) -> Option<(Headers, Vec<u8>)> {
     let (names, fields) = {
         let registered = ID_NAMES.read().unwrap_or_else(|p| p.into_inner());
         let names = registered.by_topic.get(topic)?;
