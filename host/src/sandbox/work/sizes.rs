@@ -44,6 +44,22 @@ pub(super) fn summed_digits_refused(call: &str, digits: u64) -> Refusal {
 /// PostgreSQL's own bound on a numeric's digits (131,072 before the point,
 /// 16,383 after).
 pub(super) const MAX_DIGITS: u64 = 147_455;
+/// The largest scale PostgreSQL gives a number (`NUMERIC_DSCALE_MAX`; 15's
+/// `round` stops at 2,000, later releases may not).
+pub(super) const MAX_SCALE: u64 = 16_383;
+
+/// The value of argument `at` of a call when it is an integer literal.
+pub(super) fn integer_argument(args: Option<&Value>, at: usize) -> Option<i64> {
+    let arg = args.and_then(Value::as_array)?.get(at)?.as_object()?;
+    let (kind, c) = super::tree::node(arg)?;
+    if kind != "AConst" {
+        return None;
+    }
+    c.get("val")?
+        .get("Ival")?
+        .get("ival")
+        .map_or(Some(0), Value::as_i64)
+}
 
 /// Calls that cost [`LIGHT`] per byte.
 pub(super) const LIGHT_CALLS: &[&str] = &[

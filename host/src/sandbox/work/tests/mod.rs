@@ -615,3 +615,34 @@ fn returning_chains_are_carried_to_their_end() {
     assert!(judged(&sql, 1 << 20).is_err(), "{sql}");
 }
 mod copies;
+
+/// Regression (the twenty-sixth adversarial read, issue 23): `round(x, s)`
+/// gives x the scale s, and the model took `round(1.0, 1000) / 3` for 20
+/// digits; sixteen of them multiplied and then squared 3,900 times (the
+/// read's statement, 18.6 KB at `max_row_bytes` = 1024) were counted at
+/// 0.99 s and would run about 90 s in one row. Now a literal scale adds its
+/// digits and any other scale PostgreSQL's largest.
+#[test]
+fn rounding_to_a_scale_counts_the_digits_it_makes() {
+    let attack = include_str!("round_scale_attack.sql");
+    refused_at(attack, 1024, "");
+    let one = crate::sandbox::postgres::row_work_ns(
+        "SELECT round(1.0, 1000) / 3 * (round(1.0, 1000) / 3) = 0",
+        1 << 20,
+    )
+    .unwrap();
+    let two =
+        crate::sandbox::postgres::row_work_ns("SELECT round(1.0, 2) / 3 * (round(1.0, 2) / 3) = 0", 1 << 20)
+            .unwrap();
+    // A product of two 1,000-digit numbers: (1,000 / 4)² digit-group pairs.
+    assert!(
+        one > 150_000 && one > 20 * two,
+        "1,000 digits each ({one} ns) against 2 ({two} ns)"
+    );
+    // A scale that is no literal counts as PostgreSQL's largest.
+    let param =
+        crate::sandbox::postgres::row_work_ns("SELECT round(1.0, $1) * round(1.0, $1) = 0", 1 << 20).unwrap();
+    assert!(param > one, "{param} ns");
+    // What handlers write still passes.
+    allowed("SELECT round(amount_cents / 100.0, 2) FROM invoices WHERE id = $1");
+}
