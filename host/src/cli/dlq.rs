@@ -44,6 +44,12 @@ pub enum DlqCommand {
         handler: Option<String>,
         #[arg(long)]
         all: bool,
+        /// At most this many, oldest first (a producer can park millions).
+        #[arg(long, default_value_t = LIST_LIMIT)]
+        limit: u32,
+        /// Only those after this id (the next page).
+        #[arg(long)]
+        after: Option<i64>,
     },
     /// Parked dead letters grouped by handler, reason kind and reason pattern
     /// (numbers, ids and quoted values masked), the largest group first.
@@ -139,7 +145,18 @@ pub async fn dlq(args: DlqArgs) -> Result<(), CliError> {
     let config = Config::load(&args.config).map_err(|e| CliError::Usage(e.to_string()))?;
     let db = crate::db::open(&config).await.map_err(failed)?;
     let result = match &args.command {
-        DlqCommand::List { handler, all } => list(&db, handler.as_deref(), *all, args.json).await,
+        DlqCommand::List {
+            handler,
+            all,
+            limit,
+            after,
+        } => {
+            let page = Page {
+                limit: *limit,
+                after: *after,
+            };
+            list(&db, handler.as_deref(), *all, page, args.json).await
+        }
         DlqCommand::Groups { handler } => groups(&db, handler.as_deref(), args.json).await,
         DlqCommand::Show { id } => show(&db, *id, args.json).await,
         DlqCommand::Replay {
@@ -180,14 +197,34 @@ pub async fn dlq(args: DlqArgs) -> Result<(), CliError> {
     result
 }
 
-async fn list(db: &Database, handler: Option<&str>, all: bool, json: bool) -> Result<(), CliError> {
-    // A list shows no records: reading them held every payload at once.
+/// What `dlq list` shows by default, at most.
+const LIST_LIMIT: u32 = 1_000;
+
+/// One page of `dlq list`.
+#[derive(Clone, Copy)]
+struct Page {
+    limit: u32,
+    after: Option<i64>,
+}
+
+async fn list(
+    db: &Database,
+    handler: Option<&str>,
+    all: bool,
+    page: Page,
+    json: bool,
+) -> Result<(), CliError> {
+    // A list shows no records (reading them held every payload at once),
+    // and at most a page of letters: a producer can park millions for
+    // nothing, and all of them at once were gigabytes (the twenty-sixth read).
     let rows = dead_letters::find(
         db,
         &Filter {
             handler,
             include_resolved: all,
             without_record: true,
+            limit: Some(page.limit.max(1)),
+            after_id: page.after,
             ..Filter::default()
         },
     )
@@ -229,16 +266,23 @@ async fn list(db: &Database, handler: Option<&str>, all: bool, json: bool) -> Re
             Some(resolution) => format!("{} ({resolution})", r.kind),
             None => r.kind.to_string(),
         };
-        let reason: String = r.reason.chars().take(100).collect();
+        let reason = terminal(&r.reason.chars().take(100).collect::<String>()).into_owned();
         println!(
             "{:<6} {:<12} {:<36} {:<28} {:<18} {:>3} {:<20} {reason}",
             r.id,
             r.handler,
-            r.event_id.as_deref().unwrap_or("-"),
-            record,
+            terminal(r.event_id.as_deref().unwrap_or("-")),
+            terminal(&record),
             kind,
             r.attempts,
             time(r.last_failed_at)
+        );
+    }
+    if let Some(last) = rows.last().filter(|_| rows.len() >= page.limit.max(1) as usize) {
+        println!(
+            "the first {} shown: `inboxd dlq list --after {}` for the next ones",
+            rows.len(),
+            last.id
         );
     }
     Ok(())
@@ -262,7 +306,7 @@ async fn groups(db: &Database, handler: Option<&str>, json: bool) -> Result<(), 
         "GROUP", "HANDLER", "KIND", "COUNT", "FIRST FAILURE", "LAST FAILURE"
     );
     for g in &groups {
-        let pattern: String = g.pattern.chars().take(100).collect();
+        let pattern = terminal(&g.pattern.chars().take(100).collect::<String>()).into_owned();
         println!(
             "{:<16} {:<12} {:<18} {:>6} {:<20} {:<20} {pattern}",
             g.id,
@@ -292,15 +336,17 @@ async fn show(db: &Database, id: i64, json: bool) -> Result<(), CliError> {
     );
     println!(
         "  event id         {}",
-        row.event_id
-            .as_deref()
-            .unwrap_or("- (none: it cannot be replayed)")
+        terminal(
+            row.event_id
+                .as_deref()
+                .unwrap_or("- (none: it cannot be replayed)")
+        )
     );
     println!(
         "  record           {} partition {} offset {}",
         row.topic, row.partition, row.offset
     );
-    println!("  reason           {}: {}", row.kind, row.reason);
+    println!("  reason           {}: {}", row.kind, terminal(&row.reason));
     println!("  attempts         {}", row.attempts);
     println!(
         "  failed           first {}, last {}",
@@ -313,15 +359,19 @@ async fn show(db: &Database, id: i64, json: bool) -> Result<(), CliError> {
     }
     println!(
         "  key              {}",
-        row.key.as_deref().map(bytes_text).unwrap_or_else(|| "-".into())
+        terminal(&row.key.as_deref().map(bytes_text).unwrap_or_else(|| "-".into()))
     );
     for (name, value) in &row.headers {
-        println!("  header           {name}: {}", bytes_text(value));
+        println!(
+            "  header           {}: {}",
+            terminal(name),
+            terminal(&bytes_text(value))
+        );
     }
     println!(
         "  payload          {} bytes\n{}",
         row.payload.len(),
-        bytes_text(&row.payload)
+        terminal(&bytes_text(&row.payload))
     );
     Ok(())
 }
@@ -517,4 +567,41 @@ async fn discard(
         print_json(&results)?;
     }
     Ok(())
+}
+
+/// `text` as a terminal may show it: every control character but a line
+/// break or a tab written as `\u{..}`. A reason is a guest's own text and a
+/// header name a producer's: escape sequences in them cleared or redrew the
+/// operator's screen, and on some terminals wrote the clipboard (the
+/// twenty-sixth read).
+fn terminal(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    std::borrow::Cow::Owned(
+        text.chars()
+            .map(|c| match c {
+                '\n' | '\t' => c.to_string(),
+                c if c.is_control() => c.escape_unicode().to_string(),
+                c => c.to_string(),
+            })
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::terminal;
+
+    /// Regression (the twenty-sixth read): escape sequences in a reason or a
+    /// header reached the operator's terminal.
+    #[test]
+    fn control_characters_are_shown_escaped() {
+        assert_eq!(terminal("plain text\twith a tab\n"), "plain text\twith a tab\n");
+        assert_eq!(terminal("\u{1b}[2Jgone\r"), "\\u{1b}[2Jgone\\u{d}");
+        assert_eq!(
+            terminal("\u{1b}]52;c;ZXZpbA==\u{7}"),
+            "\\u{1b}]52;c;ZXZpbA==\\u{7}"
+        );
+    }
 }
