@@ -91,12 +91,27 @@ pub enum DlqCommand {
 
 /// The members of a group of parked dead letters, failing with what to do
 /// when there is none with that id.
+/// Members of a group one `--group` run replays or discards, at most.
+const GROUP_PAGE: usize = 10_000;
+
 async fn group_members(db: &Database, id: &str) -> Result<Vec<i64>, CliError> {
     let group = dead_letter_groups::group(db, &Filter::default(), id)
         .await
         .map_err(failed)?;
     match group {
-        Some(group) => Ok(group.members),
+        // A page of it: each member is read and written on its own, and a
+        // producer can park millions of letters for nothing (the
+        // twenty-sixth read: all of them were one list of ids in one query).
+        Some(mut group) => {
+            if group.members.len() > GROUP_PAGE {
+                eprintln!(
+                    "group {id} has {} members: this run takes its oldest {GROUP_PAGE}; run it again for the rest",
+                    group.members.len()
+                );
+                group.members.truncate(GROUP_PAGE);
+            }
+            Ok(group.members)
+        }
         None => Err(CliError::Usage(format!(
             "no group of parked dead letters with id {id}: run `inboxd dlq groups` to see them \
              (a group whose members were all replayed or discarded is gone)"
