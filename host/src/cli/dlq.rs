@@ -281,13 +281,13 @@ async fn list(
             Some(resolution) => format!("{} ({resolution})", r.kind),
             None => r.kind.to_string(),
         };
-        let reason = terminal(&r.reason.chars().take(100).collect::<String>()).into_owned();
+        let reason = cell(&r.reason.chars().take(100).collect::<String>()).into_owned();
         println!(
             "{:<6} {:<12} {:<36} {:<28} {:<18} {:>3} {:<20} {reason}",
             r.id,
             r.handler,
-            terminal(r.event_id.as_deref().unwrap_or("-")),
-            terminal(&record),
+            cell(r.event_id.as_deref().unwrap_or("-")),
+            cell(&record),
             kind,
             r.attempts,
             time(r.last_failed_at)
@@ -321,7 +321,7 @@ async fn groups(db: &Database, handler: Option<&str>, json: bool) -> Result<(), 
         "GROUP", "HANDLER", "KIND", "COUNT", "FIRST FAILURE", "LAST FAILURE"
     );
     for g in &groups {
-        let pattern = terminal(&g.pattern.chars().take(100).collect::<String>()).into_owned();
+        let pattern = cell(&g.pattern.chars().take(100).collect::<String>()).into_owned();
         println!(
             "{:<16} {:<12} {:<18} {:>6} {:<20} {:<20} {pattern}",
             g.id,
@@ -361,7 +361,7 @@ async fn show(db: &Database, id: i64, json: bool) -> Result<(), CliError> {
         "  record           {} partition {} offset {}",
         row.topic, row.partition, row.offset
     );
-    println!("  reason           {}: {}", row.kind, terminal(&row.reason));
+    println!("  reason           {}: {}", row.kind, cell(&row.reason));
     println!("  attempts         {}", row.attempts);
     println!(
         "  failed           first {}, last {}",
@@ -590,15 +590,32 @@ async fn discard(
 /// operator's screen, and on some terminals wrote the clipboard (the
 /// twenty-sixth read).
 fn terminal(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
+    shown(text, |c| c == '\n' || c == '\t')
+}
+
+/// `text` in one cell of a table: as [`terminal`], line breaks and tabs
+/// escaped too (a reason could print lines that looked like other letters'
+/// rows: the twenty-seventh read).
+fn cell(text: &str) -> std::borrow::Cow<'_, str> {
+    shown(text, |_| false)
+}
+
+fn shown(text: &str, kept: impl Fn(char) -> bool) -> std::borrow::Cow<'_, str> {
+    // Control characters, and the invisible ones that reorder or hide text
+    // (bidirectional overrides and isolates, zero-width characters).
+    let hidden = |c: char| {
+        !kept(c)
+            && (c.is_control()
+                || matches!(c, '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}'))
+    };
+    if !text.chars().any(hidden) {
         return std::borrow::Cow::Borrowed(text);
     }
     std::borrow::Cow::Owned(
         text.chars()
-            .map(|c| match c {
-                '\n' | '\t' => c.to_string(),
-                c if c.is_control() => c.escape_unicode().to_string(),
-                c => c.to_string(),
+            .map(|c| match hidden(c) {
+                true => c.escape_unicode().to_string(),
+                false => c.to_string(),
             })
             .collect(),
     )
@@ -606,7 +623,7 @@ fn terminal(text: &str) -> std::borrow::Cow<'_, str> {
 
 #[cfg(test)]
 mod tests {
-    use super::terminal;
+    use super::{cell, terminal};
 
     /// Regression (the twenty-sixth read): escape sequences in a reason or a
     /// header reached the operator's terminal.
@@ -618,5 +635,8 @@ mod tests {
             terminal("\u{1b}]52;c;ZXZpbA==\u{7}"),
             "\\u{1b}]52;c;ZXZpbA==\\u{7}"
         );
+        // In a table's cell, line breaks and tabs too, and what reorders text.
+        assert_eq!(cell("a\nb\tc"), "a\\u{a}b\\u{9}c");
+        assert_eq!(cell("x\u{202e}y"), "x\\u{202e}y");
     }
 }

@@ -43,12 +43,14 @@ impl Walk {
         }
         // A number's text is as long as its digits (`concat`, casts to text).
         let size = match name {
+            // x - trunc(x / y) * y keeps x's scale (the twenty-seventh read:
+            // `mod(p, 7)` of a 16,000-digit p has 16,000 digits, taken for 20).
             "mod" => {
                 let (l, r) = pair(&args);
                 self.charge(digit_pairs(l, r));
                 Size {
                     bytes: r.bytes.max(l.bytes),
-                    digits: r.digits,
+                    digits: l.digits.saturating_add(r.digits).min(MAX_DIGITS),
                 }
             }
             "sqrt" => {
@@ -59,9 +61,15 @@ impl Walk {
                 if self.grouped && widest.digits > SUMMED_DIGITS {
                     return Err(summed_digits_refused(name, widest.digits));
                 }
+                // Values of different scales: one's integer digits and
+                // another's fraction (`1e999` and `1e-999` sum to 1,999).
                 Size {
                     bytes: widest.bytes.max(Size::SMALL.bytes),
-                    digits: (widest.digits + NUMBER_DIGITS).min(MAX_DIGITS),
+                    digits: widest
+                        .digits
+                        .saturating_mul(2)
+                        .saturating_add(NUMBER_DIGITS)
+                        .min(MAX_DIGITS),
                 }
             }
             // `round(x, s)` and `trunc(x, s)` give x the scale s: digits x
@@ -211,11 +219,15 @@ impl Walk {
             // MAX_DIGITS, and a quadratic cost needs thousands).
             // Inside a CTE that reads itself, `x + x` may double a number at
             // every step: any number there may reach PostgreSQL's maximum.
+            // A long number and another keep one's integer digits and the
+            // other's fraction (`1e999 + 1e-999` has 1,999 digits): past
+            // NUMBER_DIGITS, their digits add up.
             "+" | "-" => Size {
                 bytes: lb.max(rb),
-                digits: match self.recursive > 0 && l.digits.max(r.digits) > NUMBER_DIGITS {
-                    true => MAX_DIGITS,
-                    false => l.digits.max(r.digits),
+                digits: match (self.recursive > 0, l.digits.max(r.digits) > NUMBER_DIGITS) {
+                    (true, true) => MAX_DIGITS,
+                    (false, true) => l.digits.saturating_add(r.digits).min(MAX_DIGITS),
+                    (_, false) => l.digits.max(r.digits),
                 },
             },
             "->" | "->>" | "#>" | "#>>" | "&" | "|" | "#" | "<<" | ">>" => l.max(r),

@@ -646,3 +646,32 @@ fn rounding_to_a_scale_counts_the_digits_it_makes() {
     // What handlers write still passes.
     allowed("SELECT round(amount_cents / 100.0, 2) FROM invoices WHERE id = $1");
 }
+
+/// Regression (the twenty-seventh adversarial read, issue 23): as text a
+/// row quotes each item and doubles its `"`s, so nested rows double at
+/// every level (a 1 MiB parameter eight rows deep: 256 MiB in one
+/// expression, 2.6 s against a 200 ms timeout, counted as 1 MiB); and
+/// `mod(x, y)` keeps x's digits, and a sum of a long number and another
+/// keeps one's integer digits and the other's fraction.
+#[test]
+fn rows_as_text_and_remainders_count_what_they_make() {
+    let mut nested = "$1".to_owned();
+    for _ in 0..8 {
+        nested = format!("({nested}, '')");
+    }
+    refused_at(&format!("SELECT concat({nested})"), 1 << 20, "");
+    allowed("SELECT concat(($1, $2)) FROM invoices WHERE id = $3");
+    let remainder = |of: &str| {
+        crate::sandbox::postgres::row_work_ns(&format!("SELECT {of} * {of} = 0"), 1 << 20).unwrap()
+    };
+    let long = remainder("mod(round(1.0, 1000) / 3, 7)");
+    let short = remainder("mod(10, 7)");
+    // (1,040 / 4)² digit-group pairs for the product.
+    assert!(
+        long > 150_000 && long > 20 * short,
+        "mod keeps x's digits: {long} ns against {short} ns"
+    );
+    let summed = remainder("round(1.0, 1000) + 1e999");
+    let single = remainder("round(1.0, 1000)");
+    assert!(10 * summed > 13 * single, "{summed} ns against {single} ns");
+}
