@@ -79,7 +79,7 @@ pub async fn load_handler(
     {
         return Err(RegistryError::Refused {
             handler: handler.name.clone(),
-            reason: format!("{over} (a migration may drop indexes)"),
+            reason: over,
         });
     }
     // SQLite: rows written under a larger limit (or by a migration) outlast

@@ -37,7 +37,10 @@ pub(super) async fn foreign_reference(tx: &mut Tx, own: &[String]) -> Result<Opt
 /// A view of the handler's that reads another view: a view reads tables
 /// only, on both backends, read from the catalog after each statement (which
 /// also catches a view that comes to read a view by a table dropped and a
-/// view made in its name).
+/// view made in its name). On SQLite, also a view of the handler's that reads
+/// a table it does not own or one that no longer exists, and (`others`) a
+/// view of another handler's that reads one of this handler's names: see
+/// [`sqlite_view_names`].
 ///
 /// SQLite expands a view inside a view by recursion while it prepares a
 /// statement, with no depth bound and no deadline check: a chain of 3,500
@@ -54,30 +57,102 @@ pub(super) async fn view_of_views(
     if tx.backend() == Backend::Postgres {
         return postgres_view_of_views(tx, handler).await;
     }
+    sqlite_view_names(tx, own, true).await
+}
+
+/// SQLite: what is wrong with the views around the handler's names `own`.
+///
+/// SQLite finds a view's tables by name each time the view is used, and the
+/// names of every team's tables are one set. Regression (the twenty-eighth
+/// adversarial read, issue 23): `CREATE TABLE x; CREATE VIEW bv AS SELECT a
+/// FROM x; DROP TABLE x` left a view pointing at nothing. Every later
+/// `ALTER TABLE ... RENAME` or `DROP COLUMN` of any team (and of the host's
+/// own migrations) then failed with "error in view bv", and whoever made
+/// something named `x` next filled the view in: another team's view named
+/// `x` made `bv` a view of views, which the start-up audit refuses for the
+/// whole host; another team's table named `x` was read by the host's own
+/// row-length measure of the first team, outside every wall. So a view of
+/// the handler's must read only tables it owns, that exist (SQLite itself
+/// prepares the view: it knows which names are the view's own CTEs), and
+/// (`others`, after a migration statement) no other handler's view may read
+/// a name this handler now owns.
+async fn sqlite_view_names(tx: &mut Tx, own: &[String], others: bool) -> Result<Option<String>, DbError> {
     let rows = tx
-        .query("SELECT name, sql FROM sqlite_master WHERE type = 'view'", &[])
+        .query(
+            "SELECT type, name, sql FROM sqlite_master WHERE type IN ('table', 'view')",
+            &[],
+        )
         .await?;
-    let mut views = Vec::with_capacity(rows.len());
+    let mut objects = Vec::with_capacity(rows.len());
     for row in rows {
         let mut c = super::super::columns::Columns::new("sqlite_master row", row);
-        views.push((c.text("name")?, c.opt_text("sql")?.unwrap_or_default()));
+        let (kind, name) = (c.text("type")?, c.text("name")?);
+        objects.push((kind == "view", name, c.opt_text("sql")?.unwrap_or_default()));
     }
-    let is_view = |name: &str| views.iter().any(|(v, _)| v.eq_ignore_ascii_case(name));
-    for (view, sql) in views
-        .iter()
-        .filter(|(v, _)| own.iter().any(|t| t.eq_ignore_ascii_case(v)))
-    {
+    let owns = |name: &str| own.iter().any(|t| t.eq_ignore_ascii_case(name));
+    let find = |name: &str| objects.iter().find(|(_, o, _)| o.eq_ignore_ascii_case(name));
+    for (is_view, view, sql) in &objects {
+        if !is_view {
+            continue;
+        }
         let Some(reads) = crate::sandbox::sqlite_work::view_reads(sql) else {
-            return Ok(Some(format!("view {view}'s definition cannot be read back")));
+            if owns(view) {
+                return Ok(Some(format!("view {view}'s definition cannot be read back")));
+            }
+            continue;
         };
-        if let Some(inner) = reads.iter().find(|r| is_view(r)) {
+        if !owns(view) {
+            if others
+                && !crate::sandbox::is_reserved(view)
+                && let Some(taken) = reads.iter().find(|r| owns(r))
+            {
+                return Ok(Some(format!(
+                    "{taken} is a name another handler's view reads: choose another name (on SQLite a \
+                     view finds its tables by name, so the view would read this handler's {taken})"
+                )));
+            }
+            continue;
+        }
+        match reads.iter().find_map(|r| find(r)) {
+            Some((true, inner, _)) => {
+                return Ok(Some(format!(
+                    "view {view} reads view {inner}: on SQLite a view reads tables only (SQLite expands a view \
+                     inside a view by recursion while preparing a statement, where no deadline interrupts it)"
+                )));
+            }
+            Some((false, table, _)) if !owns(table) => {
+                return Ok(Some(format!(
+                    "view {view} reads table {table}, which is not one of this handler's tables"
+                )));
+            }
+            _ => {}
+        }
+        // Names that exist are the handler's own tables now; a name that
+        // exists nowhere fails SQLite's prepare (a CTE of the view's own
+        // is found there, as SQLite scopes it).
+        let quoted = view.replace('"', "\"\"");
+        if let Err(e) = tx
+            .execute_uncached(&format!("SELECT * FROM \"{quoted}\" LIMIT 0"))
+            .await
+        {
             return Ok(Some(format!(
-                "view {view} reads view {inner}: on SQLite a view reads tables only (SQLite expands a view \
-                 inside a view by recursion while preparing a statement, where no deadline interrupts it)"
+                "view {view} reads a table that does not exist ({e}): drop or change the view before the \
+                 tables it reads (a view left reading nothing breaks every later rename on the database, and \
+                 reads whatever is made in that name next)"
             )));
         }
     }
     Ok(None)
+}
+
+/// SQLite, when a handler loads: its views read only its own tables, that
+/// exist (see [`sqlite_view_names`]; a database an older release migrated
+/// may hold a view that does not).
+pub(crate) async fn sqlite_own_views(tx: &mut Tx, own: &[String]) -> Result<Option<String>, DbError> {
+    if tx.backend() != Backend::Sqlite {
+        return Ok(None);
+    }
+    sqlite_view_names(tx, own, false).await
 }
 
 /// PostgreSQL: every view (plain or materialized) of a handler schema whose

@@ -672,14 +672,22 @@ pub use row_bound::{CONSTRAINT as ROW_BOUND, bound_rows, hidden_work, jsonb_colu
 pub use row_functions::row_functions;
 
 /// SQLite: what makes the handler's schema too large to load (see
-/// `catalog_rules::MAX_INDEXES_PER_TABLE`), if anything: a database an older
+/// `catalog_rules::MAX_INDEXES_PER_TABLE`), or a view of its that reads what
+/// it does not own or what does not exist, if anything: a database an older
 /// release migrated may hold it.
 pub async fn sqlite_schema_over(db: &Database, own: &[String]) -> Result<Option<String>, DbError> {
     if db.backend() != Backend::Sqlite {
         return Ok(None);
     }
     let mut tx = db.begin().await?;
-    let over = catalog_rules::sqlite_schema_over(&mut tx, own).await?;
+    let mut over = catalog_rules::sqlite_schema_over(&mut tx, own)
+        .await?
+        .map(|over| format!("{over} (a migration may drop indexes)"));
+    if over.is_none() {
+        over = catalog_rules::sqlite_own_views(&mut tx, own)
+            .await?
+            .map(|views| format!("{views} (a migration may drop or change the view)"));
+    }
     tx.commit().await?;
     Ok(over)
 }

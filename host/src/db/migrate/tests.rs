@@ -229,14 +229,113 @@ async fn on_sqlite_a_view_reads_tables_only() {
             .await
             .unwrap_err()
             .to_string();
+        // (The second is refused at its DROP now: a view may not read nothing.)
         assert!(
-            err.contains("reads view") && err.contains("tables only"),
+            err.contains("reads view") && err.contains("tables only")
+                || err.contains("view w reads a table that does not exist"),
             "{sql}: {err}"
         );
     }
     let mut tables = own_tables(&db, "vv").await.unwrap();
     tables.sort();
     assert_eq!(tables, ["t", "v"], "nothing of the refused migrations stayed");
+}
+
+/// Regression (the twenty-eighth adversarial read, issue 23): on SQLite a
+/// view finds its tables by name each time it is used. A view left reading
+/// a dropped table broke every later `ALTER TABLE ... RENAME` of any team
+/// ("error in view bv"), and read whatever another team made in that name
+/// next. A view reads only its handler's own tables, that exist; a name
+/// another handler's view reads (left by an older release) cannot be taken;
+/// and such a view refuses its own handler at load, not the host.
+#[tokio::test]
+async fn on_sqlite_a_view_reads_only_its_handlers_tables_that_exist() {
+    let db = sqlite_db().await;
+    apply(&db, "f", &migration("0001.sql", "CREATE TABLE t (a TEXT);"))
+        .await
+        .unwrap();
+    let dangling = "CREATE TABLE x (a TEXT); CREATE VIEW bv AS SELECT a FROM x; DROP TABLE x;";
+    let err = apply(&db, "b1", &migration("0001.sql", dangling))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("view bv reads a table that does not exist") && err.contains("DROP TABLE x"),
+        "{err}"
+    );
+    assert!(own_tables(&db, "b1").await.unwrap().is_empty());
+    // Another team's rename still works: no view reads nothing.
+    apply(&db, "f", &migration("0002.sql", "ALTER TABLE t RENAME TO t3;"))
+        .await
+        .unwrap();
+
+    // Dropping the view first is the way.
+    let base = "CREATE TABLE x (a TEXT); CREATE VIEW bv AS SELECT a FROM x; \
+                CREATE VIEW cv AS SELECT a AS b FROM x;";
+    apply(&db, "b1", &migration("0001.sql", base)).await.unwrap();
+    let err = apply(&db, "b1", &migration("0002.sql", "DROP TABLE x;"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("reads a table that does not exist"), "{err}");
+    apply(
+        &db,
+        "b1",
+        &migration("0002.sql", "DROP VIEW bv; DROP VIEW cv; DROP TABLE x;"),
+    )
+    .await
+    .unwrap();
+
+    // A view of another team's table is refused, by the authorizer or by the catalog.
+    apply(&db, "c", &migration("0001.sql", "CREATE TABLE y (a TEXT);"))
+        .await
+        .unwrap();
+    assert!(
+        apply(
+            &db,
+            "d",
+            &migration("0001.sql", "CREATE VIEW dv AS SELECT a FROM y;")
+        )
+        .await
+        .is_err()
+    );
+    assert!(own_tables(&db, "d").await.unwrap().is_empty());
+
+    // What an older release let through: a view of handler `old` reading `w`,
+    // which exists nowhere. Nobody may take the name; `old` no longer loads.
+    let mut tx = db.begin().await.unwrap();
+    tx.execute("CREATE VIEW ov AS SELECT a FROM w", &[])
+        .await
+        .unwrap();
+    tx.execute(
+        "INSERT INTO handler_tables (handler, table_name) VALUES ('old', 'ov')",
+        &[],
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    for sql in [
+        "CREATE TABLE w (a TEXT);",
+        "CREATE TABLE w0 (a TEXT); CREATE VIEW w AS SELECT a FROM w0;",
+    ] {
+        let err = apply(&db, "e", &migration("0001.sql", sql))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("w is a name another handler's view reads"),
+            "{sql}: {err}"
+        );
+    }
+    assert!(own_tables(&db, "e").await.unwrap().is_empty());
+    let refused = sqlite_schema_over(&db, &["ov".to_owned()]).await.unwrap();
+    assert!(
+        refused
+            .as_deref()
+            .is_some_and(|r| r.contains("view ov reads a table that does not exist")),
+        "{refused:?}"
+    );
+    assert_eq!(sqlite_schema_over(&db, &["t3".to_owned()]).await.unwrap(), None);
 }
 
 /// Regression: SQLite rolls back the whole transaction when a writing

@@ -173,7 +173,8 @@ impl Tx {
     }
 
     /// As [`Tx::execute`], for a host statement whose text holds a secret
-    /// (a role's password): never kept in the connection's statement cache.
+    /// (a role's password) or names what may soon be gone (a view being
+    /// checked): never kept in the connection's statement cache.
     pub(super) async fn execute_uncached(&mut self, sql: &str) -> Result<u64, DbError> {
         self.send_before_host().await?;
         self.walls.leave_lingering(&mut self.inner).await?;
