@@ -187,10 +187,25 @@ pub fn check_schema(statement: &Statement, row_bytes: usize) -> Result<(), Refus
                      SQLite holds a copy of every column a statement's levels select until it ends"
                 )));
             }
-            if !simple || view.query.with.is_some() {
+            // One relation in all, and no subquery anywhere (its WHERE
+            // included). Regression (the twenty-ninth adversarial read, issue
+            // 23): `... FROM t WHERE EXISTS (SELECT 1 FROM v)` read view `v`
+            // past every check of the FROM list, and layers of such views
+            // took SQLite 19.6 s and 1.5 GB to prepare, where no deadline
+            // interrupts it.
+            let mut relations = 0;
+            let _ = sqlparser::ast::visit_relations(view.query.as_ref(), |_| {
+                relations += 1;
+                ControlFlow::<()>::Continue(())
+            });
+            let mut queries = Queries(0);
+            let _ = view.query.visit(&mut queries);
+            let subquery = queries.0 > 1;
+            if !simple || view.query.with.is_some() || relations > 1 || subquery {
                 return Err(forbidden(
-                    "on SQLite a view selects and renames plain columns of one stored table (not a table function): its expressions, \
-                     and every table or view it reads, run inside every read of it without interruption",
+                    "on SQLite a view selects and renames plain columns of one stored table (not a table function), \
+                     with no subquery: its expressions, and every table or view it reads, run inside every read of \
+                     it without interruption",
                 ));
             }
             Ok(())
@@ -229,6 +244,19 @@ pub fn stored_problem(sql: &str, views: &[String]) -> Option<String> {
         ));
     }
     None
+}
+
+/// How many queries a statement holds: its own and each subquery (EXISTS,
+/// IN, scalar, derived tables).
+struct Queries(usize);
+
+impl Visitor for Queries {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, _query: &sqlparser::ast::Query) -> ControlFlow<()> {
+        self.0 += 1;
+        ControlFlow::Continue(())
+    }
 }
 
 /// Whether a statement calls one of SQLite's JSON functions or `->` / `->>`.

@@ -113,19 +113,24 @@ async fn sqlite_view_names(tx: &mut Tx, own: &[String], others: bool) -> Result<
             }
             continue;
         }
-        match reads.iter().find_map(|r| find(r)) {
-            Some((true, inner, _)) => {
-                return Ok(Some(format!(
-                    "view {view} reads view {inner}: on SQLite a view reads tables only (SQLite expands a view \
-                     inside a view by recursion while preparing a statement, where no deadline interrupts it)"
-                )));
+        // Every name it reads, not the first found (the twenty-ninth read:
+        // a WHERE's subquery read a view after the FROM's own table).
+        for read in reads.iter().filter_map(|r| find(r)) {
+            match read {
+                (true, inner, _) => {
+                    return Ok(Some(format!(
+                        "view {view} reads view {inner}: on SQLite a view reads tables only (SQLite expands a \
+                         view inside a view by recursion while preparing a statement, where no deadline \
+                         interrupts it)"
+                    )));
+                }
+                (false, table, _) if !owns(table) => {
+                    return Ok(Some(format!(
+                        "view {view} reads table {table}, which is not one of this handler's tables"
+                    )));
+                }
+                _ => {}
             }
-            Some((false, table, _)) if !owns(table) => {
-                return Ok(Some(format!(
-                    "view {view} reads table {table}, which is not one of this handler's tables"
-                )));
-            }
-            _ => {}
         }
         // Names that exist are the handler's own tables now; a name that
         // exists nowhere fails SQLite's prepare (a CTE of the view's own

@@ -220,6 +220,19 @@ async fn on_sqlite_a_view_reads_tables_only() {
     apply(&db, "vv", &migration("0001.sql", base)).await.unwrap();
     for (file, sql) in [
         ("0002.sql", "CREATE VIEW w AS SELECT a FROM v;"),
+        // The twenty-ninth read: a view read past the FROM list, in a subquery.
+        (
+            "0002.sql",
+            "CREATE VIEW w AS SELECT a FROM t WHERE EXISTS (SELECT 1 FROM v);",
+        ),
+        (
+            "0002.sql",
+            "CREATE VIEW w AS SELECT a FROM t WHERE a IN (SELECT a FROM v);",
+        ),
+        (
+            "0002.sql",
+            "CREATE VIEW w AS SELECT a FROM t WHERE a = (SELECT max(a) FROM v);",
+        ),
         (
             "0002.sql",
             "CREATE TABLE u (a INTEGER); CREATE VIEW w AS SELECT a FROM u; DROP TABLE u; CREATE VIEW u AS SELECT a FROM v;",
@@ -229,16 +242,45 @@ async fn on_sqlite_a_view_reads_tables_only() {
             .await
             .unwrap_err()
             .to_string();
-        // (The second is refused at its DROP now: a view may not read nothing.)
+        // (One is refused at its DROP now: a view may not read nothing;
+        // subqueries by the guard: a view reads one table, with no subquery.)
         assert!(
             err.contains("reads view") && err.contains("tables only")
-                || err.contains("view w reads a table that does not exist"),
+                || err.contains("view w reads a table that does not exist")
+                || err.contains("with no subquery"),
             "{sql}: {err}"
         );
     }
     let mut tables = own_tables(&db, "vv").await.unwrap();
     tables.sort();
     assert_eq!(tables, ["t", "v"], "nothing of the refused migrations stayed");
+    assert_eq!(
+        crate::db::audit::planted_code(&db).await.unwrap(),
+        Vec::<String>::new(),
+        "what migrations accept, the start-up audit accepts"
+    );
+    // The catalog's own check reads every name a view reads, not the first:
+    // such a view (made past the guard, as an older release might have)
+    // refuses its handler's next statement.
+    let mut tx = db.begin().await.unwrap();
+    tx.execute(
+        "CREATE VIEW w AS SELECT a FROM t WHERE EXISTS (SELECT 1 FROM v)",
+        &[],
+    )
+    .await
+    .unwrap();
+    tx.execute(
+        "INSERT INTO handler_tables (handler, table_name) VALUES ('vv', 'w')",
+        &[],
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let err = apply(&db, "vv", &migration("0003.sql", "CREATE TABLE u (a INTEGER);"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("view w reads view v"), "{err}");
 }
 
 /// Regression (the twenty-eighth adversarial read, issue 23): on SQLite a
