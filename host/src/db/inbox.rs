@@ -4,7 +4,7 @@
 //! tells "first time" from "duplicate". There is no SELECT first, so two
 //! concurrent copies of one event cannot both win.
 
-use super::{Backend, Database, DbError, SqlValue, Tx, now_ms};
+use super::{Backend, Database, DbError, PgArray, SqlValue, Tx, now_ms};
 use std::collections::HashSet;
 
 /// Where an event came from and which handler version ran it.
@@ -80,39 +80,36 @@ pub async fn claim_many(tx: &mut Tx, claims: &[Claim<'_>]) -> Result<HashSet<Str
     Ok(fresh)
 }
 
-/// PostgreSQL: every claim of a batch in one call of the `inboxd_gate.claim`
-/// gate (the host writes the inbox through it, from a session that may be a
-/// handler's: see `db::logins`), whose text never changes (so it stays
-/// prepared), the rows coming as one JSON array in a text parameter. The gate
-/// inserts in the id order of [`claim_many`]: byte order (`COLLATE "C"`), as
-/// Rust sorts them and SQLite compares them, so two hosts claiming
-/// overlapping ids lock them in the same order.
-const CLAIM_POSTGRES: &str = "SELECT inboxd_gate.claim($1, $2::pg_catalog.json, $3)";
+/// PostgreSQL: every claim of a batch in one call of the
+/// `inboxd_gate.claim_rows` gate (the host writes the inbox through it, from
+/// a session that may be a handler's: see `db::logins`), whose text never
+/// changes (so it stays prepared), the claims coming as arrays, a column
+/// each. The gate inserts in the id order of [`claim_many`]: byte order
+/// (`COLLATE "C"`), as Rust sorts them and SQLite compares them, so two hosts
+/// claiming overlapping ids lock them in the same order.
+const CLAIM_POSTGRES: &str = "SELECT inboxd_gate.claim_rows($1, $2, $3::pg_catalog.int8, \
+     $4::pg_catalog.text[], $5::pg_catalog.text[], $6::pg_catalog.text[], $7::pg_catalog.int8[], \
+     $8::pg_catalog.int8[], $9::pg_catalog.text[], $10::pg_catalog.int8[])";
 
-async fn claim_postgres(
+async fn claim_postgres<'a>(
     tx: &mut Tx,
-    sorted: &[&Claim<'_>],
+    sorted: &[&Claim<'a>],
     status: &str,
 ) -> Result<HashSet<String>, DbError> {
-    let processed_at = now_ms();
-    let rows: Vec<serde_json::Value> = sorted
-        .iter()
-        .map(|c| {
-            serde_json::json!({
-                "handler": c.handler,
-                "event_id": c.event_id,
-                "topic": c.topic,
-                "partition": c.partition,
-                "offset": c.offset,
-                "handler_version": c.handler_version,
-                "processed_at": processed_at,
-                "id_day": crate::event_id::id_day(c.event_id),
-            })
-        })
-        .collect();
-    let rows = serde_json::Value::Array(rows).to_string();
+    let texts = |f: fn(&Claim<'a>) -> &'a str| PgArray::Texts(sorted.iter().map(|c| f(c)).collect());
+    let ints = |f: fn(&Claim<'a>) -> i64| PgArray::Ints(sorted.iter().map(|c| f(c)).collect());
+    let arrays = [
+        texts(|c| c.handler),
+        texts(|c| c.event_id),
+        texts(|c| c.topic),
+        ints(|c| i64::from(c.partition)),
+        ints(|c| c.offset),
+        texts(|c| c.handler_version),
+        ints(|c| i64::from(crate::event_id::id_day(c.event_id))),
+    ];
+    let params = [status.into(), now_ms().into()];
     let mut fresh = HashSet::with_capacity(sorted.len());
-    for row in tx.gate(CLAIM_POSTGRES, &[rows.into(), status.into()]).await? {
+    for row in tx.gate_arrays(CLAIM_POSTGRES, &params, &arrays).await? {
         if let Some(SqlValue::Text(id)) = row.into_iter().next() {
             fresh.insert(id);
         }

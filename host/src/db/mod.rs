@@ -30,7 +30,7 @@ pub use crate::config::Backend;
 pub use error::DbError;
 pub use open::{OpenError, open, open_waiting, redact_url};
 pub use tx::Tx;
-pub use value::{DecodeError, SqlValue, UnsupportedColumn};
+pub use value::{DecodeError, PgArray, SqlValue, UnsupportedColumn};
 pub use walls::{HOST_SEARCH_PATH, Walls};
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};

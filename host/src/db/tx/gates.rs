@@ -3,7 +3,7 @@
 //! PostgreSQL, where the transaction's session may be a handler's login.
 
 use super::Tx;
-use crate::db::{Backend, DbError, SqlValue};
+use crate::db::{Backend, DbError, PgArray, SqlValue};
 
 impl Tx {
     /// Calls one of the host's gate functions (PostgreSQL: see
@@ -17,6 +17,18 @@ impl Tx {
     ) -> Result<Vec<Vec<SqlValue>>, DbError> {
         let params = self.keyed(params).await?;
         self.query(sql, &params).await
+    }
+
+    /// As [`Tx::gate`], with `arrays` (a batch's rows, a column each) after
+    /// `params`.
+    pub(in crate::db) async fn gate_arrays(
+        &mut self,
+        sql: &str,
+        params: &[SqlValue],
+        arrays: &[PgArray<'_>],
+    ) -> Result<Vec<Vec<SqlValue>>, DbError> {
+        let params = self.keyed(params).await?;
+        self.query_with(sql, &params, arrays).await
     }
 
     /// As [`Tx::gate`], for a gate that returns nothing (`void`, which has no decoder).

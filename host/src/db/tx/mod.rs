@@ -11,7 +11,7 @@ mod stuck;
 
 use super::value::{bind_postgres, bind_sqlite, decode_postgres, decode_sqlite};
 use super::walls::{Connection, WallState, Walls};
-use super::{Backend, DbError, SqlValue};
+use super::{Backend, DbError, PgArray, SqlValue};
 use crate::sandbox::postgres::PlainInsert;
 use crate::sandbox::sqlite_memory::HARD_HEAP_BYTES;
 
@@ -184,13 +184,23 @@ impl Tx {
     /// Runs one of the host's statements and returns every row it produced
     /// (outside the walls, as [`Tx::execute`]).
     pub async fn query(&mut self, sql: &str, params: &[SqlValue]) -> Result<Vec<Vec<SqlValue>>, DbError> {
+        self.query_with(sql, params, &[]).await
+    }
+
+    /// As [`Tx::query`], with PostgreSQL arrays after `params` (see [`PgArray`]).
+    pub(super) async fn query_with(
+        &mut self,
+        sql: &str,
+        params: &[SqlValue],
+        arrays: &[PgArray<'_>],
+    ) -> Result<Vec<Vec<SqlValue>>, DbError> {
         self.send_before_host().await?;
         self.walls.leave_lingering(&mut self.inner).await?;
         let unbounded = Bound {
             rows: usize::MAX,
             bytes: usize::MAX,
         };
-        self.inner.fetch(sql, params, unbounded, true).await
+        self.inner.fetch_with(sql, params, arrays, unbounded, true).await
     }
 
     /// Runs a guest's statement, inside the walls [`Tx::enter_guest`] put up.
@@ -595,7 +605,7 @@ impl Inner {
                 query.execute(&mut **tx).await?.rows_affected()
             }
             Inner::Postgres(tx, within) => {
-                let query = bind_postgres(sqlx::query(sql), params).persistent(persistent);
+                let query = bind_postgres(sqlx::query(sql), params, &[]).persistent(persistent);
                 answered(*within, query.execute(&mut **tx)).await?.rows_affected()
             }
         };
@@ -606,6 +616,19 @@ impl Inner {
         &mut self,
         sql: &str,
         params: &[SqlValue],
+        bound: Bound,
+        persistent: bool,
+    ) -> Result<Vec<Vec<SqlValue>>, DbError> {
+        self.fetch_with(sql, params, &[], bound, persistent).await
+    }
+
+    /// As [`Inner::fetch`], with PostgreSQL arrays after `params` (the
+    /// host's gates only; SQLite has no arrays).
+    async fn fetch_with(
+        &mut self,
+        sql: &str,
+        params: &[SqlValue],
+        arrays: &[PgArray<'_>],
         bound: Bound,
         persistent: bool,
     ) -> Result<Vec<Vec<SqlValue>>, DbError> {
@@ -634,6 +657,10 @@ impl Inner {
         };
         match self {
             Inner::Sqlite(tx) => {
+                assert!(
+                    arrays.is_empty(),
+                    "SQLite has no arrays: the host's gates are PostgreSQL's"
+                );
                 let query = bind_sqlite(sqlx::query(sql), params).persistent(persistent);
                 let mut stream = query.fetch(&mut **tx);
                 while let Some(row) = stream.try_next().await? {
@@ -641,7 +668,7 @@ impl Inner {
                 }
             }
             Inner::Postgres(tx, within) => {
-                let query = bind_postgres(sqlx::query(sql), params).persistent(persistent);
+                let query = bind_postgres(sqlx::query(sql), params, arrays).persistent(persistent);
                 let mut stream = query.fetch(&mut **tx);
                 let rows = async {
                     while let Some(row) = stream.try_next().await? {
