@@ -120,6 +120,24 @@ pub fn check_schema(statement: &Statement, row_bytes: usize) -> Result<(), Refus
                          written once, in CREATE TABLE",
                     ));
                 }
+                // Regression (the thirtieth adversarial read, issue 23): a
+                // DEFAULT is an expression too, and SQLite takes any on an
+                // empty table. 63 ADD COLUMNs each within its own budget
+                // added up to one insert that ran 2.49 s against a 100 ms
+                // deadline and reached SQLite's 2 GiB heap ceiling.
+                if let AlterTableOperation::AddColumn { column_def, .. } = operation
+                    && let Some(default) = column_def.options.iter().find_map(|o| match &o.option {
+                        ColumnOption::Default(e) => Some(e),
+                        _ => None,
+                    })
+                    && !is_short_literal(default)
+                {
+                    return Err(forbidden(format!(
+                        "on SQLite a column added by ALTER TABLE takes a literal DEFAULT of at most \
+                         {ADDED_DEFAULT_BYTES} bytes (`{default}` is not): its expression would run inside \
+                         every write, beside the table's others, where no deadline interrupts them"
+                    )));
+                }
             }
             Ok(())
         }
@@ -187,6 +205,25 @@ pub fn check_schema(statement: &Statement, row_bytes: usize) -> Result<(), Refus
                      SQLite holds a copy of every column a statement's levels select until it ends"
                 )));
             }
+            // A `*` stands alone: 64 of them over one table made a row of
+            // 64 copies of each column, which the register count takes as
+            // one stored row (the thirtieth adversarial read, issue 23: 40
+            // levels of a view of 64 `*`s reached the 2 GiB heap ceiling).
+            if let sqlparser::ast::SetExpr::Select(select) = view.query.body.as_ref() {
+                let wildcard = |item: &sqlparser::ast::SelectItem| {
+                    matches!(
+                        item,
+                        sqlparser::ast::SelectItem::Wildcard(_)
+                            | sqlparser::ast::SelectItem::QualifiedWildcard(..)
+                    )
+                };
+                if select.projection.len() > 1 && select.projection.iter().any(wildcard) {
+                    return Err(forbidden(
+                        "on SQLite a view's `*` stands alone (`SELECT * FROM t`), or it names columns: each \
+                         column at most once",
+                    ));
+                }
+            }
             // One relation in all, and no subquery anywhere (its WHERE
             // included). Regression (the twenty-ninth adversarial read, issue
             // 23): `... FROM t WHERE EXISTS (SELECT 1 FROM v)` read view `v`
@@ -244,6 +281,20 @@ pub fn stored_problem(sql: &str, views: &[String]) -> Option<String> {
         ));
     }
     None
+}
+
+/// The longest literal DEFAULT a column added by ALTER TABLE may have.
+const ADDED_DEFAULT_BYTES: usize = 1_024;
+
+/// A number, a string or blob of at most [`ADDED_DEFAULT_BYTES`], NULL,
+/// TRUE or FALSE, signed or in parentheses.
+fn is_short_literal(expr: &Expr) -> bool {
+    match expr {
+        Expr::Nested(inner) => is_short_literal(inner),
+        Expr::UnaryOp { expr, .. } => matches!(expr.as_ref(), Expr::Value(_)) && is_short_literal(expr),
+        Expr::Value(value) => value.to_string().len() <= ADDED_DEFAULT_BYTES + 8,
+        _ => false,
+    }
 }
 
 /// How many queries a statement holds: its own and each subquery (EXISTS,

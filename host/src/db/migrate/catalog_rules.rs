@@ -150,6 +150,77 @@ async fn sqlite_view_names(tx: &mut Tx, own: &[String], others: bool) -> Result<
     Ok(None)
 }
 
+/// The most bytes of schema text (`sqlite_master.sql`) a handler's tables,
+/// views and indexes may hold on SQLite, together.
+///
+/// SQLite reads every object's text again on every connection after any
+/// schema change, and keeps its literals in memory per connection: 240 MB
+/// of DEFAULT literals made the first statement of a fresh connection take
+/// 0.52 s (the thirtieth adversarial read, issue 23). PostgreSQL bounds a
+/// table's stored expressions instead ([`MAX_STORED_EXPRESSION_BYTES`]).
+pub(crate) const MAX_SQLITE_SCHEMA_BYTES: i64 = 1 << 20;
+
+/// SQLite: a table or view of the handler's whose stored text today's rules
+/// refuse, as the start-up audit reads it (`sandbox::sqlite_work::stored_problem`),
+/// or more than [`MAX_SQLITE_SCHEMA_BYTES`] of schema text in all.
+///
+/// SQLite writes each ALTER TABLE into the table's stored CREATE TABLE, so
+/// what each statement's own check let through could add up to a table the
+/// audit refuses, and with it the next start of the whole host (the
+/// thirtieth adversarial read: a CHECK at the call budget, then a column
+/// with a DEFAULT). Read back after each migration statement, what a
+/// migration accepts is what the audit accepts.
+pub(super) async fn sqlite_stored_schema(tx: &mut Tx, own: &[String]) -> Result<Option<String>, DbError> {
+    if tx.backend() != Backend::Sqlite {
+        return Ok(None);
+    }
+    let rows = tx
+        .query(
+            "SELECT type, name, tbl_name, COALESCE(sql, '') AS sql FROM sqlite_master",
+            &[],
+        )
+        .await?;
+    let owns = |name: &str| own.iter().any(|t| t.eq_ignore_ascii_case(name));
+    let mut objects = Vec::with_capacity(rows.len());
+    for row in rows {
+        let mut c = super::super::columns::Columns::new("sqlite_master row", row);
+        objects.push((
+            c.text("type")?,
+            c.text("name")?,
+            c.text("tbl_name")?,
+            c.text("sql")?,
+        ));
+    }
+    let views: Vec<String> = objects
+        .iter()
+        .filter(|(kind, ..)| kind == "view")
+        .map(|(_, name, ..)| name.to_ascii_lowercase())
+        .collect();
+    let mut bytes = 0i64;
+    for (kind, name, table, sql) in &objects {
+        if !owns(name) && !owns(table) {
+            continue;
+        }
+        bytes += sql.len() as i64;
+        if (kind == "table" || kind == "view")
+            && !sql.is_empty()
+            && let Some(problem) = crate::sandbox::sqlite_work::stored_problem(sql, &views)
+        {
+            return Ok(Some(format!(
+                "{kind} {name} as SQLite now stores it is refused ({problem}): what a migration leaves \
+                 must pass the checks every start makes"
+            )));
+        }
+    }
+    Ok((bytes > MAX_SQLITE_SCHEMA_BYTES).then(|| {
+        format!(
+            "the handler's tables, views and indexes hold {bytes} bytes of schema text; at most \
+             {MAX_SQLITE_SCHEMA_BYTES} (SQLite reads all of it again on every connection after any schema \
+             change)"
+        )
+    }))
+}
+
 /// SQLite, when a handler loads: its views read only its own tables, that
 /// exist (see [`sqlite_view_names`]; a database an older release migrated
 /// may hold a view that does not).

@@ -570,6 +570,12 @@ pub async fn apply_one_reserving(
                 short(&piece.text)
             )));
         }
+        if let Some(stored) = catalog_rules::sqlite_stored_schema(tx, &own).await? {
+            return Err(DbError::HandlerMigration(format!(
+                "migration {file} of handler {handler} is refused: after `{}`, {stored}",
+                short(&piece.text)
+            )));
+        }
         if let Some(reference) = foreign_reference(tx, &own).await? {
             return Err(DbError::HandlerMigration(format!(
                 "migration {file} of handler {handler} is refused: after `{}`, {reference}",
@@ -687,6 +693,9 @@ pub async fn sqlite_schema_over(db: &Database, own: &[String]) -> Result<Option<
         over = catalog_rules::sqlite_own_views(&mut tx, own)
             .await?
             .map(|views| format!("{views} (a migration may drop or change the view)"));
+    }
+    if over.is_none() {
+        over = catalog_rules::sqlite_stored_schema(&mut tx, own).await?;
     }
     tx.commit().await?;
     Ok(over)

@@ -380,6 +380,104 @@ async fn on_sqlite_a_view_reads_only_its_handlers_tables_that_exist() {
     assert_eq!(sqlite_schema_over(&db, &["t3".to_owned()]).await.unwrap(), None);
 }
 
+/// Regression (the thirtieth adversarial read, issue 23): SQLite writes each
+/// ALTER TABLE into the table's stored CREATE TABLE. A column's DEFAULT is
+/// an expression that runs in every write, and 63 added ones, each within
+/// its own statement's budget, made one insert run 2.49 s against a 100 ms
+/// deadline and fill SQLite's heap; the table as stored was then one the
+/// start-up audit refuses, for the whole host. A view of 64 `*`s was a row
+/// of 64 copies that the register count took as one. And a handler's schema
+/// text, which every connection reads again after any schema change, had no
+/// bound.
+#[tokio::test]
+async fn on_sqlite_what_a_migration_leaves_is_what_every_start_accepts() {
+    let db = sqlite_db().await;
+    apply(
+        &db,
+        "s",
+        &migration("0001.sql", "CREATE TABLE t (id INTEGER PRIMARY KEY);"),
+    )
+    .await
+    .unwrap();
+    for sql in [
+        "ALTER TABLE t ADD COLUMN c INTEGER DEFAULT (length(upper('x')));",
+        "ALTER TABLE t ADD COLUMN c TEXT DEFAULT (hex(randomblob(8)));",
+    ] {
+        let err = apply(&db, "s", &migration("0002.sql", sql))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("takes a literal DEFAULT"), "{sql}: {err}");
+    }
+    apply(
+        &db,
+        "s",
+        &migration(
+            "0002.sql",
+            "ALTER TABLE t ADD COLUMN a TEXT DEFAULT 'x'; ALTER TABLE t ADD COLUMN b INTEGER DEFAULT -1; \
+             ALTER TABLE t ADD COLUMN c BLOB DEFAULT NULL; CREATE VIEW v AS SELECT * FROM t; \
+             CREATE VIEW w AS SELECT t.* FROM t;",
+        ),
+    )
+    .await
+    .unwrap();
+    for sql in [
+        "CREATE VIEW x AS SELECT *, * FROM t;",
+        "CREATE VIEW x AS SELECT id, * FROM t;",
+        "CREATE VIEW x AS SELECT t.*, t.* FROM t;",
+    ] {
+        let err = apply(&db, "s", &migration("0003.sql", sql))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`*` stands alone"), "{sql}: {err}");
+    }
+    assert_eq!(
+        crate::db::audit::planted_code(&db).await.unwrap(),
+        Vec::<String>::new()
+    );
+
+    // What is stored is read back after every statement: a table an older
+    // release let in (a VIRTUAL column) refuses its handler's next statement.
+    let mut tx = db.begin().await.unwrap();
+    tx.execute("CREATE TABLE g (a INTEGER, b INTEGER AS (a + 1))", &[])
+        .await
+        .unwrap();
+    tx.execute(
+        "INSERT INTO handler_tables (handler, table_name) VALUES ('s', 'g')",
+        &[],
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let err = apply(&db, "s", &migration("0003.sql", "CREATE TABLE u (a INTEGER);"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("table g as SQLite now stores it is refused"),
+        "{err}"
+    );
+    assert!(
+        sqlite_schema_over(&db, &["g".to_owned()])
+            .await
+            .unwrap()
+            .is_some_and(|r| r.contains("table g as SQLite now stores it is refused"))
+    );
+
+    // At most 1 MiB of schema text per handler.
+    let literal = "x".repeat(60_000);
+    let tables: String = (0..18)
+        .map(|i| format!("CREATE TABLE big{i} (a TEXT DEFAULT '{literal}');\n"))
+        .collect();
+    let err = apply(&db, "big", &migration("0001.sql", &tables))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("bytes of schema text; at most 1048576"), "{err}");
+    assert!(own_tables(&db, "big").await.unwrap().is_empty());
+}
+
 /// Regression: SQLite rolls back the whole transaction when a writing
 /// statement is interrupted, claims and savepoints included; the host
 /// notices, begins a new one, and says so.
