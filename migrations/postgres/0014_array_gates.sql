@@ -1,4 +1,5 @@
--- A batch's claims, outbox messages and claim checks as arrays (issue 24).
+-- A batch's claims, outbox messages and claim checks as arrays, and its
+-- whole tail in one call (issue 24).
 --
 -- The gates of 0006 read a batch's rows from one JSON text, keys and payloads
 -- in hex: PostgreSQL spent about a third of the outbox insert parsing it
@@ -68,6 +69,57 @@ BEGIN
     RETURN inserted;
 END $$;
 
+-- pipeline/tail.rs: a consumer's batch's whole tail in one call, so one round
+-- trip and one key check instead of three: its outbox messages (as
+-- outbox_insert_rows), the check of its claims and of the partition's offset
+-- (as check_batch_rows), and, only if both are as the host left them, the
+-- offset's compare-and-set (as advance_offset). Returns the claims found
+-- intact, the offset found, and the rows the advance changed (0: it was not
+-- made, or another writer moved the offset first).
+CREATE FUNCTION inboxd_gate.seal_rows(host_key TEXT, p_handler TEXT, p_created_at BIGINT,
+    p_ids TEXT[], p_topics TEXT[], p_keys BYTEA[], p_payloads BYTEA[], p_headers TEXT[], p_buckets BIGINT[],
+    p_claims TEXT[], p_claim_days BIGINT[], p_topic TEXT, p_partition INTEGER, p_next_offset BIGINT,
+    p_records BIGINT, p_updated_at BIGINT, p_expected BIGINT)
+RETURNS TABLE (s_intact BIGINT, s_offset BIGINT, s_advanced BIGINT)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = inboxd, pg_catalog, pg_temp AS $$
+DECLARE
+    v_intact BIGINT;
+    v_offset BIGINT;
+    v_advanced BIGINT := 0;
+BEGIN
+    PERFORM inboxd_gate.require_host(host_key);
+    PERFORM inboxd_gate.require_handler(p_handler);
+    INSERT INTO inboxd.outbox (id, handler, topic, key, payload, headers, bucket, created_at)
+    SELECT m.id, p_handler, m.topic, m.key, m.payload, m.headers, m.bucket, p_created_at
+    FROM unnest(p_ids, p_topics, p_keys, p_payloads, p_headers, p_buckets::INTEGER[]) WITH ORDINALITY
+        AS m(id, topic, key, payload, headers, bucket, n)
+    ORDER BY m.n;
+    SELECT COUNT(*) INTO v_intact
+    FROM unnest(p_claims, p_claim_days::INTEGER[]) AS e(id, id_day)
+    CROSS JOIN LATERAL (SELECT 1 FROM inboxd.inbox i
+        WHERE i.handler = p_handler AND i.event_id = e.id AND i.id_day = e.id_day AND i.status = 'done'
+        LIMIT 1) AS found;
+    SELECT o.next_offset INTO v_offset FROM inboxd.offsets o
+    WHERE o.handler = p_handler AND o.topic = p_topic AND o.partition = p_partition;
+    IF v_intact = pg_catalog.cardinality(p_claims) AND v_offset IS NOT DISTINCT FROM p_expected THEN
+        IF p_expected IS NULL THEN
+            INSERT INTO inboxd.offsets (handler, topic, partition, next_offset, records_committed, updated_at)
+            VALUES (p_handler, p_topic, p_partition, p_next_offset, p_records, p_updated_at)
+            ON CONFLICT (handler, topic, partition) DO NOTHING;
+        ELSE
+            UPDATE inboxd.offsets AS o
+            SET next_offset = p_next_offset, records_committed = o.records_committed + p_records,
+                updated_at = p_updated_at
+            WHERE o.handler = p_handler AND o.topic = p_topic AND o.partition = p_partition
+              AND o.next_offset = p_expected;
+        END IF;
+        GET DIAGNOSTICS v_advanced = ROW_COUNT;
+    END IF;
+    RETURN QUERY SELECT v_intact, v_offset, v_advanced;
+END $$;
+
+REVOKE ALL ON FUNCTION inboxd_gate.seal_rows(TEXT, TEXT, BIGINT, TEXT[], TEXT[], BYTEA[], BYTEA[], TEXT[],
+    BIGINT[], TEXT[], BIGINT[], TEXT, INTEGER, BIGINT, BIGINT, BIGINT, BIGINT) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inboxd_gate.claim_rows(TEXT, TEXT, BIGINT, TEXT[], TEXT[], TEXT[], BIGINT[], BIGINT[],
     TEXT[], BIGINT[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inboxd_gate.check_batch_rows(TEXT, TEXT, TEXT, INTEGER, TEXT[], BIGINT[]) FROM PUBLIC;
@@ -89,5 +141,6 @@ BEGIN
         EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION inboxd_gate.claim_rows(text,text,int8,text[],text[],text[],int8[],int8[],text[],int8[]) TO %I', grantee);
         EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION inboxd_gate.check_batch_rows(text,text,text,int4,text[],int8[]) TO %I', grantee);
         EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION inboxd_gate.outbox_insert_rows(text,text,int8,text[],text[],bytea[],bytea[],text[],int8[]) TO %I', grantee);
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION inboxd_gate.seal_rows(text,text,int8,text[],text[],bytea[],bytea[],text[],int8[],text[],int8[],text,int4,int8,int8,int8,int8) TO %I', grantee);
     END LOOP;
 END $$;

@@ -155,18 +155,19 @@ async fn violation_postgres(
     let mut row = row.unwrap_or_default().into_iter();
     let intact = row.next().and_then(|v| v.as_i64()).unwrap_or(0);
     if intact != applied.len() as i64 {
-        return Ok(Some((
-            true,
-            format!(
-                "an applied event's inbox claim was changed or removed ({intact} of {} intact)",
-                applied.len()
-            ),
-        )));
+        return Ok(Some((true, claims_changed(intact, applied.len()))));
     }
     Ok(offset_moved(position, row.next().unwrap_or(SqlValue::Null)).map(|v| (false, v)))
 }
 
-fn offset_moved(position: &Position<'_>, offset: SqlValue) -> Option<String> {
+/// The violation of `applied` claims of which only `intact` still say `done`.
+pub(super) fn claims_changed(intact: i64, applied: usize) -> String {
+    format!("an applied event's inbox claim was changed or removed ({intact} of {applied} intact)")
+}
+
+/// The violation of a partition's offset found at `offset`, if it is not
+/// the one `position` expects.
+pub(super) fn offset_moved(position: &Position<'_>, offset: SqlValue) -> Option<String> {
     let expected = position.expected.map_or(SqlValue::Null, SqlValue::Int64);
     (offset != expected).then(|| {
         format!("the partition's stored offset was changed (expected {expected:?}, found {offset:?})")

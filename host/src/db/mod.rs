@@ -21,6 +21,7 @@ pub mod offsets;
 pub mod open;
 pub mod outbox;
 pub mod partitions;
+pub mod seal;
 pub mod snapshot;
 mod tx;
 mod value;

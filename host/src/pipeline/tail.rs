@@ -9,13 +9,16 @@
 //! 3. the transaction's own last host write, the partition's next offset or
 //!    the replayed dead letter's resolution, and the commit.
 //!
-//! A violation at 2, or a lost race at 3, rolls everything back.
+//! A violation at 2, or a lost race at 3, rolls everything back. On
+//! PostgreSQL a consumer's batch takes the three steps in one call of the
+//! host's gates ([`seal`]).
 
 use crate::db::dead_letters;
 use crate::db::inbox::Claim;
 use crate::db::invariants::{self, Position};
 use crate::db::offsets::{self, Advance};
 use crate::db::outbox::{self, NewMessage};
+use crate::db::seal::{self, Sealing};
 use crate::db::{DbError, Tx};
 
 /// The host's last write in the transaction, besides the guest's work.
@@ -58,6 +61,26 @@ pub async fn seal(
         messages.is_empty() || !applied.is_empty(),
         "messages come from applied calls"
     );
+    // PostgreSQL: steps 1 to 3 of a consumer's batch in one call.
+    if !applied.is_empty()
+        && let End::Advance(advance) = &end
+        && let Some(sealing) = seal::tail(&mut tx, handler, messages, applied, advance).await?
+    {
+        return Ok(match sealing {
+            Sealing::Advanced => {
+                tx.commit().await?;
+                Sealed::Committed
+            }
+            Sealing::Violation(violation) => {
+                tx.rollback().await?;
+                Sealed::Violation(violation)
+            }
+            Sealing::Raced => {
+                tx.rollback().await?;
+                Sealed::Raced
+            }
+        });
+    }
     if !applied.is_empty() {
         outbox::insert(&mut tx, handler, messages).await?;
         let violation = match &end {

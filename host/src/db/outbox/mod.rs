@@ -160,20 +160,45 @@ async fn insert_postgres(
     let mut rest = messages;
     while !rest.is_empty() {
         let (chunk, tail) = rest.split_at(statement_share(rest, STATEMENT_BYTES_POSTGRES));
-        let headers: Vec<String> = chunk.iter().map(|m| headers_json(&m.headers)).collect();
-        let arrays = [
-            PgArray::Texts(chunk.iter().map(|m| m.id.as_str()).collect()),
-            PgArray::Texts(chunk.iter().map(|m| m.topic.as_str()).collect()),
-            PgArray::Blobs(chunk.iter().map(|m| m.key.as_deref()).collect()),
-            PgArray::Blobs(chunk.iter().map(|m| Some(m.payload.as_slice())).collect()),
-            PgArray::Texts(headers.iter().map(String::as_str).collect()),
-            PgArray::Ints(chunk.iter().map(|m| bucket(handler, m.key.as_deref())).collect()),
-        ];
+        let headers = postgres_headers(chunk);
+        let arrays = postgres_columns(handler, chunk, &headers);
         let params = [handler.into(), created_at.into()];
         tx.gate_arrays(INSERT_POSTGRES, &params, &arrays).await?;
         rest = tail;
     }
     Ok(())
+}
+
+/// The headers of each message as PostgreSQL stores them, for [`postgres_columns`].
+pub(in crate::db) fn postgres_headers(messages: &[NewMessage]) -> Vec<String> {
+    messages.iter().map(|m| headers_json(&m.headers)).collect()
+}
+
+/// `messages` as the PostgreSQL gates take them: id, topic, key, payload,
+/// headers (`headers`, from [`postgres_headers`]) and bucket, an array each.
+pub(in crate::db) fn postgres_columns<'m>(
+    handler: &str,
+    messages: &'m [NewMessage],
+    headers: &'m [String],
+) -> [PgArray<'m>; 6] {
+    [
+        PgArray::Texts(messages.iter().map(|m| m.id.as_str()).collect()),
+        PgArray::Texts(messages.iter().map(|m| m.topic.as_str()).collect()),
+        PgArray::Blobs(messages.iter().map(|m| m.key.as_deref()).collect()),
+        PgArray::Blobs(messages.iter().map(|m| Some(m.payload.as_slice())).collect()),
+        PgArray::Texts(headers.iter().map(String::as_str).collect()),
+        PgArray::Ints(
+            messages
+                .iter()
+                .map(|m| bucket(handler, m.key.as_deref()))
+                .collect(),
+        ),
+    ]
+}
+
+/// Whether `messages` go to PostgreSQL in one statement.
+pub(in crate::db) fn one_postgres_statement(messages: &[NewMessage]) -> bool {
+    messages.is_empty() || statement_share(messages, STATEMENT_BYTES_POSTGRES) == messages.len()
 }
 
 /// How many of `messages` (at least one) go in one statement of at most
