@@ -167,7 +167,13 @@ async fn refused_schema(db: &Database) -> Result<Vec<String>, DbError> {
     let handlers = objects
         .iter()
         .filter(|(_, name, _)| !crate::sandbox::is_reserved(name));
-    let mut refused = Vec::new();
+    let mut refused: Vec<String> = objects
+        .iter()
+        .filter(|(_, name, _)| crate::sandbox::shadows_sqlite(name))
+        .map(|(kind, name, _)| {
+            format!("{kind} {name} (it hides SQLite's own table-valued function of that name)")
+        })
+        .collect();
     for (kind, name, sql) in handlers {
         if let Some(problem) = crate::sandbox::sqlite_work::stored_problem(sql, &views) {
             refused.push(format!("{kind} {name} ({problem})"));

@@ -431,7 +431,8 @@ fn new_name(owned: &Owned, name: &ObjectName) -> Result<String, Refusal> {
     };
     if is_reserved(&table) || TABLE_FUNCTIONS.contains(&table.as_str()) || name_parts(name).len() > 2 {
         return Err(forbidden(format!(
-            "cannot create {name}: the name is kept for the host's tables (names starting with {})",
+            "cannot create {name}: the name is kept for the host's tables and the databases' own (names \
+             starting with {})",
             super::RESERVED_PREFIXES.join(", ")
         )));
     }

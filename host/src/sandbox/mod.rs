@@ -25,7 +25,8 @@ pub use guard::{Guard, Refusal};
 
 /// Name prefixes the host keeps for its own tables, today's and any later
 /// migration's (`inbox`, `offsets`, `outbox`, `dead_letters`, `handlers`,
-/// `handler_*`, sqlx's `_sqlx_migrations`) and the databases' catalogs. A
+/// `handler_*`, sqlx's `_sqlx_migrations`), the databases' catalogs and
+/// SQLite's table-valued functions. A
 /// handler cannot create a table or index under them, so on SQLite, where
 /// every table shares one namespace, no handler can take a name the host
 /// will need, and a refusal can say "this is the host's".
@@ -38,7 +39,20 @@ pub const RESERVED_PREFIXES: &[&str] = &[
     "_sqlx",
     "sqlite_",
     "pg_",
+    // SQLite's own table-valued functions, found after any table of the
+    // same name: a team's table `pragma_table_xinfo` made the host's own
+    // reads of every other handler's columns fail, and their loads with
+    // them (the thirty-first adversarial read, issue 23).
+    "pragma_",
+    "dbstat",
 ];
+
+/// Names of SQLite's own table-valued functions that a table of the same
+/// name would hide from the host's statements (see [`RESERVED_PREFIXES`]).
+pub fn shadows_sqlite(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    name.starts_with("pragma_") || name.starts_with("dbstat")
+}
 
 /// True for names the host keeps (see [`RESERVED_PREFIXES`]).
 pub fn is_reserved(name: &str) -> bool {

@@ -160,6 +160,11 @@ async fn sqlite_view_names(tx: &mut Tx, own: &[String], others: bool) -> Result<
 /// table's stored expressions instead ([`MAX_STORED_EXPRESSION_BYTES`]).
 pub(crate) const MAX_SQLITE_SCHEMA_BYTES: i64 = 1 << 20;
 
+/// The longest definition a handler's view may have on SQLite, as PostgreSQL's
+/// (SQLite copies it into every reference while preparing: the
+/// thirty-first adversarial read, issue 23).
+const MAX_SQLITE_VIEW_BYTES: usize = 8 << 10;
+
 /// SQLite: a table or view of the handler's whose stored text today's rules
 /// refuse, as the start-up audit reads it (`sandbox::sqlite_work::stored_problem`),
 /// or more than [`MAX_SQLITE_SCHEMA_BYTES`] of schema text in all.
@@ -202,6 +207,19 @@ pub(super) async fn sqlite_stored_schema(tx: &mut Tx, own: &[String]) -> Result<
             continue;
         }
         bytes += sql.len() as i64;
+        if crate::sandbox::shadows_sqlite(name) {
+            return Ok(Some(format!(
+                "{kind} {name} hides SQLite's own table-valued function of that name, which the host reads \
+                 every handler's columns with: drop or rename it"
+            )));
+        }
+        if kind == "view" && sql.len() > MAX_SQLITE_VIEW_BYTES {
+            return Ok(Some(format!(
+                "view {name}'s definition is {} bytes; at most {MAX_SQLITE_VIEW_BYTES} (SQLite copies a \
+                 view's whole definition into every reference while it prepares a statement)",
+                sql.len()
+            )));
+        }
         if (kind == "table" || kind == "view")
             && !sql.is_empty()
             && let Some(problem) = crate::sandbox::sqlite_work::stored_problem(sql, &views)

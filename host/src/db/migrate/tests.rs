@@ -141,7 +141,7 @@ async fn handlers_own_only_what_they_created_and_keep_nothing_they_dropped() {
     // Another handler's name is not free, not even with IF NOT EXISTS.
     for sql in [
         "CREATE TABLE IF NOT EXISTS kept (x TEXT CHECK (x <> ''));",
-        "CREATE VIEW IF NOT EXISTS kept AS SELECT 1;",
+        "CREATE TABLE bt (x TEXT); CREATE VIEW IF NOT EXISTS kept AS SELECT x FROM bt;",
     ] {
         let err = apply(&db, "b", &migration("0001_b.sql", sql)).await.unwrap_err();
         assert!(
@@ -247,7 +247,7 @@ async fn on_sqlite_a_view_reads_tables_only() {
         assert!(
             err.contains("reads view") && err.contains("tables only")
                 || err.contains("view w reads a table that does not exist")
-                || err.contains("with no subquery"),
+                || err.contains("with no WHERE"),
             "{sql}: {err}"
         );
     }
@@ -464,6 +464,44 @@ async fn on_sqlite_what_a_migration_leaves_is_what_every_start_accepts() {
             .unwrap()
             .is_some_and(|r| r.contains("table g as SQLite now stores it is refused"))
     );
+
+    // SQLite's own table-valued functions cannot be hidden by a table (the
+    // thirty-first read: the host reads every handler's columns through them).
+    for name in ["pragma_table_xinfo", "PRAGMA_foreign_key_list", "dbstat"] {
+        let sql = format!("CREATE TABLE {name} (x INTEGER);");
+        let err = apply(&db, "p", &migration("0001.sql", &sql))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("the name is kept"), "{name}: {err}");
+    }
+    let mut tx = db.begin().await.unwrap();
+    tx.execute("CREATE TABLE pragma_table_xinfo (x INTEGER)", &[])
+        .await
+        .unwrap();
+    tx.execute(
+        "INSERT INTO handler_tables (handler, table_name) VALUES ('p', 'pragma_table_xinfo')",
+        &[],
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let planted = crate::db::audit::planted_code(&db).await.unwrap();
+    assert!(
+        planted
+            .iter()
+            .any(|p| p.contains("pragma_table_xinfo (it hides SQLite's own")),
+        "{planted:?}"
+    );
+    assert!(
+        sqlite_schema_over(&db, &["pragma_table_xinfo".to_owned()])
+            .await
+            .unwrap()
+            .is_some_and(|r| r.contains("hides SQLite's own table-valued function"))
+    );
+    let mut tx = db.begin().await.unwrap();
+    tx.execute("DROP TABLE pragma_table_xinfo", &[]).await.unwrap();
+    tx.commit().await.unwrap();
 
     // At most 1 MiB of schema text per handler.
     let literal = "x".repeat(60_000);
