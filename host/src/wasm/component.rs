@@ -8,7 +8,8 @@
 
 use super::engine::WasmEngine;
 use super::state::StoreState;
-use crate::bindings::{Event, Handler as Instance, HandlerError, HandlerPre};
+use super::warm::{self, Warm, WarmPool};
+use crate::bindings::{Event, HandlerError, HandlerPre};
 use crate::capabilities::log::LogTag;
 use crate::capabilities::outbox::OutboxState;
 use crate::db::{DbError, Tx, Walls};
@@ -18,7 +19,7 @@ use crate::sandbox::Guard;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use wasmtime::{Store, Trap};
 
@@ -27,6 +28,9 @@ use wasmtime::{Store, Trap};
 const BACKSTOP_GRACE: Duration = Duration::from_secs(1);
 /// Keep dead-letter reasons readable and bounded.
 const MAX_REASON_BYTES: usize = 2048;
+/// How long a call waits between tries for an instance when every one of
+/// the host's is in use.
+const POOL_FULL_WAIT: Duration = Duration::from_millis(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -52,19 +56,13 @@ pub struct Reuse {
 }
 
 /// An instance kept between events, with its store.
-struct Warm {
-    store: Store<StoreState>,
-    instance: Instance,
-    events: u32,
-}
-
 pub struct HandlerComponent {
     name: Arc<str>,
     /// Handler and version, on every guest log line.
     tag: Arc<LogTag>,
     reuse: Option<Reuse>,
-    /// Instances waiting for their next event (at most one per call running at once).
-    warm: Mutex<Vec<Warm>>,
+    /// Instances waiting for their next event (see [`super::warm`]).
+    warm: WarmPool,
     version: String,
     pre: HandlerPre<StoreState>,
     engine: wasmtime::Engine,
@@ -109,7 +107,7 @@ impl HandlerComponent {
                 version: version.clone(),
             }),
             reuse: None,
-            warm: Mutex::default(),
+            warm: WarmPool::default(),
             outbox_topics: Arc::default(),
             guard: Arc::new(guard),
             walls,
@@ -295,7 +293,32 @@ impl HandlerComponent {
             let call = async {
                 let instance = match warm_instance {
                     Some(instance) => instance,
-                    None => self.pre.instantiate_async(&mut store).await?,
+                    None => {
+                        let mut waited = false;
+                        loop {
+                            // Every handler's instances share one pool: when it
+                            // is full, every handler's idle ones go back, and the
+                            // call waits its turn inside its own deadline rather
+                            // than trap (a trap would count against the event:
+                            // the thirty-second adversarial read, issue 23).
+                            match self.pre.instantiate_async(&mut store).await {
+                                Err(e)
+                                    if e.chain().any(|c| c.is::<wasmtime::PoolConcurrencyLimitError>()) =>
+                                {
+                                    warm::release_all();
+                                    if !waited {
+                                        tracing::warn!(
+                                            handler = &*self.name,
+                                            "every Wasm instance of the host is in use; waiting for one"
+                                        );
+                                    }
+                                    waited = true;
+                                    tokio::time::sleep(POOL_FULL_WAIT).await;
+                                }
+                                other => break other?,
+                            }
+                        }
+                    }
                 };
                 let result = instance.call_handle(&mut store, &event).await?;
                 wasmtime::Result::Ok((instance, result))
@@ -386,12 +409,18 @@ impl HandlerComponent {
 
     fn take_warm(&self) -> Option<Warm> {
         self.reuse?;
-        self.warm.lock().unwrap_or_else(|p| p.into_inner()).pop()
+        self.warm.take()
     }
 
     fn keep_warm(&self, warm: Warm) {
         let Some(reuse) = self.reuse else { return };
         let memory = warm.store.data().limiter.total_bytes();
+        // Not one whose memory limit fired (a guest that handled a failed
+        // `memory.grow`): the flag would outlive the event and name every
+        // later trap of the instance a memory limit (the thirty-second read).
+        if warm.store.data().limiter.exceeded().is_some() {
+            return;
+        }
         if memory > reuse.max_memory_bytes || warm.events >= reuse.max_events {
             tracing::debug!(
                 handler = &*self.name,
@@ -401,7 +430,7 @@ impl HandlerComponent {
             );
             return;
         }
-        self.warm.lock().unwrap_or_else(|p| p.into_inner()).push(warm);
+        self.warm.keep(warm);
     }
 
     fn timeout_exceeded(&self) -> LimitExceeded {

@@ -14,6 +14,7 @@ mod image_bounds;
 pub mod limits;
 mod output;
 pub(crate) mod state;
+mod warm;
 
 pub use component::{HandlerComponent, Interfaces, LoadError, Reuse};
 pub use engine::WasmEngine;

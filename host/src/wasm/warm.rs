@@ -1,0 +1,104 @@
+//! Idle instances kept for reuse (`instances.reuse`), and their share of the
+//! one pool every handler's instances come from.
+//!
+//! Each idle instance holds a slot of the pooling allocator
+//! (`engine::COMPONENT_INSTANCES` for the whole host). Regression (the
+//! thirty-second adversarial read, issue 23): handlers that reuse
+//! instances kept every one that ended cleanly, for good, and when the
+//! pool was full every other handler's instantiation failed at once, and
+//! its events were parked as traps. So a handler keeps at most
+//! [`MAX_WARM`], and a full pool sends every handler's idle instances back
+//! ([`release_all`]) while the call that found it full waits its turn.
+
+use super::state::StoreState;
+use crate::bindings::Handler as Instance;
+use std::sync::{Arc, Mutex, Weak};
+use wasmtime::Store;
+
+/// Idle instances one handler version keeps, at most.
+pub(super) const MAX_WARM: usize = 4;
+
+/// An instance between two events.
+pub(super) struct Warm {
+    pub store: Store<StoreState>,
+    pub instance: Instance,
+    pub events: u32,
+}
+
+/// What [`release_all`] can empty.
+trait Release: Send + Sync {
+    fn release(&self);
+}
+
+impl<T: Send> Release for Mutex<Vec<T>> {
+    fn release(&self) {
+        // Dropped outside the lock: a store's drop returns its slots.
+        let idle = std::mem::take(&mut *self.lock().unwrap_or_else(|p| p.into_inner()));
+        drop(idle);
+    }
+}
+
+/// Every handler version's idle instances, to send back when the pool is full.
+static ALL: Mutex<Vec<Weak<dyn Release>>> = Mutex::new(Vec::new());
+
+/// One handler version's idle instances.
+pub(super) struct WarmPool<T = Warm>(Arc<Mutex<Vec<T>>>);
+
+impl<T: Send + 'static> Default for WarmPool<T> {
+    fn default() -> Self {
+        let kept = Arc::new(Mutex::new(Vec::new()));
+        let registered: Arc<dyn Release> = kept.clone();
+        let mut all = ALL.lock().unwrap_or_else(|p| p.into_inner());
+        all.retain(|w| w.strong_count() > 0);
+        all.push(Arc::downgrade(&registered));
+        Self(kept)
+    }
+}
+
+impl<T> WarmPool<T> {
+    pub fn take(&self) -> Option<T> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).pop()
+    }
+
+    /// Keeps `warm` unless [`MAX_WARM`] are kept already.
+    pub fn keep(&self, warm: T) {
+        let mut kept = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.len() < MAX_WARM {
+            kept.push(warm);
+        }
+    }
+}
+
+/// Drops every handler's idle instances, freeing their slots of the pool.
+pub(super) fn release_all() {
+    let pools: Vec<Arc<dyn Release>> = {
+        let all = ALL.lock().unwrap_or_else(|p| p.into_inner());
+        all.iter().filter_map(Weak::upgrade).collect()
+    };
+    for pool in pools {
+        pool.release();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A handler keeps at most `MAX_WARM` idle instances, and a full pool
+    /// empties every handler's, not only the one that found it full.
+    #[test]
+    fn idle_instances_are_bounded_and_all_go_back_when_the_pool_is_full() {
+        let (a, b) = (WarmPool::<u32>::default(), WarmPool::<u32>::default());
+        for n in 0..10 {
+            a.keep(n);
+        }
+        b.keep(99);
+        assert_eq!(a.0.lock().unwrap().len(), MAX_WARM);
+        release_all();
+        assert_eq!((a.take(), b.take()), (None, None));
+        drop(b);
+        a.keep(1);
+        release_all();
+        assert_eq!(a.take(), None, "a dropped pool is skipped");
+    }
+}
