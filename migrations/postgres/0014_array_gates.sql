@@ -75,7 +75,11 @@ END $$;
 -- (as check_batch_rows), and, only if both are as the host left them, the
 -- offset's compare-and-set (as advance_offset). Returns the claims found
 -- intact, the offset found, and the rows the advance changed (0: it was not
--- made, or another writer moved the offset first).
+-- made, or another writer moved the offset first). Its statements repeat
+-- those of the three gates on purpose: a helper without the key check would
+-- be one a handler's session may call too (every function of this schema
+-- is granted to the handlers' roles), and calling the gates themselves
+-- checks the key three more times.
 CREATE FUNCTION inboxd_gate.seal_rows(host_key TEXT, p_handler TEXT, p_created_at BIGINT,
     p_ids TEXT[], p_topics TEXT[], p_keys BYTEA[], p_payloads BYTEA[], p_headers TEXT[], p_buckets BIGINT[],
     p_claims TEXT[], p_claim_days BIGINT[], p_topic TEXT, p_partition INTEGER, p_next_offset BIGINT,

@@ -705,4 +705,6 @@ pub(crate) use statistics::POSTGRES_PARTIAL_INDEXES;
 #[cfg(test)]
 mod catalog_tests;
 #[cfg(test)]
+mod sqlite_schema_tests;
+#[cfg(test)]
 mod tests;
