@@ -79,3 +79,81 @@ async fn without_reuse_every_event_gets_a_fresh_instance() {
     let seen = counts_seen("", &events).await;
     assert_eq!(seen, [Some(1); 4]);
 }
+
+/// Regression (the thirty-third adversarial read, issue 23): a call that
+/// found every Wasm instance of the host in use waited inside its own
+/// deadline, so it ended as the event's time limit, counted against an event
+/// that was not at fault. Now instances are handed out first come first
+/// served before the deadline starts, and a call that gets none in time is
+/// the host's, retried. With one instance for the whole host
+/// (`wasm.instances = 1`), a hostile handler's events spin to their 1.5 s
+/// timeout holding it; billing's, with a 300 ms timeout and one attempt,
+/// wait their turn and are all applied, none parked. (PostgreSQL: on SQLite
+/// the one writer already serializes the two handlers' guests.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_finds_every_instance_in_use_is_retried_not_counted() {
+    let (orders, attacks) = (unique("orders"), unique("attacks"));
+    create_topic(&orders, 1).await;
+    create_topic(&attacks, 1).await;
+    let rest = format!(
+        "{}[handlers.limits]\ntimeout_ms = 300\n[handlers.retry]\nmax_attempts = 1\n\n\
+         {}[handlers.limits]\ntimeout_ms = 1500\n[handlers.retry]\nmax_attempts = 1\n",
+        handler_block("billing", &orders),
+        handler_block("hostile", &attacks)
+    );
+    let env = TestEnv::with_handlers(Backend::Postgres, "billing", &orders, &rest).await;
+    let config = std::fs::read_to_string(&env.config_path)
+        .unwrap()
+        .replace("[wasm]\n", "[wasm]\ninstances = 1\n");
+    std::fs::write(&env.config_path, config).unwrap();
+    let loops: Vec<Send> = (0..6)
+        .map(|_| Send::json(&new_id(), json!({ "attack": "loop" })))
+        .collect();
+    produce(&attacks, &loops).await;
+    let mut host = env.spawn_host();
+    // The orders go out once the hostile handler holds the instance: its
+    // first event has failed at its timeout, its second is spinning.
+    let db = env.db().await;
+    assert!(
+        poll_until(Duration::from_secs(60), || {
+            let db = &db;
+            async move {
+                inboxd::db::dead_letters::list(db, "hostile")
+                    .await
+                    .is_ok_and(|letters| !letters.is_empty())
+            }
+        })
+        .await,
+        "{}",
+        host.log()
+    );
+    let order_ids: Vec<String> = (0..6).map(|_| new_id()).collect();
+    let sends: Vec<Send> = order_ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| Send::order(id, &format!("order-{i}")))
+        .collect();
+    let ends = produce(&orders, &sends).await;
+    env.wait_for_offsets(&ends, Duration::from_secs(120), &mut host)
+        .await;
+    let letters = inboxd::db::dead_letters::list(&db, "billing").await.unwrap();
+    assert!(letters.is_empty(), "{letters:#?}\n{}", host.log());
+    env.assert_exactly_once("invoices", order_ids.len(), &ends).await;
+    assert!(
+        host.log()
+            .contains("every Wasm instance of the host stayed in use"),
+        "billing's calls never met a full pool, so this proved nothing:\n{}",
+        host.log()
+    );
+    // The hostile events, which held the instance, are the ones charged.
+    assert!(
+        poll_until(Duration::from_secs(30), || {
+            let db = &db;
+            async move { inboxd::db::dead_letters::list(db, "hostile").await.unwrap().len() == 6 }
+        })
+        .await,
+        "{}",
+        host.log()
+    );
+    assert_eq!(host.terminate(Duration::from_secs(30)).await, Some(0));
+}

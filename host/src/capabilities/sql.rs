@@ -45,6 +45,10 @@ pub struct SqlState {
     /// during a guest statement. It is the host's to retry, never counted
     /// against the handler, whatever the guest made of its error value.
     host_error: Option<DbError>,
+    /// A statement was sent and has not come back: still true if the call
+    /// was dropped while it ran (the host's backstop), so the host knows
+    /// the connection may be busy with it.
+    statement_running: bool,
 }
 
 impl SqlState {
@@ -68,6 +72,7 @@ impl SqlState {
             timed_out: false,
             exhausted: None,
             host_error: None,
+            statement_running: false,
         }
     }
 
@@ -90,6 +95,11 @@ impl SqlState {
 
     pub fn take_host_error(&mut self) -> Option<DbError> {
         self.host_error.take()
+    }
+
+    /// True if the call ended (was dropped) while one of its statements ran.
+    pub fn statement_running(&self) -> bool {
+        self.statement_running
     }
 }
 
@@ -290,17 +300,19 @@ impl sql_api::Host for SqlView<'_> {
     async fn execute(&mut self, statement: String, params: Vec<Value>) -> Result<u64, SqlError> {
         let approved = self.admit(&statement, &params).await?;
         let params: Vec<SqlValue> = params.into_iter().map(to_sql).collect();
-        let tx = self.tx()?;
-        tx.set_ctes(approved.ctes);
-        match tx
+        self.tx()?.set_ctes(approved.ctes);
+        self.state.statement_running = true;
+        let done = self
+            .tx()?
             .guest_execute_approved(
                 &statement,
                 &params,
                 approved.insert.as_ref(),
                 approved.keep_prepared,
             )
-            .await
-        {
+            .await;
+        self.state.statement_running = false;
+        match done {
             Ok(changed) => Ok(changed),
             Err(error) => Err(self.fail(error)),
         }
@@ -310,12 +322,14 @@ impl sql_api::Host for SqlView<'_> {
         let approved = self.admit(&statement, &params).await?;
         let params: Vec<SqlValue> = params.into_iter().map(to_sql).collect();
         let (max_rows, max_bytes) = (self.state.max_rows, self.state.max_result_bytes);
-        let tx = self.tx()?;
-        tx.set_ctes(approved.ctes);
-        let rows = match tx
+        self.tx()?.set_ctes(approved.ctes);
+        self.state.statement_running = true;
+        let done = self
+            .tx()?
             .guest_query_approved(&statement, &params, max_rows, max_bytes, approved.keep_prepared)
-            .await
-        {
+            .await;
+        self.state.statement_running = false;
+        let rows = match done {
             Ok(rows) => rows,
             Err(error) => return Err(self.fail(error)),
         };

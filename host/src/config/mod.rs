@@ -147,6 +147,10 @@ pub struct WasmConfig {
     /// resident).
     #[serde(default = "default_compile_memory_mb")]
     pub compile_memory_mb: u64,
+    /// Wasm instances alive at once, every handler's together, running or
+    /// idle: the size of the engine's instance pool (see `wasm::warm`).
+    #[serde(default = "default_instances")]
+    pub instances: u32,
 }
 
 impl Default for WasmConfig {
@@ -155,12 +159,17 @@ impl Default for WasmConfig {
             cache_dir: default_cache_dir(),
             compile_cpu_seconds: default_compile_cpu_seconds(),
             compile_memory_mb: default_compile_memory_mb(),
+            instances: default_instances(),
         }
     }
 }
 
 fn default_compile_cpu_seconds() -> u64 {
     60
+}
+
+fn default_instances() -> u32 {
+    256
 }
 
 fn default_compile_memory_mb() -> u64 {
@@ -412,6 +421,11 @@ impl Config {
         }
         if !(256..=65_536).contains(&self.wasm.compile_memory_mb) {
             return Err(invalid("wasm.compile_memory_mb", "must be between 256 and 65536"));
+        }
+        // Each instance reserves its slots' address space up front (several
+        // GiB per memory slot, two memory slots per instance).
+        if !(1..=1024).contains(&self.wasm.instances) {
+            return Err(invalid("wasm.instances", "must be between 1 and 1024"));
         }
         if let Some(admin) = &self.admin {
             admin.validate()?;

@@ -35,6 +35,7 @@ fn minimal_config_gets_the_documented_defaults() {
     assert_eq!(handler.event_id.header, "event_id");
     assert_eq!(config.wasm.compile_cpu_seconds, 60);
     assert_eq!(config.wasm.compile_memory_mb, 2048);
+    assert_eq!(config.wasm.instances, 256);
 }
 
 #[test]
@@ -80,6 +81,8 @@ fn bad_values_name_their_key() {
         ),
         ("[wasm]\ncompile_cpu_seconds = 0", "wasm.compile_cpu_seconds"),
         ("[wasm]\ncompile_memory_mb = 100", "wasm.compile_memory_mb"),
+        ("[wasm]\ninstances = 0", "wasm.instances"),
+        ("[wasm]\ninstances = 5000", "wasm.instances"),
     ];
     for (extra, key) in cases {
         let err = load(&with_component(extra)).unwrap_err();

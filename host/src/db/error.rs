@@ -62,6 +62,14 @@ pub enum DbError {
     /// call, where the failure reaches its own event.
     #[error("a handler's held-back INSERTs failed when sent: {0}")]
     DeferredFailed(String),
+    /// Every slot of the host's Wasm instance pool stayed in use while the
+    /// event's call waited for one (see `wasm::warm`): the host's resource,
+    /// not the event's fault, so the work is retried as an outage is.
+    #[error(
+        "every Wasm instance of the host was in use (waited {waited:?}): the event is retried, not \
+         counted against its attempts"
+    )]
+    NoWasmInstance { waited: std::time::Duration },
     /// PostgreSQL did not answer one round trip in time: the server or the
     /// network is gone (see `Tx`'s round-trip bound). The connection is
     /// dropped with the transaction, and the work retried as an outage.
@@ -83,6 +91,7 @@ impl DbError {
             DbError::Sqlx(sqlx::Error::Database(db)) => transient_database_error(db.as_ref()),
             // A reply out of step with the protocol: the connection is not to be trusted.
             DbError::Sqlx(sqlx::Error::Protocol(_)) => true,
+            DbError::NoWasmInstance { .. } => true,
             _ => self.is_connection_failure(),
         }
     }

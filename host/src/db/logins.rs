@@ -251,6 +251,7 @@ impl GuestPools {
             .max_connections(self.max_connections)
             .min_connections(0)
             .acquire_timeout(super::ACQUIRE_TIMEOUT)
+            .max_lifetime(GUEST_SESSION_LIFETIME)
             // As the host's pool: only a connection idle for a while is pinged.
             .test_before_acquire(false)
             .before_acquire(|conn, meta| {
@@ -293,6 +294,14 @@ impl GuestPools {
         self.pools.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
+
+/// How long a handler's connection lives before the pool closes it and opens
+/// another. A backend keeps caches no SQL can empty and no reset reaches:
+/// every time zone it parsed, every anonymous row type it met (the
+/// forty-second adversarial read: 480 MB and 208 MB left behind, past
+/// `DISCARD ALL`). The guard keeps statements from filling them fast; this
+/// bounds how long whatever they hold outlives the events that made it.
+const GUEST_SESSION_LIFETIME: Duration = Duration::from_secs(60);
 
 /// How long a statement of the host's may wait for a lock inside a handler's
 /// transaction: a handler's statement abandoned at its deadline may still

@@ -122,7 +122,15 @@ pub async fn load_handler(
                 source,
             }
         })?)
-        .with_stored_row_bytes(stored_row_bytes);
+        .with_stored_row_bytes(stored_row_bytes)
+        .with_table_calls(
+            migrate::sqlite_table_calls(db, &own_tables)
+                .await
+                .map_err(|source| RegistryError::GuardCatalog {
+                    handler: handler.name.clone(),
+                    source,
+                })?,
+        );
     tracing::debug!(handler = handler.name, tables = ?own_tables, "handler's own tables");
     let limits = Limits::from(&handler.limits);
     // A statement may run as long as the whole event may.

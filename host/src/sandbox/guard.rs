@@ -125,6 +125,8 @@ pub struct Guard {
     max_row_bytes: usize,
     /// SQLite: the longest row stored (see [`Guard::with_stored_row_bytes`]).
     stored_row_bytes: usize,
+    /// SQLite: each own table's stored expressions (see [`Guard::with_table_calls`]).
+    table_calls: super::sqlite_upsert::TableCalls,
     /// PostgreSQL: what the guard knows of the database (each own table's
     /// own expressions, the functions it could call on a whole row).
     catalog: super::postgres::Catalog,
@@ -146,6 +148,7 @@ impl Guard {
             max_statement_bytes,
             max_row_bytes,
             stored_row_bytes: 0,
+            table_calls: Default::default(),
             catalog: Default::default(),
         }
     }
@@ -156,6 +159,14 @@ impl Guard {
     /// counted at this size (`db::migrate::row_bound::sqlite_row_bound`).
     pub fn with_stored_row_bytes(mut self, bytes: usize) -> Self {
         self.stored_row_bytes = bytes;
+        self
+    }
+
+    /// SQLite: the calls and operators in each own table's CHECK, DEFAULT and
+    /// generated expressions, which an upsert runs twice
+    /// (`db::migrate::sqlite_table_calls`, `super::sqlite_upsert`).
+    pub fn with_table_calls(mut self, tables: super::sqlite_upsert::TableCalls) -> Self {
+        self.table_calls = tables;
         self
     }
 
@@ -273,6 +284,7 @@ impl Guard {
         if self.backend == Backend::Sqlite {
             let row_bytes = self.max_row_bytes.max(self.stored_row_bytes);
             super::sqlite_work::check(statement, row_bytes)?;
+            super::sqlite_upsert::check(statement, row_bytes, &self.table_calls)?;
         }
         if self.backend == Backend::Postgres {
             // The same text as PostgreSQL itself reads it (see `super::postgres`).

@@ -17,6 +17,7 @@ pub mod postgres;
 pub mod sqlite_memory;
 mod sqlite_registers;
 mod sqlite_sorts;
+pub mod sqlite_upsert;
 pub mod sqlite_work;
 pub(crate) mod walk;
 pub mod work;

@@ -58,6 +58,13 @@ pub fn check(statement: &Statement, row_bytes: usize) -> Result<(), Refusal> {
     Ok(())
 }
 
+/// The calls and operators of a statement, as [`check`] counts them.
+pub fn calls(statement: &Statement) -> u64 {
+    let mut count = Count(0);
+    let _ = statement.visit(&mut count);
+    count.0
+}
+
 /// SQLite runs one row's expressions without looking at any deadline
 /// (see above), and a table's own expressions run inside every
 /// write to it, a view's inside every read (the eighth adversarial read,
@@ -469,7 +476,7 @@ fn function_units(call: &Function) -> u64 {
 }
 
 /// The last part of a (possibly qualified) name, lower-cased.
-fn last_name(name: &ObjectName) -> String {
+pub(super) fn last_name(name: &ObjectName) -> String {
     name.0
         .last()
         .and_then(|part| part.as_ident())

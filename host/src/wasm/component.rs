@@ -28,9 +28,6 @@ use wasmtime::{Store, Trap};
 const BACKSTOP_GRACE: Duration = Duration::from_secs(1);
 /// Keep dead-letter reasons readable and bounded.
 const MAX_REASON_BYTES: usize = 2048;
-/// How long a call waits between tries for an instance when every one of
-/// the host's is in use.
-const POOL_FULL_WAIT: Duration = Duration::from_millis(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -66,6 +63,8 @@ pub struct HandlerComponent {
     version: String,
     pre: HandlerPre<StoreState>,
     engine: wasmtime::Engine,
+    /// The engine's instance permits (see [`super::warm::slot`]).
+    slots: Arc<tokio::sync::Semaphore>,
     limits: Limits,
     guard: Arc<Guard>,
     walls: Walls,
@@ -115,6 +114,7 @@ impl HandlerComponent {
             version,
             pre,
             engine: engine.engine.clone(),
+            slots: engine.slots.clone(),
             limits,
         })
     }
@@ -231,7 +231,7 @@ impl HandlerComponent {
             self.outbox_topics.clone(),
             &record.headers,
         );
-        let (mut store, warm_instance, events) = match self.take_warm() {
+        let (mut store, warm_instance, events, slot) = match self.take_warm() {
             Some(mut warm) => {
                 warm.store.data_mut().next_event(
                     tx,
@@ -241,9 +241,15 @@ impl HandlerComponent {
                     self.tag.clone(),
                     event_id.to_owned(),
                 );
-                (warm.store, Some(warm.instance), warm.events)
+                (warm.store, Some(warm.instance), warm.events, warm.slot)
             }
             None => {
+                // A slot of the host's instance pool first, before the
+                // event's deadline starts: waiting for one is not the
+                // event's time (see `super::warm`).
+                let Some(slot) = warm::slot(&self.slots, self.limits.timeout).await else {
+                    return self.no_instance(tx);
+                };
                 let state = StoreState::new(
                     tx,
                     self.guard.clone(),
@@ -273,7 +279,7 @@ impl HandlerComponent {
                         wasmtime::UpdateDeadline::Yield(1)
                     })
                 });
-                (store, None, 0)
+                (store, None, 0, slot)
             }
         };
         store.data_mut().deadline = std::time::Instant::now() + self.limits.timeout;
@@ -293,35 +299,10 @@ impl HandlerComponent {
             let call = async {
                 let instance = match warm_instance {
                     Some(instance) => instance,
-                    None => {
-                        let mut waited = false;
-                        loop {
-                            // Every handler's instances share one pool: when it
-                            // is full, every handler's idle ones go back, and the
-                            // call waits its turn inside its own deadline rather
-                            // than trap (a trap would count against the event:
-                            // the thirty-second adversarial read, issue 23).
-                            match self.pre.instantiate_async(&mut store).await {
-                                Err(e)
-                                    if e.chain().any(|c| c.is::<wasmtime::PoolConcurrencyLimitError>()) =>
-                                {
-                                    warm::release_all();
-                                    if !waited {
-                                        tracing::warn!(
-                                            handler = &*self.name,
-                                            "every Wasm instance of the host is in use; waiting for one"
-                                        );
-                                    }
-                                    waited = true;
-                                    tokio::time::sleep(POOL_FULL_WAIT).await;
-                                }
-                                other => break other?,
-                            }
-                        }
-                    }
+                    None => self.pre.instantiate_async(&mut store).await?,
                 };
                 let result = instance.call_handle(&mut store, &event).await?;
-                wasmtime::Result::Ok((instance, result))
+                Ok::<_, wasmtime::Error>((instance, result))
             };
             tokio::time::timeout(self.limits.timeout + BACKSTOP_GRACE, call).await
         };
@@ -358,12 +339,27 @@ impl HandlerComponent {
         // backend is terminated and the transaction replaced, so neither the
         // host nor the event's next attempt waits on it.
         // On SQLite the statement is interrupted and waited for inside its
-        // walls (see `Tx::abandon_stuck_call`).
+        // walls (see `Tx::abandon_stuck_call`). Only if a statement was
+        // running: a guest that slept in WASI's `poll` left its transaction
+        // idle and whole (the thirty-second read).
         if outcome.is_err()
+            && state.sql.statement_running()
             && let Some(stuck) = tx.as_mut()
             && let Err(e) = stuck.abandon_stuck_call().await
         {
             host_error = Some(e);
+        }
+        // The pool refused the instance although the call held a slot (an
+        // instance made outside the permits): the host's, like no slot.
+        if let Ok(Err(error)) = &outcome
+            && error
+                .chain()
+                .any(|c| c.is::<wasmtime::PoolConcurrencyLimitError>())
+        {
+            warm::release_all();
+            host_error.get_or_insert(DbError::NoWasmInstance {
+                waited: Duration::ZERO,
+            });
         }
         let outbox = state.outbox.take();
         let stderr = self.forward_output(state, event_id);
@@ -397,13 +393,38 @@ impl HandlerComponent {
                 store,
                 instance,
                 events: events + 1,
+                slot,
             });
+        } else {
+            // The store first: it gives its instance back to the pool
+            // before the permit lets the next call make one.
+            drop(store);
+            drop(slot);
         }
         Invocation {
             tx,
             result,
             host_error,
             outbox,
+        }
+    }
+
+    /// The event's call when no slot of the instance pool came free within
+    /// the handler's timeout: the host's failure, retried with its batch,
+    /// never counted against the event.
+    fn no_instance(&self, tx: Tx) -> Invocation {
+        tracing::warn!(
+            handler = &*self.name,
+            waited_ms = self.limits.timeout.as_millis() as u64,
+            "every Wasm instance of the host stayed in use; the event will be retried"
+        );
+        Invocation {
+            tx: Some(tx),
+            result: Ok(()),
+            host_error: Some(DbError::NoWasmInstance {
+                waited: self.limits.timeout,
+            }),
+            outbox: Vec::new(),
         }
     }
 

@@ -11,6 +11,7 @@ use crate::capabilities::{log, outbox, sql};
 use crate::config::WasmConfig;
 use std::path::PathBuf;
 use std::sync::Arc;
+use tokio::sync::Semaphore;
 use wasmtime::component::Linker;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
@@ -22,12 +23,14 @@ pub struct WasmEngine {
     pub(crate) cache_dir: Option<PathBuf>,
     /// What a compile worker may spend on one component.
     pub(crate) compile_limits: CompileLimits,
+    /// One permit per component instance of the pool (see `super::warm`).
+    pub(crate) slots: Arc<Semaphore>,
 }
 
 impl WasmEngine {
     pub fn new(wasm: &WasmConfig) -> wasmtime::Result<Self> {
         let mut config = compile_config();
-        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling()));
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling(wasm.instances)));
         let engine = Engine::new(&config)?;
         spawn_epoch_ticker(&engine);
         let mut linker = Linker::new(&engine);
@@ -37,6 +40,7 @@ impl WasmEngine {
             linker: Arc::new(linker),
             cache_dir: wasm.cache_dir(),
             compile_limits: CompileLimits::from(wasm),
+            slots: Arc::new(Semaphore::new(wasm.instances as usize)),
         })
     }
 }
@@ -52,6 +56,17 @@ pub(crate) fn compile_config() -> Config {
     // Epoch interruption, not fuel: it costs a load and compare at loop
     // heads instead of counting every instruction.
     config.epoch_interruption(true);
+    // Proposals no guest of ours needs, each more of the engine a hostile
+    // component can reach (GC heaps, unwinding, 64-bit memories whose
+    // bounds checks are explicit, shared memories): off, so a component
+    // using one is refused when it loads, naming the feature.
+    config
+        .wasm_gc(false)
+        .wasm_exceptions(false)
+        .wasm_memory64(false)
+        .wasm_threads(false)
+        .wasm_shared_everything_threads(false)
+        .wasm_stack_switching(false);
     config
 }
 
@@ -72,26 +87,27 @@ fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
 /// instantiation is on the hot path.
 /// The pooling allocator keeps linear memories, tables and stacks mapped in
 /// slots that are reused, instead of an mmap, guard pages and an munmap (with
-/// its cross-core TLB shootdown) per event. Instances at once are bounded by
-/// the database pool (a guest only runs inside a transaction), far below these.
+/// its cross-core TLB shootdown) per event. Instances alive at once, running
+/// or idle, take a permit of [`WasmEngine::slots`] first (see `super::warm`).
 ///
 /// The slots are shared by every handler, so each component is capped
 /// (checked when it is loaded, which refuses the upload) and each total is
-/// its cap times the component instances: however many memories, tables or
+/// its cap times the component instances (`wasm.instances`, 256 by
+/// default): however many memories, tables or
 /// core instances one team's component asks for, another team's instance
 /// still finds its slots. Without the caps, one component of 256 core
 /// instances, each with a memory, would take every memory slot while it
 /// ran, and every other handler's instantiation would fail.
-fn pooling() -> PoolingAllocationConfig {
+fn pooling(instances: u32) -> PoolingAllocationConfig {
     let mut pool = PoolingAllocationConfig::default();
-    pool.total_component_instances(COMPONENT_INSTANCES)
+    pool.total_component_instances(instances)
         .max_core_instances_per_component(CORE_INSTANCES_PER_COMPONENT)
         .max_memories_per_component(MEMORIES_PER_COMPONENT)
         .max_tables_per_component(TABLES_PER_COMPONENT)
-        .total_core_instances(COMPONENT_INSTANCES * CORE_INSTANCES_PER_COMPONENT)
-        .total_memories(COMPONENT_INSTANCES * MEMORIES_PER_COMPONENT)
-        .total_tables(COMPONENT_INSTANCES * TABLES_PER_COMPONENT)
-        .total_stacks(COMPONENT_INSTANCES)
+        .total_core_instances(instances * CORE_INSTANCES_PER_COMPONENT)
+        .total_memories(instances * MEMORIES_PER_COMPONENT)
+        .total_tables(instances * TABLES_PER_COMPONENT)
+        .total_stacks(instances)
         // Resetting a slot for the next instance is the largest cost of a
         // fresh instance per event: wasmtime memsets this much of the memory
         // (and of each table) back, dirty or not, and madvises the rest away;
@@ -116,8 +132,6 @@ fn pooling() -> PoolingAllocationConfig {
     pool
 }
 
-/// Component instances alive at once, every handler's together.
-const COMPONENT_INSTANCES: u32 = 256;
 /// Per component: the Python guest instantiates 14 core modules, the
 /// JavaScript one 4, a Rust one 3; each has one memory and two tables.
 const CORE_INSTANCES_PER_COMPONENT: u32 = 32;
@@ -140,4 +154,33 @@ fn spawn_epoch_ticker(engine: &Engine) {
             }
         })
         .expect("spawning the epoch ticker thread");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wasmtime::component::Component;
+
+    /// Regression (the thirty-second adversarial read, issue 23): proposals
+    /// no guest needs were on, each more engine for a hostile component to
+    /// reach. A component that uses one is refused, naming it.
+    #[test]
+    fn a_component_using_a_proposal_no_guest_needs_is_refused() {
+        let engine = Engine::new(&compile_config()).unwrap();
+        for (feature, module) in [
+            ("memory64", "(memory i64 1)"),
+            ("threads", "(memory 1 1 shared)"),
+            ("exceptions", "(tag)"),
+            ("gc", "(type (struct))"),
+        ] {
+            let bytes = wat::parse_str(format!("(component (core module {module}))")).unwrap();
+            let error = format!("{:#}", Component::new(&engine, &bytes).err().unwrap());
+            assert!(
+                error.to_lowercase().contains(feature) || error.contains("not enabled"),
+                "{feature}: {error}"
+            );
+        }
+        let plain = wat::parse_str("(component (core module (memory 1)))").unwrap();
+        Component::new(&engine, &plain).unwrap();
+    }
 }

@@ -2,17 +2,29 @@
 //! one pool every handler's instances come from.
 //!
 //! Each idle instance holds a slot of the pooling allocator
-//! (`engine::COMPONENT_INSTANCES` for the whole host). Regression (the
+//! (`wasm.instances` for the whole host, 256 by default). Regression (the
 //! thirty-second adversarial read, issue 23): handlers that reuse
 //! instances kept every one that ended cleanly, for good, and when the
 //! pool was full every other handler's instantiation failed at once, and
 //! its events were parked as traps. So a handler keeps at most
 //! [`MAX_WARM`], and a full pool sends every handler's idle instances back
 //! ([`release_all`]) while the call that found it full waits its turn.
+//!
+//! The pool's slots are handed out as permits ([`slot`]), first come first
+//! served, before an instance is made and before the event's deadline
+//! starts. Regression (the thirty-third read): a call that found the pool
+//! full waited inside its own deadline, so under a pool that stayed full it
+//! ended as the event's time limit (counted against the event, which was
+//! not at fault) and the backstop then terminated a backend that had run
+//! no SQL. Now a call that gets no slot within its handler's timeout fails
+//! as the host's (`DbError::NoWasmInstance`): the batch is retried and the
+//! event's attempts are not touched.
 
 use super::state::StoreState;
 use crate::bindings::Handler as Instance;
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime::Store;
 
 /// Idle instances one handler version keeps, at most.
@@ -20,9 +32,33 @@ pub(super) const MAX_WARM: usize = 4;
 
 /// An instance between two events.
 pub(super) struct Warm {
+    // Declared before `slot`, so it is dropped first: the store returns its
+    // slot to the pool before the permit lets the next call take it.
     pub store: Store<StoreState>,
     pub instance: Instance,
     pub events: u32,
+    pub slot: Slot,
+}
+
+/// The right to one of the pool's component instances, held for as long as
+/// the instance lives (running or idle).
+pub(super) type Slot = OwnedSemaphorePermit;
+
+/// A slot of the pool (`slots`: one permit per instance it holds, the
+/// engine's), waiting at most `wait`. When none is free, every handler's
+/// idle instances go back first. Tokio's semaphore is fair: calls get their
+/// slots in the order they asked, so no handler, however many calls it has
+/// in flight, keeps another waiting longer than the calls queued before it
+/// take. `None`: the pool stayed full for `wait`.
+pub(super) async fn slot(slots: &Arc<Semaphore>, wait: Duration) -> Option<Slot> {
+    if let Ok(slot) = slots.clone().try_acquire_owned() {
+        return Some(slot);
+    }
+    release_all();
+    tokio::time::timeout(wait, slots.clone().acquire_owned())
+        .await
+        .ok()?
+        .ok()
 }
 
 /// What [`release_all`] can empty.

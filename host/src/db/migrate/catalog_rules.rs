@@ -5,7 +5,8 @@
 //! and on SQLite a foreign key to a table the handler does not own, or more
 //! than [`MAX_INDEXES_PER_TABLE`] indexes on a table.
 
-use super::super::{Backend, DbError, SqlValue, Tx, handler_schema};
+use super::super::{Backend, Database, DbError, SqlValue, Tx, handler_schema};
+use crate::sandbox::sqlite_upsert::TableCalls;
 
 /// SQLite: a foreign key of one of the handler's tables that points at a
 /// table it does not own (one it dropped, which another handler may create
@@ -230,6 +231,27 @@ pub(super) async fn sqlite_stored_schema(tx: &mut Tx, own: &[String]) -> Result<
             )));
         }
     }
+    // An index on an expression (`cid = -2`): migrations make indexes over
+    // plain columns only, but with SQLite's double-quoted-string fallback on
+    // (as it was before the thirty-third read) `CREATE INDEX i ON
+    // t("no_such_column")` was stored as an index on a constant.
+    let indexed = tx
+        .query(
+            "SELECT DISTINCT m.name, m.tbl_name FROM sqlite_master m, pragma_index_xinfo(m.name) x \
+             WHERE m.type = 'index' AND x.cid = -2",
+            &[],
+        )
+        .await?;
+    for row in indexed {
+        let mut c = super::super::columns::Columns::new("index column", row);
+        let (index, table) = (c.text("name")?, c.text("tbl_name")?);
+        if owns(&index) || owns(&table) {
+            return Ok(Some(format!(
+                "index {index} on {table} indexes an expression, not a column (a double-quoted name that \
+                 matches no column is a name here, not text): index plain columns"
+            )));
+        }
+    }
     Ok((bytes > MAX_SQLITE_SCHEMA_BYTES).then(|| {
         format!(
             "the handler's tables, views and indexes hold {bytes} bytes of schema text; at most \
@@ -237,6 +259,39 @@ pub(super) async fn sqlite_stored_schema(tx: &mut Tx, own: &[String]) -> Result<
              change)"
         )
     }))
+}
+
+/// SQLite: the calls and operators in each of the handler's tables' stored
+/// definitions (its CHECK, DEFAULT and generated expressions), by lower-case
+/// name, for the guard to count an upsert's second run of them
+/// (`sandbox::sqlite_upsert`). A definition the guard cannot read counts as
+/// the whole budget: it is refused at load anyway (`sqlite_stored_schema`).
+pub async fn sqlite_table_calls(db: &Database, own: &[String]) -> Result<TableCalls, DbError> {
+    let mut calls = TableCalls::new();
+    if db.backend() != Backend::Sqlite {
+        return Ok(calls);
+    }
+    let mut tx = db.begin().await?;
+    let rows = tx
+        .query(
+            "SELECT name, COALESCE(sql, '') AS sql FROM sqlite_master WHERE type = 'table'",
+            &[],
+        )
+        .await?;
+    tx.commit().await?;
+    for row in rows {
+        let mut c = super::super::columns::Columns::new("sqlite_master row", row);
+        let (name, sql) = (c.text("name")?, c.text("sql")?);
+        if !own.iter().any(|t| t.eq_ignore_ascii_case(&name)) {
+            continue;
+        }
+        let stored = sqlparser::parser::Parser::parse_sql(&sqlparser::dialect::SQLiteDialect {}, &sql)
+            .ok()
+            .and_then(|statements| statements.first().map(crate::sandbox::sqlite_work::calls))
+            .unwrap_or(u64::MAX);
+        calls.insert(name.to_ascii_lowercase(), stored);
+    }
+    Ok(calls)
 }
 
 /// SQLite, when a handler loads: its views read only its own tables, that

@@ -669,6 +669,7 @@ mod catalog_rules;
 pub mod row_bound;
 mod row_functions;
 mod statistics;
+pub use catalog_rules::sqlite_table_calls;
 pub(crate) use catalog_rules::{
     MAX_COLUMNS, MAX_FOREIGN_KEYS, MAX_STORED_EXPRESSION_BYTES, POSTGRES_FOREIGN_KEYS,
     POSTGRES_STORED_EXPRESSION_BYTES, POSTGRES_VIEWS_OF_VIEWS, POSTGRES_WIDE_RELATIONS,

@@ -326,3 +326,78 @@ async fn on_sqlite_what_a_migration_leaves_is_what_every_start_accepts() {
     assert!(err.contains("bytes of schema text; at most 1048576"), "{err}");
     assert!(own_tables(&db, "big").await.unwrap().is_empty());
 }
+
+/// Regression (the thirty-third adversarial read, issue 23): SQLite's
+/// double-quoted-string fallback read `"x"` that names no column as the
+/// text 'x', where the guard reads a column, so `CREATE INDEX i ON
+/// t("no_such_column")` was an index on a constant and a view's `"x"` a
+/// literal. Now `"x"` is a name or an error on every connection, and an
+/// index on an expression left by an older release refuses its handler's
+/// next migration.
+#[tokio::test]
+async fn on_sqlite_a_double_quoted_name_is_never_text() {
+    let db = sqlite_db().await;
+    apply(&db, "q", &migration("0001.sql", "CREATE TABLE t (a TEXT);"))
+        .await
+        .unwrap();
+    for sql in [
+        "CREATE INDEX i ON t (\"no_such_column\");",
+        "CREATE VIEW v AS SELECT \"no_such_column\" FROM t;",
+        "CREATE VIEW v AS SELECT \"no_such_column\" AS a FROM t;",
+    ] {
+        let err = apply(&db, "q", &migration("0002.sql", sql))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no such column"), "{sql}: {err}");
+    }
+    assert_eq!(own_tables(&db, "q").await.unwrap(), ["t"]);
+    // The same at run time, on the host's own statements too.
+    let mut tx = db.begin().await.unwrap();
+    let err = tx
+        .query("SELECT \"no_such_column\" FROM t", &[])
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("no such column"), "{err}");
+    // An index on an expression (as the fallback stored one before).
+    tx.execute("CREATE INDEX e ON t (a || 'x')", &[]).await.unwrap();
+    tx.commit().await.unwrap();
+    let err = apply(&db, "q", &migration("0002.sql", "CREATE TABLE u (a INTEGER);"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("index e on t indexes an expression"), "{err}");
+}
+
+/// The guard learns each table's stored expressions when its handler
+/// loads, so an upsert, which SQLite runs them twice for, is counted with
+/// them (the thirty-first read; `sandbox::sqlite_upsert`).
+#[tokio::test]
+async fn on_sqlite_a_tables_stored_expressions_are_counted_for_its_upserts() {
+    let db = sqlite_db().await;
+    let sql = "CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT CHECK (length(upper(v)) < 10)); \
+               CREATE TABLE plain (k INTEGER PRIMARY KEY, v TEXT);";
+    apply(&db, "u", &migration("0001.sql", sql)).await.unwrap();
+    let own = own_tables(&db, "u").await.unwrap();
+    let calls = sqlite_table_calls(&db, &own).await.unwrap();
+    // length, upper and `<`.
+    assert_eq!(calls.get("t"), Some(&3), "{calls:?}");
+    assert_eq!(calls.get("plain"), Some(&0), "{calls:?}");
+    let max = crate::sandbox::sqlite_work::max_calls(1 << 20);
+    let guard = crate::sandbox::guard::Guard::new(Backend::Sqlite, "main", &own, 1 << 16, 1 << 20)
+        .with_table_calls(calls);
+    // A call counts once per argument.
+    let upsert = |n: u64| {
+        format!(
+            "INSERT INTO {{}} (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = coalesce({})",
+            vec!["excluded.v"; n as usize].join(", ")
+        )
+    };
+    let fits = upsert(max - 3).replace("{}", "t");
+    guard.check(&fits).unwrap();
+    let over = upsert(max - 2).replace("{}", "t");
+    let refusal = guard.check(&over).unwrap_err().to_string();
+    assert!(refusal.contains("SQLite runs twice"), "{refusal}");
+    guard.check(&upsert(max - 2).replace("{}", "plain")).unwrap();
+}

@@ -490,6 +490,15 @@ pub unsafe fn install(db: *mut ffi::sqlite3) {
         // runs (the seventh adversarial read, issue 23). Without it a derived
         // table is computed once per row, as a co-routine.
         ffi::sqlite3_test_control(ffi::SQLITE_TESTCTRL_OPTIMIZATIONS, db, UNFLATTENED);
+        // SQLite's double-quoted-string fallback reads `"x"` that names no
+        // column as the text 'x', where the guard reads a column: `CREATE
+        // INDEX i ON t("no_such_column")` was an index on a constant, and a
+        // view's `"x"` a literal (the thirty-third read). Off, `"x"` is a
+        // name or an error, as both of the guard's parsers read it. Schemas
+        // an older release stored still load (SQLite keeps the fallback
+        // while it reads its own schema).
+        ffi::sqlite3_db_config(db, ffi::SQLITE_DBCONFIG_DQS_DDL, 0, std::ptr::null_mut::<c_int>());
+        ffi::sqlite3_db_config(db, ffi::SQLITE_DBCONFIG_DQS_DML, 0, std::ptr::null_mut::<c_int>());
     }
     registry()
         .lock()

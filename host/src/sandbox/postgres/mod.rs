@@ -530,6 +530,16 @@ fn check_call(node: &Value, place: Place) -> Result<(), Refusal> {
              interrupted at the event's deadline; use {name}(x)"
         )));
     }
+    // Regression (the forty-second adversarial read, issue 23): a time zone
+    // named in text is parsed and kept by the backend for good (about 24 KB
+    // each, past every reset; 20,000 distinct POSIX rules held 480 MB), and
+    // `date_trunc`'s third argument is one.
+    if name == "date_trunc" && arguments > 2 {
+        return Err(forbidden(
+            "date_trunc(field, source, zone) is not allowed: PostgreSQL keeps every time zone a session \
+             names in memory until the connection closes; use date_trunc(field, source)",
+        ));
+    }
     // Regression (the ninth adversarial read, issue 23): with a text second
     // argument `substring` is a POSIX regular expression, with a third a
     // SIMILAR TO one, both refused as operators. Which overload PostgreSQL

@@ -70,6 +70,12 @@ fn every_syntax_postgres_reads_as_a_call_is_judged_as_one() {
     refused("SELECT POSITION('a' IN b) FROM t", "position");
     refused("SELECT TRIM(BOTH 'xy' FROM b) FROM t", "btrim(x, characters)");
     refused("SELECT now() AT TIME ZONE 'UTC'", "timezone");
+    // The forty-second read: a zone a session names is kept for its life.
+    refused(
+        "SELECT date_trunc('day', now(), $1)",
+        "date_trunc(field, source, zone)",
+    );
+    allowed("SELECT date_trunc('day', now())");
     refused("SELECT a ~ 'x' FROM t", "operator ~");
     refused("SELECT a OPERATOR(pg_catalog.~) 'x' FROM t", "operator");
     refused("SELECT a FROM t ORDER BY a USING ~<~", "operator ~<~");
