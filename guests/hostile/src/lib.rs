@@ -121,6 +121,20 @@ impl Guest for Hostile {
                     .map(|_| ())
                     .map_err(|e| HandlerError::Reject(format!("{e:?}")))
             }
+            "bind" => {
+                let statement = field(&payload, "statement")
+                    .and_then(|s| s.as_str())
+                    .unwrap_or("");
+                let values: Vec<Value> = field(&payload, "values")
+                    .and_then(|v| v.as_array())
+                    .into_iter()
+                    .flatten()
+                    .map(|v| Value::Text(v.as_str().unwrap_or_default().to_owned()))
+                    .collect();
+                sql::query(statement, &values)
+                    .map(|_| ())
+                    .map_err(|e| HandlerError::Reject(format!("{e:?}")))
+            }
             "recurse" => Err(HandlerError::Reject(format!("depth {}", recurse(0)))),
             "probe-env" => {
                 let vars = std::env::vars().count();

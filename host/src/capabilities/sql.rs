@@ -252,10 +252,25 @@ impl SqlView<'_> {
                 })
             }
         };
-        verdict.map_err(|refusal| match refusal {
+        let approved = verdict.map_err(|refusal| match refusal {
             Refusal::Forbidden(m) => SqlError::Forbidden(m),
             Refusal::Limit(m) => SqlError::Limit(m),
-        })
+        })?;
+        // PostgreSQL keeps every time zone a session reads for as long as
+        // it lives (`sandbox::postgres::zones`): a parameter read as a date
+        // or time may not name one as a POSIX rule.
+        for &number in &approved.zoned_params {
+            if let Some(Value::Text(text)) = params.get(number.wrapping_sub(1))
+                && !crate::sandbox::postgres::zone_free(text)
+            {
+                return Err(SqlError::Forbidden(format!(
+                    "parameter {number} is read as a date or time and names a time zone as a POSIX rule \
+                     (letters, then an offset: `abc+1`), which the database session would keep until it \
+                     closes: give the offset as a number (`+02:00`, `Z`) or name a zone (`Europe/Paris`)"
+                )));
+            }
+        }
+        Ok(approved)
     }
 
     fn tx(&mut self) -> Result<&mut Tx, SqlError> {

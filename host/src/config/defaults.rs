@@ -135,3 +135,22 @@ pub const TEAM_CEILING_BACKOFF_MAX_MS: u64 = 300_000;
 pub const TEAM_CEILING_RECYCLE_MEMORY_MB: u64 = 512;
 /// 100x the default: a reused instance carries state (and leaks) across this many events.
 pub const TEAM_CEILING_RECYCLE_AFTER_EVENTS: u64 = 100_000;
+
+/// The largest `limits.max_row_bytes` a handler may have on SQLite. The
+/// sorter's runs ([`CACHE_KIB`]) hold 16 rows of this size; at 8 MiB rows
+/// they held one each, and 64 of them sorted held 1 GiB of the heap and
+/// 1.6 s without a deadline check in one step (the forty-third adversarial
+/// read, issue 23), and at the heap's ceiling sqlx failed to copy a result's
+/// value and the host crashed. A larger cache is no cure: a run of small
+/// rows is sorted in one step too (above). Larger rows need PostgreSQL.
+pub const SQLITE_MAX_ROW_BYTES: usize = 1 << 20;
+
+/// Why a `limits.max_row_bytes` above [`SQLITE_MAX_ROW_BYTES`] is refused on
+/// SQLite (by the configuration's check and by every load, uploads too).
+pub fn sqlite_row_bytes_refused(bytes: usize) -> String {
+    format!(
+        "limits.max_row_bytes is {bytes}; on SQLite at most {SQLITE_MAX_ROW_BYTES} (SQLite sorts inside the \
+         host's memory, in steps no deadline interrupts, and larger rows made those steps unbounded): lower \
+         it, or use PostgreSQL"
+    )
+}

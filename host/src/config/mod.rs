@@ -434,6 +434,12 @@ impl Config {
         let mut groups = std::collections::HashMap::new();
         for (i, handler) in self.handlers.iter().enumerate() {
             handler.validate(&format!("handlers[{i}]"))?;
+            if backend == Backend::Sqlite && handler.limits.max_row_bytes > defaults::SQLITE_MAX_ROW_BYTES {
+                return Err(invalid(
+                    format!("handlers[{i}].limits.max_row_bytes"),
+                    defaults::sqlite_row_bytes_refused(handler.limits.max_row_bytes),
+                ));
+            }
             if !names.insert(&handler.name) {
                 return Err(invalid(
                     format!("handlers[{i}].name"),

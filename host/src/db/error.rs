@@ -48,7 +48,8 @@ pub enum DbError {
     )]
     StatementSpill,
     /// Only ever seen by a handler run that the pipeline then discards
-    /// (see `Tx::set_statement_savepoints`).
+    /// (see `Tx::set_statement_savepoints`), or after the database rolled
+    /// the transaction back under an earlier statement (`Tx::is_lost`).
     #[error("an earlier statement of this call failed, so this one was not run")]
     AfterFailedStatement,
     /// A defect of the host: a handler's SQL about to run on a PostgreSQL

@@ -63,6 +63,14 @@ pub async fn load_handler(
         &handler.event_id.header,
         &handler.event_id.json_field,
     );
+    if db.backend() == crate::config::Backend::Sqlite
+        && handler.limits.max_row_bytes > crate::config::defaults::SQLITE_MAX_ROW_BYTES
+    {
+        return Err(RegistryError::Refused {
+            handler: handler.name.clone(),
+            reason: crate::config::defaults::sqlite_row_bytes_refused(handler.limits.max_row_bytes),
+        });
+    }
     // Before any event: the guard's work bound counts every row at this size.
     migrate::bound_rows(db, &handler.name, handler.limits.max_row_bytes)
         .await

@@ -281,6 +281,7 @@ impl Guard {
         let ctes = check_dml(statement, &self.owned, self.backend)?;
         let mut insert = None;
         let mut keep_prepared = true;
+        let mut zoned_params = Vec::new();
         if self.backend == Backend::Sqlite {
             let row_bytes = self.max_row_bytes.max(self.stored_row_bytes);
             super::sqlite_work::check(statement, row_bytes)?;
@@ -290,6 +291,7 @@ impl Guard {
             // The same text as PostgreSQL itself reads it (see `super::postgres`).
             let checked = super::postgres::check_run_time(sql, self.max_row_bytes as u64, &self.catalog)?;
             keep_prepared = checked.keep_prepared;
+            zoned_params = checked.zoned_params;
             match checked.statements {
                 1 => {}
                 n => {
@@ -304,6 +306,7 @@ impl Guard {
             ctes: Ctes::from(ctes),
             insert,
             keep_prepared,
+            zoned_params,
         })
     }
 }
@@ -356,6 +359,9 @@ pub struct Approved {
     /// PostgreSQL: the handler's session may keep it prepared (see
     /// `super::postgres::plan_cache`).
     pub keep_prepared: bool,
+    /// PostgreSQL: the parameters (numbered from 1) a date or time cast
+    /// reads as text, each checked with `postgres::zone_free` when bound.
+    pub zoned_params: Vec<usize>,
 }
 
 pub(crate) fn forbidden(message: impl Into<String>) -> Refusal {

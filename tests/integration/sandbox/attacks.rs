@@ -229,6 +229,24 @@ pub fn attacks(brokers: &str, backend: Backend) -> Vec<(Value, &'static str)> {
                 "numeric(p, s)",
             ),
             (json!({ "attack": "query", "statement": "SELECT 2.0 ^ 100000" }), "operator ^"),
+            // The forty-second adversarial read: a session keeps every time
+            // zone it reads from text and every record type it evaluates.
+            (
+                json!({ "attack": "query", "statement": "SELECT CAST(event_id AS timestamptz) FROM hostile_effects" }),
+                "a cast to a date or time",
+            ),
+            (
+                json!({ "attack": "query", "statement": "SELECT 1 WHERE now() > '2020-01-01 qaab+1qab'" }),
+                "POSIX rule",
+            ),
+            (
+                json!({ "attack": "bind", "statement": "SELECT $1::timestamptz", "values": ["2020-01-01 qaab+1qab"] }),
+                "names a time zone as a POSIX rule",
+            ),
+            (
+                json!({ "attack": "query", "statement": "SELECT CAST((1, 'a') AS text)" }),
+                "row constructor",
+            ),
             // The nineteenth to twenty-first adversarial reads: the planner
             // copies an unfenced subquery's computed column into each
             // reference, level by level (six levels of ten: 339 MB).

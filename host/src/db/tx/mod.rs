@@ -229,6 +229,7 @@ impl Tx {
         insert: Option<&Arc<PlainInsert>>,
         keep: bool,
     ) -> Result<u64, DbError> {
+        self.refuse_after_loss()?;
         let insert = insert.filter(|insert| Deferred::fits(insert, params));
         if let (Some(insert), Some(handler)) = (insert, self.defers()) {
             let joins = self.deferred.as_ref().is_some_and(|d| d.takes(&handler, sql));
@@ -284,6 +285,7 @@ impl Tx {
         max_bytes: usize,
         keep: bool,
     ) -> Result<Vec<Vec<SqlValue>>, DbError> {
+        self.refuse_after_loss()?;
         let bound = Bound {
             rows: max_rows,
             bytes: max_bytes,
@@ -427,6 +429,20 @@ impl Tx {
     /// True (once) if a guest statement failed with statement savepoints off.
     pub fn take_statement_failed(&mut self) -> bool {
         std::mem::take(&mut self.statement_failed)
+    }
+
+    /// No guest statement runs once the database has rolled the transaction
+    /// back under an earlier one (see [`Tx::is_lost`]): the walls' new
+    /// transaction holds none of the event's work, and the host may park the
+    /// event in it. Regression (the forty-third adversarial read, issue 23):
+    /// a short INSERT after SQLite's heap ceiling took the transaction ran
+    /// in the new one (too few steps for its deadline check) and committed
+    /// with the event's dead letter, so a replay applied the event again.
+    fn refuse_after_loss(&self) -> Result<(), DbError> {
+        if self.walls.is_lost() {
+            return Err(DbError::AfterFailedStatement);
+        }
+        Ok(())
     }
 
     /// With statement savepoints off on PostgreSQL: `Err` if an earlier

@@ -32,10 +32,13 @@ mod operators;
 mod plain_insert;
 pub mod plan_cache;
 pub(super) mod plan_memory;
+mod rows;
 mod sorted_limits;
 mod unspilled;
+mod zones;
 
 pub use plain_insert::PlainInsert;
+pub use zones::zone_free;
 
 use super::guard::Refusal;
 use super::walk::CAST_TYPES;
@@ -132,28 +135,37 @@ pub struct Catalog {
 /// most `row_bytes` and what `catalog` knows of the database (see
 /// [`super::work`] and [`check_row_calls`]); `Ok`: how many statements it holds.
 pub fn check(sql: &str, mode: Mode, row_bytes: u64, catalog: &Catalog) -> Result<usize, Refusal> {
-    checked(sql, mode, row_bytes, catalog).map(|(statements, _)| statements)
+    checked(sql, mode, row_bytes, catalog).map(|(statements, ..)| statements)
 }
 
 /// What [`check_run_time`] found in an approved statement.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct RunTime {
     /// How many statements PostgreSQL reads in the text.
     pub statements: usize,
+    /// The parameters a date or time cast reads as text, whose values the
+    /// host checks for time zones before it binds them ([`zones`]).
+    pub zoned_params: Vec<usize>,
     /// Whether the handler's session may keep it prepared ([`plan_cache`]).
     pub keep_prepared: bool,
 }
 
 /// As [`check`] for a guest's statement at run time.
 pub fn check_run_time(sql: &str, row_bytes: u64, catalog: &Catalog) -> Result<RunTime, Refusal> {
-    let (statements, tree) = checked(sql, Mode::RunTime, row_bytes, catalog)?;
+    let (statements, tree, zoned_params) = checked(sql, Mode::RunTime, row_bytes, catalog)?;
     Ok(RunTime {
         statements,
+        zoned_params,
         keep_prepared: plan_cache::keeps(sql, &tree),
     })
 }
 
-fn checked(sql: &str, mode: Mode, row_bytes: u64, catalog: &Catalog) -> Result<(usize, Value), Refusal> {
+fn checked(
+    sql: &str,
+    mode: Mode,
+    row_bytes: u64,
+    catalog: &Catalog,
+) -> Result<(usize, Value, Vec<usize>), Refusal> {
     let hidden = &catalog.hidden;
     let parsed = pg_query::parse(sql, pg_query::ParserOptions::DEFAULT).map_err(|e| match e {
         pg_query::Error::Decode(_) => Refusal::Limit(
@@ -195,7 +207,9 @@ fn checked(sql: &str, mode: Mode, row_bytes: u64, catalog: &Catalog) -> Result<(
         super::work::check(&tree, row_bytes, hidden)?
     };
     plan_memory::check(&tree, copied)?;
-    Ok((statements, tree))
+    rows::check(&tree)?;
+    let zoned = zones::check(&tree)?;
+    Ok((statements, tree, zoned))
 }
 
 /// The work of one row of `sql` by [`super::work`]'s weights, in nanoseconds

@@ -109,9 +109,20 @@ async fn out_of_memory_in_a_process_of_its_own() {
     // SQLite took the transaction (and the claim) with it: the walls began
     // another, which the host is told of, and SQLite works on.
     assert!(tx.is_lost());
+    // No guest statement runs in the new one (the forty-third read: a short
+    // INSERT did, and committed with the event's dead letter).
+    let small = SqlValue::Blob(vec![1; 8]);
+    let refused = tx
+        .guest_execute("INSERT INTO wt_heap_t (a) VALUES ($1)", &[small])
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, DbError::AfterFailedStatement), "{refused:?}");
+    assert!(tx.guest_query("SELECT 1", &[], 10, 1 << 20).await.is_err());
     tx.exit_guest(CALL, false).await.unwrap();
     tx.commit().await.unwrap();
     assert!(claims(&db).await.is_empty());
+    let left = db.query("SELECT COUNT(*) FROM wt_heap_t", &[]).await.unwrap();
+    assert_eq!(left, [[SqlValue::Int64(0)]], "nothing of the event's stayed");
     let mut tx = db.begin_write().await.unwrap();
     claim(&mut tx, "wt_heap", "e2").await.unwrap();
     tx.commit().await.unwrap();

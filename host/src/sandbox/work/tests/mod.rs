@@ -357,7 +357,10 @@ fn ordinary_subqueries_ctes_and_names_pass() {
          WHERE id = $1",
         "WITH l AS MATERIALIZED (SELECT order_id, qty * price AS amt FROM lines) SELECT order_id FROM l \
          WHERE amt > $1",
-        "SELECT * FROM (SELECT id, created::date AS d FROM events OFFSET 0) e WHERE d = $1::date",
+        // (`created::date`, a column cast to a date, is refused since the
+        // forty-second read: a column may hold text naming time zones.)
+        "SELECT * FROM (SELECT id, date_trunc('day', created)::date AS d FROM events OFFSET 0) e \
+         WHERE d = $1::date",
         "SELECT x.n, y.m FROM (SELECT lower(name) AS n FROM a OFFSET 0) x, (SELECT upper(name) AS m FROM b \
          OFFSET 0) y WHERE x.n = y.m",
         "UPDATE balance SET balance = balance + $1 WHERE account = $2",
@@ -669,7 +672,12 @@ fn rows_as_text_and_remainders_count_what_they_make() {
         nested = format!("({nested}, '')");
     }
     refused_at(&format!("SELECT concat({nested})"), 1 << 20, "");
-    allowed("SELECT concat(($1, $2)) FROM invoices WHERE id = $3");
+    // A row as a value is refused outright since the forty-second read
+    // (`sandbox::postgres::rows`): a session keeps its record type for good.
+    refused(
+        "SELECT concat(($1, $2)) FROM invoices WHERE id = $3",
+        "row constructor",
+    );
     let remainder = |of: &str| {
         crate::sandbox::postgres::row_work_ns(&format!("SELECT {of} * {of} = 0"), 1 << 20).unwrap()
     };
