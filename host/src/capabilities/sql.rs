@@ -265,8 +265,8 @@ impl SqlView<'_> {
             {
                 return Err(SqlError::Forbidden(format!(
                     "parameter {number} is read as a date or time and names a time zone as a POSIX rule \
-                     (letters, then an offset: `abc+1`), which the database session would keep until it \
-                     closes: give the offset as a number (`+02:00`, `Z`) or name a zone (`Europe/Paris`)"
+                     (letters going on to an offset: `abc+1`), which the database session would keep until \
+                     it closes: give the offset as a number (`+02:00`, `Z`) or name a zone (`Europe/Paris`)"
                 )));
             }
         }

@@ -13,8 +13,10 @@
 //! before it is read: a cast (`CAST(x AS timestamptz)`, `x::date`, the call
 //! `date(x)`) takes a literal, a parameter, or a value that is already a date,
 //! a time or a number (a call such as `now()` or `date_trunc(...)`, another
-//! cast); a literal anywhere holds no POSIX rule (PostgreSQL types an untyped
-//! literal by its context, a date column's included); and the host reads each
+//! cast); a literal anywhere holds no POSIX rule PostgreSQL's date reader
+//! would reach (it types an untyped literal by its context, a date column's
+//! included), and one cast to text on its way to a date is checked as well;
+//! and the host reads each
 //! text parameter a date or time cast takes before it binds it
 //! ([`zone_free`], `capabilities::sql`). A date or time array is refused.
 //! Parameters are bound as `text`, which PostgreSQL never turns into a date
@@ -68,7 +70,10 @@ pub(super) fn check(tree: &Value) -> Result<Vec<usize>, Refusal> {
                                 typed.insert(constant);
                             }
                         }
-                        "FuncCall" => call(inner, &mut params)?,
+                        "FuncCall" => {
+                            call(inner, &mut params)?;
+                            typed.extend(format_literal(inner));
+                        }
                         "AConst" if !typed.contains(&(inner as *const Value)) => literal(inner)?,
                         _ => {}
                     }
@@ -83,38 +88,113 @@ pub(super) fn check(tree: &Value) -> Result<Vec<usize>, Refusal> {
     Ok(params)
 }
 
-/// True if `text` names no time zone as a POSIX rule: no run of three or
-/// more letters (or a `<...>` name) followed by an offset (a digit, or a
-/// sign and a digit).
-/// Zone names of the time zone database (`Europe/Paris`), abbreviations
-/// (`CET`, `Z`), month and day names are fine.
+/// True if PostgreSQL, reading `text` as a date or time, would look up no
+/// time zone that is not a name of the time zone database: no field that
+/// starts with letters (other than a date word, `T` included) and goes on to
+/// a digit, once a date may be known before it (a digit, or `today` and
+/// its kin, earlier in the text). That is how PostgreSQL 15's date reader
+/// (`ParseDateTime`, `DecodeDateTime`) comes to `pg_tzset`, and a POSIX rule
+/// needs an offset, so a digit. Regression (the forty-fourth adversarial
+/// read): the first version wanted three letters before the digit, where
+/// PostgreSQL takes any (`1-1-1 qq1:00:10`, `a.b+1`).
 pub fn zone_free(text: &str) -> bool {
     let bytes = text.as_bytes();
-    let mut letters = 0usize;
+    let mut date_may_be_known = false;
     let mut i = 0;
     while i < bytes.len() {
         let b = bytes[i];
-        if b == b'<'
-            && let Some(end) = bytes[i..].iter().position(|&c| c == b'>')
-        {
-            letters = 3;
-            i += end + 1;
+        if b.is_ascii_digit() {
+            date_may_be_known = true;
+            i += 1;
             continue;
         }
-        if b.is_ascii_alphabetic() {
-            letters += 1;
-        } else {
-            // An offset: hours, signed or not (`abc1`, `abc+1`; `abc-` is none).
-            let signed = (b == b'+' || b == b'-') && bytes.get(i + 1).is_some_and(u8::is_ascii_digit);
-            if letters >= 3 && (b.is_ascii_digit() || signed) {
+        if !b.is_ascii_alphabetic() {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < bytes.len() && bytes[i].is_ascii_alphabetic() {
+            i += 1;
+        }
+        let word = text[start..i].to_ascii_lowercase();
+        let next = bytes.get(i).copied();
+        // ParseDateTime: letters then `-`, `/` or `.` are a date or a zone
+        // name; then a digit or `+`, unless the letters are a date word.
+        let zone_field = match next {
+            Some(b'-' | b'/' | b'.') => true,
+            Some(c) if c.is_ascii_digit() || c == b'+' => !DATE_WORDS.contains(&word.as_str()),
+            _ => false,
+        };
+        if zone_field && date_may_be_known {
+            let field_end = bytes[i..]
+                .iter()
+                .position(|c| !(c.is_ascii_alphanumeric() || b"+-/_.:".contains(c)))
+                .map_or(bytes.len(), |n| i + n);
+            if bytes[i..field_end].iter().any(u8::is_ascii_digit) {
                 return false;
             }
-            letters = 0;
         }
-        i += 1;
+        if DAY_WORDS.contains(&word.as_str()) {
+            date_may_be_known = true;
+        }
     }
     true
 }
+
+/// Words PostgreSQL's date reader takes as such before a digit or `+`
+/// (month and day names, the ISO `T`, eras, halves of the day, Julian `J`).
+const DATE_WORDS: &[&str] = &[
+    "t",
+    "j",
+    "am",
+    "pm",
+    "ad",
+    "bc",
+    "jan",
+    "january",
+    "feb",
+    "february",
+    "mar",
+    "march",
+    "apr",
+    "april",
+    "may",
+    "jun",
+    "june",
+    "jul",
+    "july",
+    "aug",
+    "august",
+    "sep",
+    "sept",
+    "september",
+    "oct",
+    "october",
+    "nov",
+    "november",
+    "dec",
+    "december",
+    "mon",
+    "monday",
+    "tue",
+    "tues",
+    "tuesday",
+    "wed",
+    "wednesday",
+    "thu",
+    "thur",
+    "thurs",
+    "thursday",
+    "fri",
+    "friday",
+    "sat",
+    "saturday",
+    "sun",
+    "sunday",
+];
+
+/// Words that give a whole date by themselves.
+const DAY_WORDS: &[&str] = &["today", "tomorrow", "yesterday", "now", "epoch", "allballs"];
 
 /// The last part of a type's name and whether it is an array.
 fn type_of(type_name: Option<&Value>) -> (Option<&str>, bool) {
@@ -147,6 +227,19 @@ fn cast(node: &Value, params: &mut Vec<usize>) -> Result<Cast, Refusal> {
     source(node.get("arg"), params).map(|()| Cast::Zoned)
 }
 
+/// The format of `to_char(x, format)` or `to_timestamp(x, format)`, a
+/// literal PostgreSQL types as text by the call (`'FM999G999D00'`).
+fn format_literal(node: &Value) -> Option<*const Value> {
+    let parts = strings(node.get("funcname"));
+    if !matches!(catalog_name(&parts), Some("to_char" | "to_timestamp")) {
+        return None;
+    }
+    match node.get("args").and_then(Value::as_array).map(Vec::as_slice) {
+        Some([_, format]) => format.pointer("/node/AConst").map(|c| c as *const Value),
+        _ => None,
+    }
+}
+
 /// `date(x)`, `timestamptz(x)` and the like are casts too.
 fn call(node: &Value, params: &mut Vec<usize>) -> Result<(), Refusal> {
     let parts = strings(node.get("funcname"));
@@ -167,8 +260,10 @@ fn source(arg: Option<&Value>, params: &mut Vec<usize>) -> Result<(), Refusal> {
         return Err(refused());
     };
     match kind.as_str() {
-        // A literal's text is checked wherever it stands (`literal`).
-        "AConst" => Ok(()),
+        // Checked here too: a literal cast to text on its way to a date
+        // (`CAST('...'::text AS date)`) is exempt where it stands (the
+        // forty-fourth read).
+        "AConst" => literal(node),
         "ParamRef" => {
             let number = node.get("number").and_then(Value::as_u64).unwrap_or_default();
             params.push(number as usize);
@@ -205,8 +300,8 @@ fn literal(node: &Value) -> Result<(), Refusal> {
     match node.pointer("/val/Sval/sval").and_then(Value::as_str) {
         Some(text) if !zone_free(text) => Err(forbidden(format!(
             "the string literal {:?} is not allowed on PostgreSQL: read as a date or time it names a time zone \
-             as a POSIX rule (letters, then an offset: `abc+1`), which the session keeps until it closes; bind \
-             it as a parameter, or type it (`'...'::text`)",
+             as a POSIX rule (a date, then letters going on to an offset: `2024-01-01 abc+1`), which the \
+             session keeps until it closes; bind it as a parameter, or type it (`'...'::text`)",
             text.chars().take(40).collect::<String>()
         ))),
         _ => Ok(()),
@@ -222,10 +317,16 @@ mod tests {
         for free in [
             "2024-01-01 12:00:00+02",
             "2024-01-01T12:00:00Z",
+            "2024-01-01T12:00:00.123-05:30",
             "2024-01-01 12:00 Europe/Paris",
             "Jan 8 1999 04:05:06 PST",
+            "Mon, 01 Jan 2024 12:00:00 +0100",
             "today",
             "v2",
+            "sha256",
+            "utf8",
+            "ORD-7",
+            "user+1@example.com",
             "order-",
             "refund-%",
             "YYYY-MM-DD HH24:MI:SS",
@@ -235,11 +336,17 @@ mod tests {
         }
         for rule in [
             "1-1-1 qaab+1qab",
-            "abc123",
-            "EST5EDT",
-            "x <+03>-3",
-            "Pst8",
-            "order-7",
+            "2024-01-01 abc123",
+            "2024-01-01 EST5EDT",
+            "1-1-1 qq1:00:10",
+            "2020-01-01 00:00 a1",
+            "2020-01-01 00:00 ab+1",
+            "2020-01-01 00:00 a.b+1",
+            "2020-01-01 00:00 a/b+1",
+            "2020-01-01 00:00 a.bc1",
+            "2024-01-01qq1",
+            "today qq1",
+            "2020-01-01 jan-5",
         ] {
             assert!(!zone_free(rule), "{rule}");
         }

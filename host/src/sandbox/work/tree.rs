@@ -179,9 +179,18 @@ pub(super) fn star_target(target: &Value) -> bool {
 /// The names a bare column reference could take for a whole row: derived
 /// tables and CTEs (refused there), and tables, views and their aliases
 /// (counted as a row of [`VIEW_ROWS`]).
+///
+/// Regression (the forty-fourth adversarial read, issue 23): a whole row
+/// that is not a table's is a value of an anonymous record type, which a
+/// PostgreSQL session registers for good (16 KB for 64 columns, a new one
+/// for each list of column names). So a function in FROM counts as derived
+/// unless its alias names one plain value (one call of `unnest` with one
+/// argument, or of `generate_series`, without column names or ORDINALITY),
+/// and so does a CTE read under an alias (`FROM w AS x`).
 pub(super) fn names(tree: &Value) -> (BTreeSet<String>, BTreeSet<String>) {
     let mut stack = vec![tree];
     let (mut derived, mut relations) = (BTreeSet::new(), BTreeSet::new());
+    let ctes = cte_names(tree);
     let alias = |n: &Map<String, Value>| {
         n.get("alias")
             .and_then(|a| a.get("aliasname"))
@@ -193,8 +202,12 @@ pub(super) fn names(tree: &Value) -> (BTreeSet<String>, BTreeSet<String>) {
             Value::Array(items) => stack.extend(items),
             Value::Object(fields) => {
                 match node(fields) {
-                    // A function in FROM: its alias names its value (`unnest(...) AS u`).
+                    // A function in FROM: its alias names its value
+                    // (`unnest($1) AS u`) if it is one plain value, else a row.
                     Some(("RangeFunction", n)) => {
+                        if !one_value(n) {
+                            derived.extend(alias(n));
+                        }
                         stack.extend(n.get("functions"));
                         continue;
                     }
@@ -206,8 +219,12 @@ pub(super) fn names(tree: &Value) -> (BTreeSet<String>, BTreeSet<String>) {
                 }
                 // A RangeVar, wrapped in a node or not (an INSERT's or UPDATE's own relation is not).
                 if let Some(name) = fields.get("relname").and_then(Value::as_str) {
-                    relations.insert(name.to_owned());
-                    relations.extend(alias(fields));
+                    if ctes.contains(name) {
+                        derived.extend(alias(fields));
+                    } else {
+                        relations.insert(name.to_owned());
+                        relations.extend(alias(fields));
+                    }
                 }
                 stack.extend(fields.values());
             }
@@ -215,6 +232,64 @@ pub(super) fn names(tree: &Value) -> (BTreeSet<String>, BTreeSet<String>) {
         }
     }
     (derived, relations)
+}
+
+/// Every CTE name a statement defines.
+fn cte_names(tree: &Value) -> BTreeSet<String> {
+    let mut stack = vec![tree];
+    let mut names = BTreeSet::new();
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(fields) => {
+                if let Some(("CommonTableExpr", n)) = node(fields) {
+                    names.extend(n.get("ctename").and_then(Value::as_str).map(str::to_owned));
+                }
+                stack.extend(fields.values());
+            }
+            _ => {}
+        }
+    }
+    names
+}
+
+/// A function in FROM whose alias names one plain value: one call, of
+/// `unnest` with one argument or of `generate_series`, with no column names
+/// and no ORDINALITY.
+fn one_value(range: &Map<String, Value>) -> bool {
+    let calls = range.get("functions").and_then(Value::as_array);
+    let [call] = calls.map(Vec::as_slice).unwrap_or_default() else {
+        return false;
+    };
+    let first = call
+        .pointer("/node/List/items")
+        .and_then(Value::as_array)
+        .and_then(|items| items.first());
+    let Some(function) = first.and_then(|f| f.pointer("/node/FuncCall")) else {
+        return false;
+    };
+    let name = function
+        .get("funcname")
+        .and_then(Value::as_array)
+        .and_then(|parts| parts.last())
+        .and_then(|part| part.pointer("/node/String/sval"))
+        .and_then(Value::as_str);
+    let arguments = function.get("args").and_then(Value::as_array).map_or(0, Vec::len);
+    let named_columns = range
+        .get("alias")
+        .and_then(|a| a.get("colnames"))
+        .and_then(Value::as_array)
+        .is_some_and(|c| !c.is_empty());
+    let ordinality = range.get("ordinality").and_then(Value::as_bool) == Some(true);
+    let rows_from = range.get("is_rowsfrom").and_then(Value::as_bool) == Some(true);
+    !named_columns
+        && !ordinality
+        && !rows_from
+        && match name {
+            Some("unnest") => arguments == 1,
+            Some("generate_series") => true,
+            _ => false,
+        }
 }
 
 /// The aliases of joins, tables, views, CTE references and functions in

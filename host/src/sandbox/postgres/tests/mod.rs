@@ -643,6 +643,13 @@ fn text_becomes_a_date_or_time_only_where_its_zones_are_checked() {
             "POSIX rule",
         ),
         ("SELECT CAST('1-1-1 abc+1' AS timestamptz)", "POSIX rule"),
+        // The forty-fourth read: through a cast to text, and with fewer letters.
+        (
+            "SELECT CAST(CAST('1-1-1 qaab+1qab' AS text) AS timestamptz)",
+            "POSIX rule",
+        ),
+        ("SELECT date('1-1-1 qq1:00:10'::varchar)", "POSIX rule"),
+        ("SELECT a FROM t WHERE created > '1-1-1 a.b+1'", "POSIX rule"),
     ] {
         refused(sql, because);
     }
@@ -653,6 +660,7 @@ fn text_becomes_a_date_or_time_only_where_its_zones_are_checked() {
         "SELECT CAST(now() AS date), CURRENT_DATE::timestamp",
         "SELECT '2024-01-01 12:00 Europe/Paris'::timestamptz",
         "SELECT a FROM t WHERE code = 'ORD-123'::text",
+        "SELECT a FROM t WHERE code = 'ORD-123' OR name = 'sha256'",
     ] {
         allowed(sql);
     }
@@ -663,4 +671,28 @@ fn text_becomes_a_date_or_time_only_where_its_zones_are_checked() {
     )
     .unwrap();
     assert_eq!(run_time.zoned_params, [1, 2]);
+}
+
+/// Regression (the forty-fourth adversarial read, issue 23): a whole row of a
+/// function with several columns, or of a CTE read under an alias, is an
+/// anonymous record too (a new type for each list of column names, kept by
+/// the session for good).
+#[test]
+fn a_whole_row_is_a_tables_or_one_plain_value() {
+    for sql in [
+        "SELECT u FROM unnest($1::bigint[], $2::text[]) AS u(k, v)",
+        "SELECT u FROM unnest($1::bigint[]) AS u(k)",
+        "SELECT g FROM generate_series(1, 2) WITH ORDINALITY AS g(n, o)",
+        "WITH w AS (SELECT a, b FROM t) SELECT x FROM w AS x",
+    ] {
+        refused(sql, "whole row");
+    }
+    for sql in [
+        "SELECT u FROM unnest($1::text[]) AS u",
+        "SELECT u.k, u.v FROM unnest($1::bigint[], $2::text[]) AS u(k, v)",
+        "WITH w AS (SELECT a, b FROM t) SELECT x.a FROM w AS x",
+        "SELECT x FROM t AS x",
+    ] {
+        allowed(sql);
+    }
 }
