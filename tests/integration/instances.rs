@@ -80,21 +80,25 @@ async fn without_reuse_every_event_gets_a_fresh_instance() {
     assert_eq!(seen, [Some(1); 4]);
 }
 
-/// Regression (the thirty-third adversarial read, issue 23): a call that
-/// found every Wasm instance of the host in use waited inside its own
-/// deadline, so it ended as the event's time limit, counted against an event
-/// that was not at fault. Now instances are handed out first come first
-/// served before the deadline starts, and a call that gets none in time is
-/// the host's, retried. With one instance for the whole host
-/// (`wasm.instances = 1`), a hostile handler's events spin to their 1.5 s
-/// timeout holding it; billing's, with a 300 ms timeout and one attempt,
-/// wait their turn and are all applied, none parked. (PostgreSQL: on SQLite
-/// the one writer already serializes the two handlers' guests.)
+/// Regression (the thirty-third and forty-fourth adversarial reads, issue
+/// 23): the host's Wasm instances were first come first served, so a
+/// hostile handler whose calls spin to their timeout could hold them all,
+/// and the calls of every other handler waited their own (shorter)
+/// timeouts and were retried without end. Now the pool must hold every
+/// handler's calls at once (one per connection of its own: `wasm.instances
+/// >= handlers x database.max_connections`, checked at start and at every
+/// load), and a handler's calls run on its connections. Here the pool is
+/// exactly two handlers' worth (2 x 2): the hostile handler spins on four
+/// partitions with a 1.5 s timeout, and billing's orders, with a 300 ms
+/// timeout and one attempt, are all applied and none ever waits for an
+/// instance. A host whose calls took an instance before their connection
+/// (the hostile one would hold four) fails this. (PostgreSQL: on SQLite
+/// the one writer runs one call at a time.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_call_that_finds_every_instance_in_use_is_retried_not_counted() {
+async fn a_handler_gets_its_instances_however_long_another_holds_its_own() {
     let (orders, attacks) = (unique("orders"), unique("attacks"));
     create_topic(&orders, 1).await;
-    create_topic(&attacks, 1).await;
+    create_topic(&attacks, 4).await;
     let rest = format!(
         "{}[handlers.limits]\ntimeout_ms = 300\n[handlers.retry]\nmax_attempts = 1\n\n\
          {}[handlers.limits]\ntimeout_ms = 1500\n[handlers.retry]\nmax_attempts = 1\n",
@@ -104,15 +108,16 @@ async fn a_call_that_finds_every_instance_in_use_is_retried_not_counted() {
     let env = TestEnv::with_handlers(Backend::Postgres, "billing", &orders, &rest).await;
     let config = std::fs::read_to_string(&env.config_path)
         .unwrap()
-        .replace("[wasm]\n", "[wasm]\ninstances = 1\n");
+        .replace("[wasm]\n", "[wasm]\ninstances = 4\n")
+        .replace("[database]\n", "[database]\nmax_connections = 2\n");
     std::fs::write(&env.config_path, config).unwrap();
-    let loops: Vec<Send> = (0..6)
+    let loops: Vec<Send> = (0..12)
         .map(|_| Send::json(&new_id(), json!({ "attack": "loop" })))
         .collect();
     produce(&attacks, &loops).await;
     let mut host = env.spawn_host();
-    // The orders go out once the hostile handler holds the instance: its
-    // first event has failed at its timeout, its second is spinning.
+    // The orders go out once the hostile handler spins: its first events
+    // have failed at their timeout, the next are spinning.
     let db = env.db().await;
     assert!(
         poll_until(Duration::from_secs(60), || {
@@ -139,20 +144,21 @@ async fn a_call_that_finds_every_instance_in_use_is_retried_not_counted() {
     let letters = inboxd::db::dead_letters::list(&db, "billing").await.unwrap();
     assert!(letters.is_empty(), "{letters:#?}\n{}", host.log());
     env.assert_exactly_once("invoices", order_ids.len(), &ends).await;
+    // The hostile events, which spun, are the ones charged.
     assert!(
-        host.log()
-            .contains("every Wasm instance of the host stayed in use"),
-        "billing's calls never met a full pool, so this proved nothing:\n{}",
-        host.log()
-    );
-    // The hostile events, which held the instance, are the ones charged.
-    assert!(
-        poll_until(Duration::from_secs(30), || {
+        poll_until(Duration::from_secs(60), || {
             let db = &db;
-            async move { inboxd::db::dead_letters::list(db, "hostile").await.unwrap().len() == 6 }
+            async move { inboxd::db::dead_letters::list(db, "hostile").await.unwrap().len() == 12 }
         })
         .await,
         "{}",
+        host.log()
+    );
+    assert!(
+        !host
+            .log()
+            .contains("every Wasm instance of the host stayed in use"),
+        "a call waited for an instance another handler held:\n{}",
         host.log()
     );
     assert_eq!(host.terminate(Duration::from_secs(30)).await, Some(0));

@@ -11,6 +11,8 @@
 //! - `query`: the same through `sql.query`
 //! - `repeat`: run `statement` `times` times, rejecting at the first error
 //! - `params`: run `statement` with `count` NULL parameters, rejecting with the error
+//! - `bind`: query `statement` with `values` bound (a string is text, a
+//!   number an int64 or float64, `{"blob": [bytes]}` a blob, null null)
 //! - `recurse`: recurse without end (the stack overflows)
 //! - `probe-env` / `probe-fs` / `probe-net`: report what WASI lets it see, as a rejection
 //! - `until`: ask to retry until delivery `attempt`, then behave like `ok`
@@ -129,7 +131,7 @@ impl Guest for Hostile {
                     .and_then(|v| v.as_array())
                     .into_iter()
                     .flatten()
-                    .map(|v| Value::Text(v.as_str().unwrap_or_default().to_owned()))
+                    .map(bound_value)
                     .collect();
                 sql::query(statement, &values)
                     .map(|_| ())
@@ -217,7 +219,9 @@ impl Guest for Hostile {
                     .and_then(|h| h.as_object())
                     .map(|h| {
                         h.iter()
-                            .map(|(name, v)| (name.clone(), v.as_str().unwrap_or_default().as_bytes().to_vec()))
+                            .map(|(name, v)| {
+                                (name.clone(), v.as_str().unwrap_or_default().as_bytes().to_vec())
+                            })
                             .collect()
                     })
                     .unwrap_or_default();
@@ -243,3 +247,24 @@ impl Guest for Hostile {
 }
 
 export!(Hostile);
+
+/// A `bind` attack's value: a string is text, a number an int64 or float64,
+/// `{"blob": [bytes]}` a blob, null null.
+fn bound_value(v: &serde_json::Value) -> Value {
+    match v {
+        serde_json::Value::String(s) => Value::Text(s.clone()),
+        serde_json::Value::Number(n) => match n.as_i64() {
+            Some(i) => Value::Int64(i),
+            None => Value::Float64(n.as_f64().unwrap_or_default()),
+        },
+        serde_json::Value::Object(o) => Value::Blob(
+            o.get("blob")
+                .and_then(|b| b.as_array())
+                .into_iter()
+                .flatten()
+                .map(|b| b.as_u64().unwrap_or_default() as u8)
+                .collect(),
+        ),
+        _ => Value::Null,
+    }
+}

@@ -260,14 +260,26 @@ impl SqlView<'_> {
         // it lives (`sandbox::postgres::zones`): a parameter read as a date
         // or time may not name one as a POSIX rule.
         for &number in &approved.zoned_params {
-            if let Some(Value::Text(text)) = params.get(number.wrapping_sub(1))
-                && !crate::sandbox::postgres::zone_free(text)
-            {
-                return Err(SqlError::Forbidden(format!(
-                    "parameter {number} is read as a date or time and names a time zone as a POSIX rule \
-                     (letters going on to an offset: `abc+1`), which the database session would keep until \
-                     it closes: give the offset as a number (`+02:00`, `Z`) or name a zone (`Europe/Paris`)"
-                )));
+            match params.get(number.wrapping_sub(1)) {
+                Some(Value::Text(text)) if !crate::sandbox::postgres::zone_free(text) => {
+                    return Err(SqlError::Forbidden(format!(
+                        "parameter {number} is read as a date or time and names a time zone as a POSIX rule \
+                         (letters going on to an offset: `abc+1`), which the database session would keep \
+                         until it closes: give the offset as a number (`+02:00`, `Z`) or name a zone \
+                         (`Europe/Paris`)"
+                    )));
+                }
+                Some(Value::Text(_) | Value::Null) | None => {}
+                // Regression (the forty-fifth read): a blob cast to text on
+                // its way to a date is its hex (`\x01ab02`), which PostgreSQL
+                // reads as the zone rule `X01AB02`; a number's text (`1e+20`)
+                // as `E+20`. Only text is checked, so only text is read.
+                Some(_) => {
+                    return Err(SqlError::Forbidden(format!(
+                        "parameter {number} is read as a date or time, so it must be text (or null), \
+                         which the host checks for time zones before binding it"
+                    )));
+                }
             }
         }
         Ok(approved)

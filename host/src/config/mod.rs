@@ -149,8 +149,33 @@ pub struct WasmConfig {
     pub compile_memory_mb: u64,
     /// Wasm instances alive at once, every handler's together, running or
     /// idle: the size of the engine's instance pool (see `wasm::warm`).
+    /// It must hold every handler's calls at once ([`instances_short`]).
     #[serde(default = "default_instances")]
     pub instances: u32,
+}
+
+/// Why a pool of `instances` cannot give each of `handlers` handlers the
+/// `calls_each` instances it may run at once, if it cannot.
+///
+/// A handler's calls run inside its batches' transactions, one per
+/// database connection (on PostgreSQL each handler has
+/// `database.max_connections` of its own; SQLite's one writer runs one call
+/// at a time), so when every handler's share fits, no call ever waits for
+/// an instance another handler holds. Regression (the forty-fourth
+/// adversarial read, issue 23): the pool was first come first served, so
+/// about 32 hostile handlers whose calls ran to their 30 s timeouts held
+/// all 256 instances, and every other handler's calls waited their own
+/// (shorter) timeouts, were retried, and never ran. Idle instances kept for
+/// reuse need no share: a call that finds the pool full sends them back.
+pub fn instances_short(handlers: usize, calls_each: usize, instances: usize) -> Option<String> {
+    let need = handlers.saturating_mul(calls_each);
+    (need > instances).then(|| {
+        format!(
+            "{handlers} handlers, each running up to {calls_each} events at once (one per database \
+             connection, database.max_connections), need {need} Wasm instances; wasm.instances is \
+             {instances}: raise it (at most 1024) or lower database.max_connections"
+        )
+    })
 }
 
 impl Default for WasmConfig {
@@ -429,6 +454,13 @@ impl Config {
         }
         if let Some(admin) = &self.admin {
             admin.validate()?;
+        }
+        let calls_each = match backend {
+            Backend::Postgres => self.database.max_connections as usize,
+            Backend::Sqlite => 1,
+        };
+        if let Some(short) = instances_short(self.handlers.len(), calls_each, self.wasm.instances as usize) {
+            return Err(invalid("wasm.instances", short));
         }
         let mut names = std::collections::HashSet::new();
         let mut groups = std::collections::HashMap::new();

@@ -95,6 +95,28 @@ fn bad_values_name_their_key() {
     }
 }
 
+/// The instance pool must hold every handler's calls at once (the
+/// forty-fourth read, issue 23; see `instances_short`): on PostgreSQL one
+/// per connection of each handler's own, on SQLite one.
+#[test]
+fn a_pool_that_cannot_hold_every_handlers_calls_is_refused() {
+    let on_postgres = |extra: &str| {
+        with_component(extra).replace(
+            "[kafka]",
+            "[database]\nurl = \"postgres://inboxd@127.0.0.1/inboxd\"\nmax_connections = 8\n[kafka]",
+        )
+    };
+    assert!(load(&on_postgres("[wasm]\ninstances = 8")).is_ok());
+    let err = load(&on_postgres("[wasm]\ninstances = 7")).unwrap_err();
+    assert!(
+        err.contains("`wasm.instances`") && err.contains("need 8 Wasm instances"),
+        "{err}"
+    );
+    assert!(load(&with_component("[wasm]\ninstances = 1")).is_ok());
+    assert_eq!(instances_short(3, 8, 24), None);
+    assert!(instances_short(4, 8, 24).is_some_and(|why| why.contains("4 handlers")));
+}
+
 #[test]
 fn bad_handler_name_and_missing_component_are_named() {
     let text = with_component("").replace("\"billing\"", "\"Billing-1\"");

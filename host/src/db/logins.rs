@@ -153,6 +153,11 @@ impl GuestPools {
         }
     }
 
+    /// Connections per handler.
+    pub fn max_connections(&self) -> u32 {
+        self.max_connections
+    }
+
     /// The pool of `handler`'s connections; its login is read through `host`.
     pub async fn pool(&self, host: &PgPool, handler: &str) -> Result<PgPool, DbError> {
         if let Some(pool) = self.lock().get(handler) {

@@ -238,6 +238,16 @@ impl Database {
         })
     }
 
+    /// How many guest calls one handler may run at once: one per
+    /// transaction, so on PostgreSQL one per connection of its own login's
+    /// pool, and on SQLite one (its one writer holds every batch).
+    pub fn calls_per_handler(&self) -> usize {
+        match &self.guests {
+            Some(guests) => guests.pools.max_connections() as usize,
+            None => 1,
+        }
+    }
+
     pub fn backend(&self) -> Backend {
         match self.pool {
             Pool::Sqlite(_) => Backend::Sqlite,

@@ -42,19 +42,16 @@ pub async fn load_handler(
                 handler: handler.name.clone(),
                 source,
             })?;
-    let jsonb = migrate::jsonb_column(db, &handler.name)
+    let refused = migrate::refused_type_column(db, &handler.name)
         .await
         .map_err(|source| RegistryError::Tables {
             handler: handler.name.clone(),
             source,
         })?;
-    if let Some(column) = jsonb {
+    if let Some(column) = refused {
         return Err(RegistryError::Refused {
             handler: handler.name.clone(),
-            reason: format!(
-                "column {column}: {} (ALTER its type to json, as the host's own login)",
-                crate::sandbox::postgres::JSONB_REFUSED
-            ),
+            reason: format!("{column} (ALTER its type, as the host's own login)"),
         });
     }
     // The id names of its messages' possible consumers are the host's to write.

@@ -376,20 +376,34 @@ impl Registry {
         // New versions are compiled without holding `entries`: a Python or
         // JavaScript component takes seconds to compile on a host that has not
         // seen it, and /metrics, the API and the pumps' supervision need `entries`.
-        let wanted: Vec<(String, i64)> = {
+        let (wanted, mut handlers): (Vec<(String, i64, bool)>, usize) = {
             let entries = self.0.entries.lock().await;
-            deployments
+            let wanted = deployments
                 .iter()
                 .filter(|d| match entries.get(&d.name) {
                     Some(entry) => entry.source == Source::Api && !entry.runs(d),
                     None => true,
                 })
-                .map(|d| (d.name.clone(), d.active_version))
-                .collect()
+                .map(|d| (d.name.clone(), d.active_version, !entries.contains_key(&d.name)))
+                .collect();
+            (wanted, entries.len())
         };
         let mut loaded = BTreeMap::new();
-        for (name, version) in wanted {
+        for (name, version, new) in wanted {
+            // A handler this host does not run yet needs its share of the
+            // instance pool (see `config::instances_short`); a new version
+            // of one it runs shares its old one's.
+            let short = crate::config::instances_short(
+                handlers + 1,
+                self.0.db.calls_per_handler(),
+                self.0.engine.instances(),
+            );
+            if let (true, Some(short)) = (new, short) {
+                self.failed_to_load(&name, version, &short);
+                continue;
+            }
             if let Some(code) = self.load(&name, version).await {
+                handlers += usize::from(new);
                 loaded.insert(name, code);
             }
         }
@@ -512,21 +526,26 @@ impl Registry {
                 Some((config, Arc::new(component)))
             }
             Err(error) => {
-                let first = self
-                    .0
-                    .failed
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert((name.to_owned(), version));
-                if first {
-                    tracing::error!(
-                        handler = name,
-                        version,
-                        "cannot load the handler version: {error}"
-                    );
-                }
+                self.failed_to_load(name, version, &error);
                 None
             }
+        }
+    }
+
+    /// Logs, once per version, why `name`'s `version` cannot run here.
+    fn failed_to_load(&self, name: &str, version: i64, error: &dyn std::fmt::Display) {
+        let first = self
+            .0
+            .failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((name.to_owned(), version));
+        if first {
+            tracing::error!(
+                handler = name,
+                version,
+                "cannot load the handler version: {error}"
+            );
         }
     }
 

@@ -103,10 +103,11 @@ pub async fn upload(
     // Before the seconds a compile may take, and before the handler's
     // PostgreSQL role and schema are made; `admit` checks again, inside the
     // transaction that stores the version.
-    let config = check_settings(rules.policy, name, &upload.settings)?;
+    let config = check_settings(rules.policy, name, &upload.settings, db.backend())?;
     {
         let mut read = db.begin().await.map_err(UploadError::Database)?;
         check_group(&mut read, rules.config_handlers, &config).await?;
+        check_room(&mut read, db, engine, rules.config_handlers, name).await?;
     }
     if upload.component.len() > max_component_bytes {
         return Err(UploadError::TooLarge {
@@ -205,10 +206,24 @@ pub async fn upload(
 }
 
 /// Parses a version's settings and checks them against the token's
-/// ceilings and allowlists (no database).
-fn check_settings(policy: &TokenPolicy, name: &str, settings: &str) -> Result<HandlerConfig, UploadError> {
+/// ceilings and allowlists and against what `backend` can run (no database).
+/// Before anything is stored or migrated: a version its own load would refuse
+/// (the forty-fourth read, issue 23) never becomes one.
+fn check_settings(
+    policy: &TokenPolicy,
+    name: &str,
+    settings: &str,
+    backend: Backend,
+) -> Result<HandlerConfig, UploadError> {
     let config =
         HandlerConfig::from_settings(name, settings).map_err(|e| UploadError::Invalid(e.to_string()))?;
+    if backend == Backend::Sqlite
+        && config.limits.max_row_bytes > crate::config::defaults::SQLITE_MAX_ROW_BYTES
+    {
+        return Err(UploadError::Invalid(
+            crate::config::defaults::sqlite_row_bytes_refused(config.limits.max_row_bytes),
+        ));
+    }
     let json: serde_json::Value = serde_json::from_str(settings).expect("parsed by from_settings");
     policy.check(&config, &json).map_err(UploadError::Forbidden)?;
     Ok(config)
@@ -225,9 +240,35 @@ pub async fn admit(
     name: &str,
     settings: &str,
 ) -> Result<(), UploadError> {
-    let config = check_settings(policy, name, settings)?;
+    let config = check_settings(policy, name, settings, tx.backend())?;
     store::lock_deployments(tx).await.map_err(UploadError::Database)?;
     check_group(tx, config_handlers, &config).await
+}
+
+/// Refuses a new handler that would leave this host's instance pool short
+/// of every handler's share (see `config::instances_short`); a new version
+/// of a handler it runs takes its old one's share.
+async fn check_room(
+    tx: &mut Tx,
+    db: &Database,
+    engine: &WasmEngine,
+    config_handlers: &[HandlerConfig],
+    name: &str,
+) -> Result<(), UploadError> {
+    let mut names: std::collections::BTreeSet<String> = store::active_settings(tx)
+        .await
+        .map_err(UploadError::Database)?
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    names.extend(config_handlers.iter().map(|h| h.name.clone()));
+    names.insert(name.to_owned());
+    match crate::config::instances_short(names.len(), db.calls_per_handler(), engine.instances()) {
+        Some(short) => Err(UploadError::Invalid(format!(
+            "handler {name} cannot be added on this host: {short}"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Refuses a consumer group that a config handler or another uploaded

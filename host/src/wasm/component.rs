@@ -451,6 +451,11 @@ impl HandlerComponent {
             );
             return;
         }
+        // Not while the pool has no instance free: an idle one would hold a
+        // slot a call of another handler may be waiting for.
+        if self.slots.available_permits() == 0 {
+            return;
+        }
         self.warm.keep(warm);
     }
 

@@ -25,6 +25,7 @@ pub struct WasmEngine {
     pub(crate) compile_limits: CompileLimits,
     /// One permit per component instance of the pool (see `super::warm`).
     pub(crate) slots: Arc<Semaphore>,
+    instances: usize,
 }
 
 impl WasmEngine {
@@ -41,7 +42,13 @@ impl WasmEngine {
             cache_dir: wasm.cache_dir(),
             compile_limits: CompileLimits::from(wasm),
             slots: Arc::new(Semaphore::new(wasm.instances as usize)),
+            instances: wasm.instances as usize,
         })
+    }
+
+    /// The size of the instance pool (`wasm.instances`).
+    pub fn instances(&self) -> usize {
+        self.instances
     }
 }
 

@@ -19,6 +19,11 @@
 //! no SQL. Now a call that gets no slot within its handler's timeout fails
 //! as the host's (`DbError::NoWasmInstance`): the batch is retried and the
 //! event's attempts are not touched.
+//!
+//! Since the forty-fourth read the pool holds every handler's calls at once
+//! (`config::instances_short`, checked at start, upload and load), so only
+//! idle instances can fill it, and none is kept while it is full: the wait
+//! above is a safety net, not a queue one handler can keep another in.
 
 use super::state::StoreState;
 use crate::bindings::Handler as Instance;
@@ -119,6 +124,21 @@ pub(super) fn release_all() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A call that finds the pool full sends every idle instance back and
+    /// then waits its turn; one that gets none within its wait is told so
+    /// (the host's failure, retried), and the next permit goes to it.
+    #[tokio::test]
+    async fn a_full_pool_frees_idle_instances_then_says_none_came() {
+        let slots = Arc::new(Semaphore::new(1));
+        let idle = WarmPool::<Slot>::default();
+        idle.keep(slots.clone().try_acquire_owned().unwrap());
+        let freed = slot(&slots, Duration::from_millis(10)).await;
+        assert!(freed.is_some(), "the idle instance's slot was sent back");
+        assert!(slot(&slots, Duration::from_millis(10)).await.is_none());
+        drop(freed);
+        assert!(slot(&slots, Duration::from_millis(10)).await.is_some());
+    }
 
     /// A handler keeps at most `MAX_WARM` idle instances, and a full pool
     /// empties every handler's, not only the one that found it full.

@@ -195,6 +195,14 @@ impl Admin {
         self.call(request, Some(token)).await
     }
 
+    /// Uploads guest `name` (`billing`, `notifier`, ...) with its own
+    /// migrations and `settings`, as `token`.
+    async fn upload_guest(&self, name: &str, settings: Value, token: &str) -> (u16, Value) {
+        let component = std::fs::read(guest_wasm(name)).expect("the guest's component");
+        self.upload(name, component, settings, Some(&guest_migrations(name)), token)
+            .await
+    }
+
     async fn post(&self, path: &str, token: &str) -> (u16, Value) {
         self.call(self.http.post(format!("{}{path}", self.url)), Some(token))
             .await

@@ -191,3 +191,88 @@ async fn a_table_name_another_team_reserved_is_refused_on_sqlite(backend: Backen
         .await;
     assert_eq!(status, 201, "billing's own reserved name: {body}");
 }
+
+crate::on_both_backends!(a_row_bound_sqlite_cannot_keep_is_refused_before_anything_is_stored);
+
+/// Regression (issue 23, the forty-fourth read): on SQLite a version whose
+/// `limits.max_row_bytes` is over 1 MiB was stored and its migrations run,
+/// and only its load refused it. The upload's settings check refuses it
+/// now: 422 naming the setting, no version and no table. PostgreSQL takes it.
+async fn a_row_bound_sqlite_cannot_keep_is_refused_before_anything_is_stored(backend: Backend) {
+    let topic = unique("admin-row-bound");
+    create_topic(&topic, 1).await;
+    let admin = start(backend, &topic, "").await;
+    let settings = json!({
+        "topics": [topic],
+        "group_id": team_group("billing"),
+        "outbox_topics": { "invoices.created": unique("invoices") },
+        "limits": { "max_row_bytes": 2 << 20 },
+    });
+    let (status, body) = admin.upload_guest("billing", settings, BILLING_TOKEN).await;
+    let db = admin.env.db().await;
+    let versions = rows(&db, "SELECT name, version FROM handlers").await;
+    match backend {
+        Backend::Sqlite => {
+            let error = body["error"].as_str().unwrap_or_default();
+            assert_eq!(status, 422, "{body}");
+            assert!(
+                error.contains("limits.max_row_bytes") && error.contains("SQLite"),
+                "the error names the setting: {error}"
+            );
+            assert!(versions.is_empty(), "no version was stored: {versions:?}");
+            assert!(
+                db.query("SELECT * FROM invoices", &[]).await.is_err(),
+                "no migration ran"
+            );
+        }
+        Backend::Postgres => {
+            assert_eq!(status, 201, "{body}");
+            assert_eq!(versions.len(), 1, "{versions:?}");
+        }
+    }
+}
+
+crate::on_both_backends!(a_handler_the_instance_pool_cannot_hold_is_refused);
+
+/// Regression (issue 23, the forty-fourth read): the host's Wasm instances
+/// must hold every handler's calls at once, or a hostile handler's calls
+/// could hold the instances others wait for. On PostgreSQL each handler
+/// runs up to `database.max_connections` (8) calls, so a pool of 8 holds
+/// one handler: a second is refused with 422 naming `wasm.instances`, and
+/// nothing of it is stored, while a new version of the first takes its old
+/// one's share. SQLite runs one call at a time and takes both.
+async fn a_handler_the_instance_pool_cannot_hold_is_refused(backend: Backend) {
+    let topic = unique("admin-pool");
+    create_topic(&topic, 1).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db_url = database_url(backend, dir.path()).await;
+    let mut admin = start_configured(dir, db_url, &topic, "instances = 8", "").await;
+    let settings = json!({
+        "topics": [topic],
+        "group_id": team_group("billing"),
+        "outbox_topics": { "invoices.created": unique("invoices") },
+    });
+    for _ in 0..2 {
+        let (status, body) = admin
+            .upload_guest("billing", settings.clone(), BILLING_TOKEN)
+            .await;
+        assert_eq!(status, 201, "billing, and a new version of it: {body}");
+    }
+    let settings = json!({ "topics": [topic], "group_id": team_group("notifier") });
+    let (status, body) = admin.upload_guest("notifier", settings, NOTIFY_TOKEN).await;
+    let db = admin.env.db().await;
+    let notifiers = rows(&db, "SELECT version FROM handlers WHERE name = 'notifier'").await;
+    match backend {
+        Backend::Postgres => {
+            let error = body["error"].as_str().unwrap_or_default();
+            assert_eq!(status, 422, "{body}");
+            assert!(
+                error.contains("wasm.instances") && error.contains("need 16 Wasm instances"),
+                "the error names the setting and the need: {error}"
+            );
+            assert!(notifiers.is_empty(), "nothing stored: {notifiers:?}");
+        }
+        Backend::Sqlite => assert_eq!(status, 201, "{body}"),
+    }
+    assert!(admin.host.is_running(), "{}", admin.host.log());
+}

@@ -247,6 +247,17 @@ pub fn attacks(brokers: &str, backend: Backend) -> Vec<(Value, &'static str)> {
                 json!({ "attack": "query", "statement": "SELECT CAST((1, 'a') AS text)" }),
                 "row constructor",
             ),
+            // The forty-fifth read: a time of day's text names a zone at
+            // its start, and a blob's text is its hex (`\x01ab02`: the rule
+            // `X01AB02`).
+            (
+                json!({ "attack": "query", "statement": "SELECT 1 WHERE current_time < 'qaab+1 101010'" }),
+                "time and timetz are not allowed",
+            ),
+            (
+                json!({ "attack": "bind", "statement": "SELECT CAST(CAST($1 AS text) AS timestamptz)", "values": [{ "blob": [1, 171, 2] }] }),
+                "must be text",
+            ),
             // The nineteenth to twenty-first adversarial reads: the planner
             // copies an unfenced subquery's computed column into each
             // reference, level by level (six levels of ten: 339 MB).

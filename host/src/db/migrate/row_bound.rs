@@ -308,22 +308,52 @@ pub async fn bare_numeric_in(tx: &mut Tx, handler: &str) -> Result<Option<String
     .await
 }
 
-/// A column of the handler's tables whose type is jsonb (or an array or a
-/// domain of it), if any: see `sandbox::postgres::JSONB_REFUSED`. A table
-/// an older release let a migration make is caught here, when the handler loads.
-pub async fn jsonb_column_in(tx: &mut Tx, handler: &str) -> Result<Option<String>, DbError> {
-    first_name_in(
+/// A column of the handler's tables whose type the walls refuse (jsonb,
+/// time or timetz, or an array or a domain of one), if any, as `table.column`
+/// and that type: see `sandbox::postgres::JSONB_REFUSED` and `TIME_REFUSED`.
+/// A table an older release let a migration make is caught here, when the
+/// handler loads.
+pub async fn refused_type_column_in(tx: &mut Tx, handler: &str) -> Result<Option<RefusedColumn>, DbError> {
+    let found = first_name_in(
         tx,
         handler,
-        "SELECT c.relname || '.' || a.attname
+        "SELECT c.relname || '.' || a.attname || ' ' || b.typname::pg_catalog.text
                FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
                JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
                JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+               JOIN pg_catalog.pg_type b ON b.oid IN (t.oid, t.typelem, t.typbasetype)
               WHERE n.nspname = $1 AND a.attnum > 0 AND NOT a.attisdropped
-                AND 'pg_catalog.jsonb'::pg_catalog.regtype IN (t.oid, t.typelem, t.typbasetype)
+                AND b.oid IN ('pg_catalog.jsonb'::pg_catalog.regtype, 'pg_catalog.time'::pg_catalog.regtype,
+                              'pg_catalog.timetz'::pg_catalog.regtype)
               LIMIT 1",
     )
-    .await
+    .await?;
+    Ok(found.map(|found| {
+        let (column, type_name) = found.rsplit_once(' ').unwrap_or((&found, ""));
+        RefusedColumn {
+            column: column.to_owned(),
+            type_name: type_name.to_owned(),
+        }
+    }))
+}
+
+/// A column whose type the walls refuse (see [`refused_type_column_in`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedColumn {
+    /// `table.column`.
+    pub column: String,
+    /// `jsonb`, `time` or `timetz`.
+    pub type_name: String,
+}
+
+impl std::fmt::Display for RefusedColumn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let why = match self.type_name.as_str() {
+            "jsonb" => crate::sandbox::postgres::JSONB_REFUSED,
+            _ => crate::sandbox::postgres::TIME_REFUSED,
+        };
+        write!(f, "column {} is {}: {why}", self.column, self.type_name)
+    }
 }
 
 /// A view of the handler's with a CHECK OPTION, if any: its condition (and,
@@ -373,13 +403,13 @@ pub async fn type_named_relation_in(tx: &mut Tx, handler: &str) -> Result<Option
     first_name_in(tx, handler, &sql).await
 }
 
-/// [`jsonb_column_in`] in a transaction of its own; `None` on SQLite.
-pub async fn jsonb_column(db: &Database, handler: &str) -> Result<Option<String>, DbError> {
+/// [`refused_type_column_in`] in a transaction of its own; `None` on SQLite.
+pub async fn refused_type_column(db: &Database, handler: &str) -> Result<Option<RefusedColumn>, DbError> {
     if db.backend() != Backend::Postgres {
         return Ok(None);
     }
     let mut tx = db.begin().await?;
-    let column = jsonb_column_in(&mut tx, handler).await?;
+    let column = refused_type_column_in(&mut tx, handler).await?;
     tx.commit().await?;
     Ok(column)
 }

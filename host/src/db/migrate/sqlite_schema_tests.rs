@@ -401,3 +401,45 @@ async fn on_sqlite_a_tables_stored_expressions_are_counted_for_its_upserts() {
     assert!(refusal.contains("SQLite runs twice"), "{refusal}");
     guard.check(&upsert(max - 2).replace("{}", "plain")).unwrap();
 }
+
+/// Regression (the forty-third adversarial read, issue 23): until every
+/// host swaps to a handler's new version, the old one runs with walls
+/// made before its migration, which name the tables the migration dropped
+/// or renamed. Another handler that took such a name meanwhile would have
+/// had its rows open to that old version. A name a handler had stays its
+/// own: another's migration may not create it, in any case; it may.
+#[tokio::test]
+async fn on_sqlite_a_name_a_handler_dropped_is_never_another_handlers() {
+    let db = sqlite_db().await;
+    let made = "CREATE TABLE ledger (a INTEGER); CREATE TABLE drafts (a INTEGER);";
+    apply(&db, "aa", &migration("0001.sql", made)).await.unwrap();
+    let gone = "DROP TABLE ledger; ALTER TABLE drafts RENAME TO sent;";
+    apply(&db, "aa", &migration("0002.sql", gone)).await.unwrap();
+    for (file, sql) in [
+        ("0001.sql", "CREATE TABLE ledger (b TEXT);"),
+        ("0001.sql", "CREATE TABLE LEDGER (b TEXT);"),
+        (
+            "0001.sql",
+            "CREATE TABLE u (a INTEGER); CREATE VIEW drafts AS SELECT a FROM u;",
+        ),
+        (
+            "0001.sql",
+            "CREATE TABLE t (b TEXT); ALTER TABLE t RENAME TO Drafts;",
+        ),
+    ] {
+        let err = apply(&db, "bb", &migration(file, sql))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("handler aa had a table or view of that name"),
+            "{sql}: {err}"
+        );
+        assert!(own_tables(&db, "bb").await.unwrap().is_empty(), "{sql}");
+    }
+    let again = "CREATE TABLE ledger (a INTEGER);";
+    apply(&db, "aa", &migration("0003.sql", again)).await.unwrap();
+    let mut own = own_tables(&db, "aa").await.unwrap();
+    own.sort();
+    assert_eq!(own, ["ledger", "sent"]);
+}

@@ -124,7 +124,8 @@ async fn code_a_migration_would_plant_is_refused_and_nothing_changes() {
 }
 
 /// SQLite has one namespace: a handler reaches only what its own
-/// migrations created, and a name it dropped is no longer its.
+/// migrations created, and a name it dropped is no longer its to reach
+/// (nor anyone else's to take).
 #[tokio::test]
 async fn handlers_own_only_what_they_created_and_keep_nothing_they_dropped() {
     let db = sqlite_db().await;
@@ -174,22 +175,28 @@ async fn handlers_own_only_what_they_created_and_keep_nothing_they_dropped() {
     let mut a = own_tables(&db, "a").await.unwrap();
     a.sort();
     assert_eq!(a, ["renamed"]);
-    apply(
+    // Nor may another handler take it (see `sqlite_schema_tests`).
+    let err = apply(
         &db,
         "b",
         &migration("0001_b.sql", "CREATE TABLE shared_name (x TEXT);"),
     )
     .await
+    .unwrap_err();
+    assert!(err.to_string().contains("handler a had a table"), "{err}");
+    apply(
+        &db,
+        "b",
+        &migration("0001_b.sql", "CREATE TABLE b_name (x TEXT);"),
+    )
+    .await
     .unwrap();
-    assert_eq!(own_tables(&db, "b").await.unwrap(), ["shared_name"]);
+    assert_eq!(own_tables(&db, "b").await.unwrap(), ["b_name"]);
     // The second wall on its own: handler a's walls refuse b's table.
     let mut tx = db.begin().await.unwrap();
     let walls = Walls::load(&db, "a", Duration::from_secs(5)).await.unwrap();
     tx.enter_walls(&walls).await.unwrap();
-    let err = tx
-        .guest_execute("DELETE FROM shared_name", &[])
-        .await
-        .unwrap_err();
+    let err = tx.guest_execute("DELETE FROM b_name", &[]).await.unwrap_err();
     assert!(err.to_string().contains("not authorized"), "{err}");
     tx.guest_execute("DELETE FROM renamed", &[]).await.unwrap();
     tx.leave_walls().await.unwrap();

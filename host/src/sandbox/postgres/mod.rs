@@ -28,6 +28,7 @@
 mod allowlists;
 mod ddl_bounds;
 pub(crate) mod fences;
+pub(crate) mod nodes;
 mod operators;
 mod plain_insert;
 pub mod plan_cache;
@@ -91,6 +92,18 @@ pub const OPERATORS: &[&str] = &[
 /// about 200 bytes of memory per byte of text, held until the row ends. One
 /// row ran 7.5 s against a 5 s limit and grew its backend to 4 GB. `json`
 /// keeps the text and reads it as a stream, in the memory of its result.
+/// Why `time` and `timetz` are refused on PostgreSQL. Regression (the
+/// forty-fifth adversarial read, issue 23): reading a time of day from text,
+/// PostgreSQL looks up a time zone named at its very start, no date needed
+/// (`'qaab+1 101010'`: `DecodeTimeOnly`), and keeps each POSIX rule it read
+/// for the session's life (1,200 distinct ones in a statement held 115 MB past
+/// `DISCARD ALL`); a literal beside a time value (`current_time < '...'`, a
+/// time column) is read so with no cast at all. With no time type anywhere,
+/// no text is read as one, and `sandbox::postgres::zones` holds for dates.
+pub const TIME_REFUSED: &str = "time and timetz are not allowed on PostgreSQL: PostgreSQL reads a time zone \
+     from the start of a time of day's text, and keeps every one it read until the session closes; use \
+     timestamptz (or an interval, or minutes since midnight) instead";
+
 pub const JSONB_REFUSED: &str = "jsonb is not allowed on PostgreSQL: reading a value into jsonb (a cast, a \
      jsonb column's operators, the jsonb builders) takes up to 200 bytes of memory per byte of text, held \
      until the row ends, which neither work_mem nor a deadline bounds; use json";
@@ -379,6 +392,7 @@ fn check_node(kind: &str, node: &Value, place: Place, mode: Mode) -> Result<Plac
         "AConst" => unspilled::check_numeric_literal(node)?,
         "SortBy" => check_operator_name(node.get("use_op"))?,
         "TypeCast" => check_cast(node)?,
+        "SqlvalueFunction" => check_sql_value_function(node)?,
         "ColumnRef" => {
             let fields = node.get("fields").and_then(Value::as_array).map_or(0, Vec::len);
             if fields > 2 {
@@ -554,6 +568,14 @@ fn check_call(node: &Value, place: Place) -> Result<(), Refusal> {
              names in memory until the connection closes; use date_trunc(field, source)",
         ));
     }
+    // The same for PostgreSQL 16's `generate_series(from, to, step, zone)`
+    // (the forty-fifth read).
+    if name == "generate_series" && arguments > 3 {
+        return Err(forbidden(
+            "generate_series(from, to, step, zone) is not allowed: PostgreSQL keeps every time zone a session \
+             names in memory until the connection closes; use generate_series(from, to, step)",
+        ));
+    }
     // Regression (the ninth adversarial read, issue 23): with a text second
     // argument `substring` is a POSIX regular expression, with a third a
     // SIMILAR TO one, both refused as operators. Which overload PostgreSQL
@@ -599,6 +621,22 @@ fn is_integer_syntax(node: &Value) -> bool {
     integer && !array
 }
 
+/// `current_time` and `localtime` are times of day: see [`TIME_REFUSED`].
+fn check_sql_value_function(node: &Value) -> Result<(), Refusal> {
+    use pg_query::protobuf::SqlValueFunctionOp as Op;
+    let op = node.get("op").and_then(Value::as_i64).unwrap_or_default();
+    let times = [
+        Op::SvfopCurrentTime,
+        Op::SvfopCurrentTimeN,
+        Op::SvfopLocaltime,
+        Op::SvfopLocaltimeN,
+    ];
+    if times.iter().any(|t| *t as i64 == op) {
+        return Err(forbidden(format!("current_time and localtime: {TIME_REFUSED}")));
+    }
+    Ok(())
+}
+
 fn check_cast(node: &Value) -> Result<(), Refusal> {
     check_type_name(node.get("type_name"), "a cast to")
 }
@@ -607,6 +645,9 @@ fn check_type_name(type_name: Option<&Value>, what: &str) -> Result<(), Refusal>
     let parts = strings(type_name.and_then(|t| t.get("names")));
     if catalog_name(&parts) == Some("jsonb") {
         return Err(forbidden(format!("{what} jsonb: {JSONB_REFUSED}")));
+    }
+    if let Some(time @ ("time" | "timetz")) = catalog_name(&parts) {
+        return Err(forbidden(format!("{what} {time}: {TIME_REFUSED}")));
     }
     let flag = |f: &str| type_name.and_then(|t| t.get(f)).and_then(Value::as_bool) == Some(true);
     let plain = catalog_name(&parts).filter(|name| {

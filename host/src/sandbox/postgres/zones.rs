@@ -22,6 +22,7 @@
 //! Parameters are bound as `text`, which PostgreSQL never turns into a date
 //! by itself (its casts from text are explicit only).
 
+use super::nodes::nodes;
 use super::{catalog_name, forbidden, strings};
 use crate::sandbox::guard::Refusal;
 use serde_json::Value;
@@ -54,32 +55,20 @@ pub(super) fn check(tree: &Value) -> Result<Vec<usize>, Refusal> {
     // Literals cast to a type that is not a date or time (`'abc-1'::text`):
     // typed, PostgreSQL never reads them as one.
     let mut typed: HashSet<*const Value> = HashSet::new();
-    let mut stack = vec![tree];
-    while let Some(value) = stack.pop() {
-        match value {
-            Value::Array(items) => stack.extend(items),
-            Value::Object(fields) => {
-                if let (1, Some(Value::Object(kind))) = (fields.len(), fields.get("node"))
-                    && let Some((name, inner)) = kind.iter().next()
+    for (name, inner) in nodes(tree) {
+        match name {
+            "TypeCast" => {
+                if cast(inner, &mut params)? == Cast::Other
+                    && let Some(constant) = inner.pointer("/arg/node/AConst")
                 {
-                    match name.as_str() {
-                        "TypeCast" => {
-                            if cast(inner, &mut params)? == Cast::Other
-                                && let Some(constant) = inner.pointer("/arg/node/AConst")
-                            {
-                                typed.insert(constant);
-                            }
-                        }
-                        "FuncCall" => {
-                            call(inner, &mut params)?;
-                            typed.extend(format_literal(inner));
-                        }
-                        "AConst" if !typed.contains(&(inner as *const Value)) => literal(inner)?,
-                        _ => {}
-                    }
+                    typed.insert(constant);
                 }
-                stack.extend(fields.values());
             }
+            "FuncCall" => {
+                call(inner, &mut params)?;
+                typed.extend(format_literal(inner));
+            }
+            "AConst" if !typed.contains(&(inner as *const Value)) => literal(inner)?,
             _ => {}
         }
     }

@@ -236,21 +236,10 @@ pub(super) fn names(tree: &Value) -> (BTreeSet<String>, BTreeSet<String>) {
 
 /// Every CTE name a statement defines.
 fn cte_names(tree: &Value) -> BTreeSet<String> {
-    let mut stack = vec![tree];
-    let mut names = BTreeSet::new();
-    while let Some(v) = stack.pop() {
-        match v {
-            Value::Array(items) => stack.extend(items),
-            Value::Object(fields) => {
-                if let Some(("CommonTableExpr", n)) = node(fields) {
-                    names.extend(n.get("ctename").and_then(Value::as_str).map(str::to_owned));
-                }
-                stack.extend(fields.values());
-            }
-            _ => {}
-        }
-    }
-    names
+    crate::sandbox::postgres::nodes::nodes(tree)
+        .filter(|(kind, _)| *kind == "CommonTableExpr")
+        .filter_map(|(_, n)| n.get("ctename").and_then(Value::as_str).map(str::to_owned))
+        .collect()
 }
 
 /// A function in FROM whose alias names one plain value: one call, of

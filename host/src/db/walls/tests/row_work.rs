@@ -617,39 +617,66 @@ async fn postgres_a_qualified_name_postgres_would_call_on_the_row_is_refused() {
     guard.check("SELECT t.a FROM t WHERE t.a = $1").unwrap();
 }
 
-/// Regression (the tenth adversarial read, issue 23): a jsonb column lets
-/// one row's operators hold gigabytes. No migration can make one any more;
-/// a table an older release let one make is found when the handler loads
-/// (and it is then refused, see `registry::load`).
+/// Regression (the tenth and forty-fifth adversarial reads, issue 23): a
+/// jsonb column lets one row's operators hold gigabytes, and PostgreSQL
+/// reads a time zone from the start of a time of day's text (so no column,
+/// cast or value may be a time). No migration can make such a column any
+/// more; one an older release let a migration make (an array of one too)
+/// is found when the handler loads (and it is then refused, see
+/// `registry::load`).
 #[tokio::test]
-async fn postgres_a_jsonb_column_is_refused_in_a_migration_and_found_at_load() {
+async fn postgres_a_column_of_a_refused_type_is_refused_in_a_migration_and_found_at_load() {
     let Some(db) = crate::db::test_support::postgres_db().await else {
         return;
     };
-    let name = "wt_jsonb";
-    migrate::prepare_handler(&db, name).await.unwrap();
-    let migration =
-        Migration::new("0001_init.sql", "CREATE TABLE t (a TEXT, j JSONB);\n".to_owned()).unwrap();
-    let mut tx = db.begin_migration(name).await.unwrap();
-    let err = migrate::apply_one(&mut tx, name, &migration)
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("jsonb is not allowed on PostgreSQL"), "{err}");
-    tx.rollback().await.unwrap();
-    let migration = Migration::new("0001_init.sql", "CREATE TABLE t (a TEXT, j JSON);\n".to_owned()).unwrap();
-    let mut tx = db.begin_migration(name).await.unwrap();
-    assert!(migrate::apply_one(&mut tx, name, &migration).await.unwrap());
-    tx.commit().await.unwrap();
-    assert_eq!(migrate::jsonb_column(&db, name).await.unwrap(), None);
-    // As an older release's migration could have left it.
-    let mut tx = db.begin().await.unwrap();
-    tx.execute("ALTER TABLE handler_wt_jsonb.t ADD COLUMN old jsonb", &[])
+    let cases: [(&str, &[&str], &str, &str); 2] = [
+        (
+            "wt_jsonb",
+            &["CREATE TABLE t (a TEXT, j JSONB);"],
+            "jsonb is not allowed on PostgreSQL",
+            "jsonb",
+        ),
+        (
+            "wt_time",
+            &[
+                "CREATE TABLE t (a TEXT, at TIME);",
+                "CREATE TABLE t (a TEXT, at TIME WITH TIME ZONE);",
+                "CREATE TABLE t (a TEXT, at TIMESTAMPTZ DEFAULT CAST(localtime AS timestamptz));",
+            ],
+            "time and timetz are not allowed",
+            "timetz[]",
+        ),
+    ];
+    for (name, refused, because, old_type) in cases {
+        migrate::prepare_handler(&db, name).await.unwrap();
+        for sql in refused {
+            let migration = Migration::new("0001_init.sql", format!("{sql}\n")).unwrap();
+            let mut tx = db.begin_migration(name).await.unwrap();
+            let err = migrate::apply_one(&mut tx, name, &migration)
+                .await
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(because), "{sql}: {err}");
+            tx.rollback().await.unwrap();
+        }
+        let migration =
+            Migration::new("0001_init.sql", "CREATE TABLE t (a TEXT, j JSON);\n".to_owned()).unwrap();
+        let mut tx = db.begin_migration(name).await.unwrap();
+        assert!(migrate::apply_one(&mut tx, name, &migration).await.unwrap());
+        tx.commit().await.unwrap();
+        assert_eq!(migrate::refused_type_column(&db, name).await.unwrap(), None);
+        // As an older release's migration could have left it.
+        let mut tx = db.begin().await.unwrap();
+        tx.execute(
+            &format!("ALTER TABLE handler_{name}.t ADD COLUMN old {old_type}"),
+            &[],
+        )
         .await
         .unwrap();
-    tx.commit().await.unwrap();
-    assert_eq!(
-        migrate::jsonb_column(&db, name).await.unwrap().as_deref(),
-        Some("t.old")
-    );
+        tx.commit().await.unwrap();
+        let found = migrate::refused_type_column(&db, name).await.unwrap().unwrap();
+        assert_eq!(found.column, "t.old");
+        assert_eq!(found.type_name, old_type.trim_end_matches("[]"));
+        assert!(found.to_string().contains(because), "{found}");
+    }
 }

@@ -92,6 +92,12 @@ fn a_row_constructor_stands_only_where_it_is_taken_apart() {
         "SELECT a FROM t WHERE ((a, b), 1) = ((1, 2), 1)",
         "SELECT coalesce((a, b), (b, a)) IS NULL FROM t",
         "INSERT INTO t (a) VALUES ((1, 2)::text)",
+        // Taken apart only when written without ROW, at the top of the list.
+        "SELECT count(*) FROM t GROUP BY ROW(a, b)",
+        "SELECT count(*) FROM t GROUP BY lower((a, b)::text)",
+        // PostgreSQL compares a row with a subquery's columns only under an operator.
+        "SELECT a FROM t WHERE (a, b) IS DISTINCT FROM (SELECT a, b FROM t LIMIT 1)",
+        "SELECT a FROM t WHERE (SELECT a, b FROM t LIMIT 1) = (a, b)",
     ] {
         refused(sql, "row constructor");
     }
@@ -99,6 +105,9 @@ fn a_row_constructor_stands_only_where_it_is_taken_apart() {
         "SELECT a FROM t WHERE (a, b) = ($1, $2)",
         "SELECT a FROM t WHERE (a, b) < ($1, $2) AND (a, b) IS DISTINCT FROM (1, 2)",
         "UPDATE t SET (a, b) = ($1, $2)",
+        // The forty-fourth read's false positives, which PostgreSQL takes apart.
+        "SELECT a FROM t WHERE (a, b) = (SELECT a, b FROM t LIMIT 1)",
+        "SELECT a, b, count(*) FROM t GROUP BY (a, b)",
     ] {
         allowed(sql);
     }
@@ -650,6 +659,26 @@ fn text_becomes_a_date_or_time_only_where_its_zones_are_checked() {
         ),
         ("SELECT date('1-1-1 qq1:00:10'::varchar)", "POSIX rule"),
         ("SELECT a FROM t WHERE created > '1-1-1 a.b+1'", "POSIX rule"),
+        // The forty-fifth read: a time of day's text names a zone at its
+        // start, with no date before it; no value may be a time.
+        (
+            "SELECT CAST('qaab+1 101010' AS time)",
+            "time and timetz are not allowed",
+        ),
+        ("SELECT CAST($1 AS timetz)", "time and timetz are not allowed"),
+        (
+            "SELECT 1 WHERE localtime IN ('qzz+1 101010')",
+            "time and timetz are not allowed",
+        ),
+        (
+            "SELECT 1 WHERE current_time < '12:00'",
+            "time and timetz are not allowed",
+        ),
+        ("SELECT time 'qaab+1 101010'", "time and timetz are not allowed"),
+        (
+            "SELECT g FROM generate_series(now(), now(), CAST('1 day' AS interval), $1) AS g",
+            "generate_series(from, to, step, zone)",
+        ),
     ] {
         refused(sql, because);
     }
@@ -658,6 +687,7 @@ fn text_becomes_a_date_or_time_only_where_its_zones_are_checked() {
         "SELECT a FROM t WHERE created > CAST($1::text AS date)",
         "SELECT date_trunc('day', created)::date FROM t",
         "SELECT CAST(now() AS date), CURRENT_DATE::timestamp",
+        "SELECT g FROM generate_series(now(), now() + CAST('2 days' AS interval), CAST('1 day' AS interval)) AS g",
         "SELECT '2024-01-01 12:00 Europe/Paris'::timestamptz",
         "SELECT a FROM t WHERE code = 'ORD-123'::text",
         "SELECT a FROM t WHERE code = 'ORD-123' OR name = 'sha256'",
