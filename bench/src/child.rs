@@ -27,6 +27,8 @@ pub enum Role<'a> {
         topics: &'a [String],
         group: &'a str,
         fetch_wait_ms: u32,
+        /// Mode `po`: the topic its outbox goes to.
+        outbox_topic: Option<&'a str>,
     },
 }
 
@@ -58,6 +60,7 @@ impl Child {
                 topics,
                 group,
                 fetch_wait_ms,
+                outbox_topic,
             } => {
                 command
                     .arg("serve-plain")
@@ -66,6 +69,9 @@ impl Child {
                     .arg(topics.join(","))
                     .arg("--fetch-wait-ms")
                     .arg(fetch_wait_ms.to_string());
+                if let Some(topic) = outbox_topic {
+                    command.args(["--outbox-topic", topic]);
+                }
             }
         }
         let mut child = command

@@ -21,6 +21,7 @@ mod ceiling;
 mod child;
 mod native;
 mod plain;
+mod plain_relay;
 mod run;
 mod serve;
 mod usage;
@@ -67,6 +68,9 @@ enum Command {
         group: String,
         #[arg(long)]
         fetch_wait_ms: u32,
+        /// Mode `po`: write an outbox and relay it to this topic.
+        #[arg(long)]
+        outbox_topic: Option<String>,
     },
 }
 
@@ -96,6 +100,7 @@ async fn start() {
             topics,
             group,
             fetch_wait_ms,
+            outbox_topic,
         }) => {
             let opts = plain::Options {
                 database: &database,
@@ -103,6 +108,7 @@ async fn start() {
                 topics: &topics,
                 group: &group,
                 fetch_wait_ms,
+                outbox_topic: outbox_topic.as_deref(),
             };
             plain::serve(opts).await
         }

@@ -10,6 +10,13 @@
 //!
 //! The next offsets it keeps in `plain_offsets` are what the driver reads for
 //! progress, as it reads `offsets` for a host.
+//!
+//! Mode `po` is the same consumer with the outbox the billing handler
+//! writes: one message per applied event into `plain_outbox`, in the poll's
+//! transaction, and a relay on a second connection that sends what the
+//! consumer committed to Kafka and then deletes it (`relay`). No sandbox,
+//! no Wasm: the floor of what an inbox with an outbox costs on this
+//! machine, which Inboxd's modes can be read against.
 
 use crate::serve::{ServeReport, peak_rss_kib};
 use anyhow::Context;
@@ -31,13 +38,20 @@ pub fn progress_sql(schema: &str) -> String {
     format!("SELECT CAST(COALESCE(SUM(next_offset), 0) AS BIGINT) FROM {schema}plain_offsets")
 }
 
-const SCHEMA: [&str; 3] = [
+const SCHEMA: [&str; 4] = [
     "CREATE TABLE IF NOT EXISTS plain_inbox (event_id TEXT PRIMARY KEY)",
     "CREATE TABLE IF NOT EXISTS invoices (order_id TEXT NOT NULL, customer_email TEXT NOT NULL, \
      amount_cents BIGINT NOT NULL, event_id TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS plain_offsets (topic TEXT NOT NULL, part INTEGER NOT NULL, \
      next_offset BIGINT NOT NULL, PRIMARY KEY (topic, part))",
+    // `{id}` is the backend's own key that grows with each insert.
+    "CREATE TABLE IF NOT EXISTS plain_outbox (id {id}, key TEXT NOT NULL, payload TEXT NOT NULL)",
 ];
+
+/// The driver's count of outbox messages not yet sent (mode `po`).
+pub fn unsent_sql(schema: &str) -> String {
+    format!("SELECT COUNT(*) FROM {schema}plain_outbox")
+}
 
 #[derive(Deserialize)]
 struct Order {
@@ -52,7 +66,13 @@ struct Row {
     order: Order,
 }
 
-enum Db {
+pub(crate) struct Db {
+    pub(crate) conn: Conn,
+    /// Mode `po`: each applied event writes an outbox message.
+    outbox: bool,
+}
+
+pub(crate) enum Conn {
     Postgres(PgConnection),
     Sqlite(SqliteConnection),
 }
@@ -63,10 +83,23 @@ pub struct Options<'a> {
     pub topics: &'a [String],
     pub group: &'a str,
     pub fetch_wait_ms: u32,
+    /// Mode `po`: the topic its outbox's messages go to.
+    pub outbox_topic: Option<&'a str>,
 }
 
 pub async fn serve(opts: Options<'_>) -> anyhow::Result<()> {
     let mut db = connect(opts.database).await?;
+    db.outbox = opts.outbox_topic.is_some();
+    let committed = std::sync::Arc::new(tokio::sync::Notify::new());
+    let mut relay = match opts.outbox_topic {
+        Some(topic) => Some(tokio::spawn(crate::plain_relay::run(
+            connect(opts.database).await?,
+            opts.brokers.to_owned(),
+            topic.to_owned(),
+            committed.clone(),
+        ))),
+        None => None,
+    };
     let consumer: StreamConsumer = ClientConfig::new()
         .set("bootstrap.servers", opts.brokers)
         .set("group.id", opts.group)
@@ -98,6 +131,11 @@ pub async fn serve(opts: Options<'_>) -> anyhow::Result<()> {
         }
         let next = next_offsets(&poll);
         let applied = db.apply(&poll, &next).await?;
+        committed.notify_one();
+        if let Some(ended) = relay.take_if(|r| r.is_finished()) {
+            ended.await.context("the relay panicked")??;
+            anyhow::bail!("the relay stopped");
+        }
         let committed_ms = now_ms();
         report.applied += applied;
         report.duplicates += poll.len() as u64 - applied;
@@ -120,8 +158,8 @@ pub async fn serve(opts: Options<'_>) -> anyhow::Result<()> {
 
 async fn connect(url: &str) -> anyhow::Result<Db> {
     use sqlx::Connection;
-    let mut db = if url.starts_with("postgres") {
-        Db::Postgres(PgConnection::connect(url).await?)
+    let mut conn = if url.starts_with("postgres") {
+        Conn::Postgres(PgConnection::connect(url).await?)
     } else {
         let options: sqlx::sqlite::SqliteConnectOptions = url.parse()?;
         // The same durability the host uses: WAL, a full sync per commit.
@@ -129,28 +167,30 @@ async fn connect(url: &str) -> anyhow::Result<Db> {
             .create_if_missing(true)
             .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
             .synchronous(sqlx::sqlite::SqliteSynchronous::Full);
-        Db::Sqlite(SqliteConnection::connect_with(&options).await?)
+        Conn::Sqlite(SqliteConnection::connect_with(&options).await?)
     };
     for statement in SCHEMA {
-        match &mut db {
-            Db::Postgres(c) => {
-                c.execute(statement).await?;
+        match &mut conn {
+            Conn::Postgres(c) => {
+                c.execute(statement.replace("{id}", "BIGSERIAL PRIMARY KEY").as_str())
+                    .await?;
             }
-            Db::Sqlite(c) => {
-                c.execute(statement).await?;
+            Conn::Sqlite(c) => {
+                c.execute(statement.replace("{id}", "INTEGER PRIMARY KEY").as_str())
+                    .await?;
             }
         }
     }
-    Ok(db)
+    Ok(Db { conn, outbox: false })
 }
 
 impl Db {
     /// Applies one poll in one transaction; returns the events it applied.
     async fn apply(&mut self, poll: &[BorrowedMessage<'_>], next: &Next<'_>) -> anyhow::Result<u64> {
         let rows = poll.iter().map(row).collect::<anyhow::Result<Vec<_>>>()?;
-        match self {
-            Db::Postgres(c) => apply_postgres(c, &rows, next).await,
-            Db::Sqlite(c) => apply_sqlite(c, &rows, next).await,
+        match &mut self.conn {
+            Conn::Postgres(c) => apply_postgres(c, &rows, next, self.outbox).await,
+            Conn::Sqlite(c) => apply_sqlite(c, &rows, next, self.outbox).await,
         }
     }
 }
@@ -180,7 +220,12 @@ fn claimed_rows<'r>(rows: &'r [Row], claimed: &[String]) -> Vec<&'r Row> {
         .collect()
 }
 
-async fn apply_postgres(c: &mut PgConnection, rows: &[Row], next: &Next<'_>) -> anyhow::Result<u64> {
+async fn apply_postgres(
+    c: &mut PgConnection,
+    rows: &[Row],
+    next: &Next<'_>,
+    outbox: bool,
+) -> anyhow::Result<u64> {
     use sqlx::Connection;
     let mut tx = c.begin().await?;
     let ids: Vec<&str> = rows.iter().map(|r| r.event_id.as_str()).collect();
@@ -213,6 +258,20 @@ async fn apply_postgres(c: &mut PgConnection, rows: &[Row], next: &Next<'_>) -> 
         .bind(fresh.iter().map(|r| r.event_id.as_str()).collect::<Vec<_>>())
         .execute(&mut *tx)
         .await?;
+        if outbox {
+            sqlx::query(
+                "INSERT INTO plain_outbox (key, payload) SELECT * FROM unnest($1::text[], $2::text[])",
+            )
+            .bind(
+                fresh
+                    .iter()
+                    .map(|r| r.order.order_id.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(fresh.iter().map(|r| invoice_message(r)).collect::<Vec<_>>())
+            .execute(&mut *tx)
+            .await?;
+        }
     }
     sqlx::query(
         "INSERT INTO plain_offsets (topic, part, next_offset) \
@@ -228,7 +287,12 @@ async fn apply_postgres(c: &mut PgConnection, rows: &[Row], next: &Next<'_>) -> 
     Ok(fresh.len() as u64)
 }
 
-async fn apply_sqlite(c: &mut SqliteConnection, rows: &[Row], next: &Next<'_>) -> anyhow::Result<u64> {
+async fn apply_sqlite(
+    c: &mut SqliteConnection,
+    rows: &[Row],
+    next: &Next<'_>,
+    outbox: bool,
+) -> anyhow::Result<u64> {
     use sqlx::Connection;
     let mut tx = c.begin().await?;
     let claim = format!(
@@ -255,6 +319,17 @@ async fn apply_sqlite(c: &mut SqliteConnection, rows: &[Row], next: &Next<'_>) -
                 .bind(r.event_id.as_str());
         }
         query.execute(&mut *tx).await?;
+        if outbox {
+            let insert = format!(
+                "INSERT INTO plain_outbox (key, payload) VALUES {}",
+                vec!["(?,?)"; fresh.len()].join(",")
+            );
+            let mut query = sqlx::query(&insert);
+            for r in &fresh {
+                query = query.bind(r.order.order_id.as_str()).bind(invoice_message(r));
+            }
+            query.execute(&mut *tx).await?;
+        }
     }
     for ((topic, part), offset) in next {
         sqlx::query(
@@ -269,6 +344,19 @@ async fn apply_sqlite(c: &mut SqliteConnection, rows: &[Row], next: &Next<'_>) -
     }
     tx.commit().await?;
     Ok(fresh.len() as u64)
+}
+
+/// The message the billing handler publishes for an order, with an id of
+/// its own as the host stamps one.
+fn invoice_message(r: &Row) -> String {
+    serde_json::json!({
+        "order_id": r.order.order_id,
+        "customer_email": r.order.customer_email,
+        "amount_cents": r.order.amount_cents,
+        "order_event_id": r.event_id,
+        "event_id": uuid::Uuid::now_v7().to_string(),
+    })
+    .to_string()
 }
 
 /// Each partition's next offset after a poll.

@@ -32,13 +32,14 @@ pub struct Options {
     live_secs: u64,
     #[arg(long, value_delimiter = ',', default_value = "sqlite,postgres")]
     backends: Vec<String>,
-    /// Any of plain (a batched consumer without Inboxd), a (default config),
+    /// Any of plain (a batched consumer without Inboxd), po (plain with an
+    /// outbox and its relay), a (default config),
     /// b (one event per transaction), c (native handler), d (instances reused
     /// between events), py and js (the Python and JavaScript billing guests,
     /// with instances reused), kp and kk (orders of Zipf-drawn customers, a
     /// native handler that waits --handler-ms per event, partition and key
     /// ordering).
-    #[arg(long, value_delimiter = ',', default_value = "plain,a,b,c,d")]
+    #[arg(long, value_delimiter = ',', default_value = "plain,po,a,b,c,d")]
     modes: Vec<String>,
     /// Records of the order modes' backlog (kp, kk).
     #[arg(long, default_value_t = 20_000)]
@@ -82,6 +83,8 @@ struct Mode {
     native: bool,
     /// The plain consumer (`plain.rs`) in place of a host.
     plain: bool,
+    /// The plain consumer writes an outbox and relays it (mode `po`).
+    outbox: bool,
     /// Another billing component, next to `--component` (`None`: that one).
     component: Option<&'static str>,
     /// The order modes (`kp`, `kk`): the native handler waiting
@@ -90,13 +93,24 @@ struct Mode {
     slow: bool,
 }
 
-const MODES: [Mode; 9] = [
+const MODES: [Mode; 10] = [
     Mode {
         label: "plain",
         what: "a plain batched consumer without Inboxd (claim, insert, offsets per poll)",
         settings: "",
         native: false,
         plain: true,
+        outbox: false,
+        component: None,
+        slow: false,
+    },
+    Mode {
+        label: "po",
+        what: "the plain consumer plus an outbox message per event in its transaction, relayed to Kafka by a second connection",
+        settings: "",
+        native: false,
+        plain: true,
+        outbox: true,
         component: None,
         slow: false,
     },
@@ -106,6 +120,7 @@ const MODES: [Mode; 9] = [
         settings: "",
         native: false,
         plain: false,
+        outbox: false,
         component: None,
         slow: false,
     },
@@ -115,6 +130,7 @@ const MODES: [Mode; 9] = [
         settings: "[handlers.batch]\nmax_events = 1\nlinger_ms = 0\n",
         native: false,
         plain: false,
+        outbox: false,
         component: None,
         slow: false,
     },
@@ -124,6 +140,7 @@ const MODES: [Mode; 9] = [
         settings: "",
         native: true,
         plain: false,
+        outbox: false,
         component: None,
         slow: false,
     },
@@ -133,6 +150,7 @@ const MODES: [Mode; 9] = [
         settings: "[handlers.instances]\nreuse = true\n",
         native: false,
         plain: false,
+        outbox: false,
         component: None,
         slow: false,
     },
@@ -142,6 +160,7 @@ const MODES: [Mode; 9] = [
         settings: "[handlers.instances]\nreuse = true\n",
         native: false,
         plain: false,
+        outbox: false,
         component: Some("billing_py.wasm"),
         slow: false,
     },
@@ -151,6 +170,7 @@ const MODES: [Mode; 9] = [
         settings: "[handlers.instances]\nreuse = true\n",
         native: false,
         plain: false,
+        outbox: false,
         component: Some("billing_js.wasm"),
         slow: false,
     },
@@ -160,6 +180,7 @@ const MODES: [Mode; 9] = [
         settings: "",
         native: true,
         plain: false,
+        outbox: false,
         component: None,
         slow: true,
     },
@@ -169,6 +190,7 @@ const MODES: [Mode; 9] = [
         settings: "ordering = \"key\"\n",
         native: true,
         plain: false,
+        outbox: false,
         component: None,
         slow: true,
     },
@@ -229,7 +251,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         .iter()
         .find(|l| !MODES.iter().any(|m| m.label == l.as_str()))
     {
-        bail!("unknown mode {unknown:?}: use plain, a, b, c, d, py, js, kp or kk");
+        bail!("unknown mode {unknown:?}: use plain, po, a, b, c, d, py, js, kp or kk");
     }
     let work = tempfile::Builder::new().prefix("inboxd-bench-").tempdir()?;
     let producer = Producer::new(&opts.brokers)?;
@@ -325,6 +347,9 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         let ratios = [
             ("a_over_plain", "a", "plain"),
             ("c_over_plain", "c", "plain"),
+            ("po_over_plain", "po", "plain"),
+            ("a_over_po", "a", "po"),
+            ("c_over_po", "c", "po"),
             ("a_over_b", "a", "b"),
             ("a_over_c", "a", "c"),
             ("py_over_d", "py", "d"),
@@ -396,6 +421,7 @@ impl Run<'_> {
                 topics: &topics,
                 group: &group,
                 fetch_wait_ms: opts.fetch_wait_ms,
+                outbox_topic: self.mode.outbox.then_some(invoices.as_str()),
             }
         } else {
             std::fs::write(&config, self.config(&db_url, &live, &invoices, &group))?;
@@ -431,9 +457,9 @@ impl Run<'_> {
             (spawned, at_spawn, bulk_total)
         };
         let events_per_s = counted as f64 / (last - from).as_secs_f64().max(1e-3);
-        let relay = match self.mode.plain {
-            true => None,
-            false => Some(relay_drains(&db, &mut child, last, deadline).await?),
+        let relay = match self.unsent_sql() {
+            Some(unsent) => Some(relay_drains(&db, &unsent, &mut child, last, deadline).await?),
+            None => None,
         };
         // After the relay has drained, so its whole cost is counted.
         let cpu = Sample::take(child.pid()).per_event(before, counted);
@@ -562,6 +588,18 @@ group_id = "{group}"
         }
     }
 
+    /// The count of outbox messages not yet sent, if the mode has an outbox.
+    fn unsent_sql(&self) -> Option<String> {
+        match (self.backend, self.mode.plain, self.mode.outbox) {
+            (_, false, _) => {
+                Some("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL AND parked_at IS NULL".into())
+            }
+            (_, true, false) => None,
+            ("postgres", true, true) => Some(crate::plain::unsent_sql("public.")),
+            (_, true, true) => Some(crate::plain::unsent_sql("")),
+        }
+    }
+
     /// Records committed so far, summed over the partitions.
     fn progress_sql(&self) -> String {
         match (self.backend, self.mode.plain) {
@@ -592,14 +630,14 @@ async fn create_database(admin_url: &str, name: &str) -> anyhow::Result<String> 
 /// `last` is when the backlog's last record committed.
 async fn relay_drains(
     db: &Database,
+    unsent: &str,
     child: &mut Child,
     last: Instant,
     deadline: Duration,
 ) -> anyhow::Result<Relay> {
-    const UNPUBLISHED: &str = "SELECT COUNT(*) FROM outbox WHERE published_at IS NULL AND parked_at IS NULL";
-    let unpublished_at_last_commit = db.query_i64(UNPUBLISHED, &[]).await?;
+    let unpublished_at_last_commit = db.query_i64(unsent, &[]).await?;
     loop {
-        if db.query_i64(UNPUBLISHED, &[]).await? == 0 {
+        if db.query_i64(unsent, &[]).await? == 0 {
             return Ok(Relay {
                 unpublished_at_last_commit,
                 drained_after_ms: last.elapsed().as_millis(),
