@@ -23,9 +23,9 @@ use sha2::{Digest, Sha256};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{Executor, Row};
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::OnceCell;
+use tokio::sync::{OnceCell, OwnedSemaphorePermit, Semaphore};
 
 /// What a session can carry from one transaction into the next, reset when a
 /// handler's connection goes back to its pool: settings made with `SET` or
@@ -142,6 +142,14 @@ pub struct GuestPools {
     base: PgConnectOptions,
     max_connections: u32,
     pools: Mutex<HashMap<String, PgPool>>,
+    /// Per handler, one permit per transaction it may have open at once,
+    /// across every pool it has had. Regression (the forty-sixth read,
+    /// issue 23): a renewed login (`forget`) made a new pool while the old
+    /// one's connections still ran their transactions, and concurrent
+    /// renewals made several, so a handler could run a multiple of its
+    /// `max_connections` calls and take Wasm instances that are other
+    /// handlers' share (see `config::instances_short`).
+    transactions: Mutex<HashMap<String, Arc<Semaphore>>>,
 }
 
 impl GuestPools {
@@ -150,12 +158,30 @@ impl GuestPools {
             base,
             max_connections,
             pools: Mutex::default(),
+            transactions: Mutex::default(),
         }
     }
 
     /// Connections per handler.
     pub fn max_connections(&self) -> u32 {
         self.max_connections
+    }
+
+    /// The right to open one more transaction of `handler`, waiting at most
+    /// `wait`; held for the transaction's life. `None`: `max_connections` of
+    /// them stayed open for `wait`.
+    pub async fn transaction_permit(&self, handler: &str, wait: Duration) -> Option<OwnedSemaphorePermit> {
+        let permits = self
+            .transactions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(handler.to_owned())
+            .or_insert_with(|| Arc::new(Semaphore::new(self.max_connections as usize)))
+            .clone();
+        tokio::time::timeout(wait, permits.acquire_owned())
+            .await
+            .ok()?
+            .ok()
     }
 
     /// The pool of `handler`'s connections; its login is read through `host`.
@@ -313,3 +339,23 @@ const GUEST_SESSION_LIFETIME: Duration = Duration::from_secs(60);
 /// hold the rows it locked, and the event's next attempt must fail (and back
 /// off) rather than wait on them forever.
 pub const HOST_LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A handler's transactions are bounded across every pool it has had:
+    /// forgetting its pool (a renewed login) frees no permit.
+    #[tokio::test]
+    async fn a_handler_runs_at_most_max_connections_transactions_whatever_its_pools() {
+        let pools = GuestPools::new(PgConnectOptions::new(), 2);
+        let wait = Duration::from_millis(20);
+        let first = pools.transaction_permit("h", wait).await.unwrap();
+        let _second = pools.transaction_permit("h", wait).await.unwrap();
+        pools.forget("h");
+        assert!(pools.transaction_permit("h", wait).await.is_none());
+        assert!(pools.transaction_permit("other", wait).await.is_some());
+        drop(first);
+        assert!(pools.transaction_permit("h", wait).await.is_some());
+    }
+}

@@ -314,6 +314,14 @@ impl Database {
                     .guests
                     .as_ref()
                     .expect("a PostgreSQL database has its guests");
+                // Held by the transaction: however many pools the handler's
+                // login renewals leave open, it runs at most
+                // `max_connections` transactions (and so guest calls) at once.
+                let permit = guests
+                    .pools
+                    .transaction_permit(handler, ACQUIRE_TIMEOUT)
+                    .await
+                    .ok_or(DbError::Sqlx(sqlx::Error::PoolTimedOut))?;
                 let mut renewed = false;
                 loop {
                     let pool = guests.pools.pool(host, handler).await?;
@@ -325,9 +333,10 @@ impl Database {
                         .map_err(|_| DbError::NoAnswer { waited: limit })?;
                     match begun {
                         Ok(tx) => {
-                            return Tx::postgres(tx, self.gate_key(host))
+                            return Ok(Tx::postgres(tx, self.gate_key(host))
                                 .of_handler(handler, pool)
-                                .await;
+                                .await?
+                                .holding(Some(permit)));
                         }
                         // The role's password is not the one this database
                         // keeps: roles are shared by every database on the

@@ -151,6 +151,9 @@ pub async fn upload(
         &upload.settings,
     )
     .await?;
+    // Again under the deployments lock `admit` took: two uploads of new
+    // handlers at once both found room before it (the forty-sixth read).
+    check_room(&mut tx, db, engine, rules.config_handlers, name).await?;
     let migration_error = |e: DbError| match e {
         DbError::HandlerMigration(_) => UploadError::Invalid(e.to_string()),
         other => UploadError::Database(other),

@@ -97,6 +97,23 @@ pub(super) async fn record_tables(
         )
         .await?;
     }
+    // SQLite's indexes share that namespace: one named like another
+    // handler's retired table would keep that handler from its own name.
+    let squatted = tx
+        .query(
+            "SELECT m.name, r.handler FROM sqlite_master m
+               JOIN handler_tables t ON t.handler = $1 AND lower(t.table_name) = lower(m.tbl_name)
+               JOIN handler_retired_tables r ON lower(r.table_name) = lower(m.name) AND r.handler <> $1
+              WHERE m.type = 'index' LIMIT 1",
+            &[handler.into()],
+        )
+        .await?;
+    if let Some([SqlValue::Text(index), SqlValue::Text(other)]) = squatted.first().map(Vec::as_slice) {
+        return Err(DbError::HandlerMigration(format!(
+            "handler {handler} may not name an index {index}: handler {other} had a table or view of that name \
+             (a version of it may still run with walls that name it); choose another name"
+        )));
+    }
     own_tables_in(tx, handler).await
 }
 

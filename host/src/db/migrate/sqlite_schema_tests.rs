@@ -426,6 +426,11 @@ async fn on_sqlite_a_name_a_handler_dropped_is_never_another_handlers() {
             "0001.sql",
             "CREATE TABLE t (b TEXT); ALTER TABLE t RENAME TO Drafts;",
         ),
+        // Indexes share the namespace (the forty-sixth read).
+        (
+            "0001.sql",
+            "CREATE TABLE u2 (a INTEGER); CREATE INDEX ledger ON u2 (a);",
+        ),
     ] {
         let err = apply(&db, "bb", &migration(file, sql))
             .await

@@ -48,7 +48,9 @@ pub struct Tx {
     statement_failed: bool,
     /// PostgreSQL: plain INSERTs of a shared call not sent yet (see `super::deferred`).
     deferred: Option<Deferred>,
-    /// The SQLite writer slot this transaction holds, if any; released when it ends.
+    /// The SQLite writer slot this transaction holds, or on PostgreSQL its
+    /// handler's transaction permit (`logins::GuestPools`), if any; released
+    /// when it ends.
     _writer: Option<OwnedSemaphorePermit>,
     /// PostgreSQL: the host's key to the gates its own writes go through.
     gate: Option<GateKey>,
