@@ -171,13 +171,17 @@ impl GuestPools {
     /// `wait`; held for the transaction's life. `None`: `max_connections` of
     /// them stayed open for `wait`.
     pub async fn transaction_permit(&self, handler: &str, wait: Duration) -> Option<OwnedSemaphorePermit> {
-        let permits = self
-            .transactions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(handler.to_owned())
-            .or_insert_with(|| Arc::new(Semaphore::new(self.max_connections as usize)))
-            .clone();
+        let permits = {
+            let mut all = self.transactions.lock().unwrap_or_else(|p| p.into_inner());
+            match all.get(handler) {
+                Some(permits) => permits.clone(),
+                // The handler's first transaction: no name is copied after it.
+                None => all
+                    .entry(handler.to_owned())
+                    .or_insert_with(|| Arc::new(Semaphore::new(self.max_connections as usize)))
+                    .clone(),
+            }
+        };
         tokio::time::timeout(wait, permits.acquire_owned())
             .await
             .ok()?

@@ -393,12 +393,13 @@ impl Registry {
             // A handler this host does not run yet needs its share of the
             // instance pool (see `config::instances_short`); a new version
             // of one it runs shares its old one's.
-            let short = crate::config::instances_short(
-                handlers + 1,
-                self.0.db.calls_per_handler(),
-                self.0.engine.instances(),
-            );
-            if let (true, Some(short)) = (new, short) {
+            if new
+                && let Some(short) = crate::config::instances_short(
+                    handlers + 1,
+                    self.0.db.calls_per_handler(),
+                    self.0.engine.instances(),
+                )
+            {
                 self.failed_to_load(&name, version, &short);
                 continue;
             }

@@ -26,6 +26,7 @@
 //! there as a syntax error; nothing older reads differently.
 
 mod allowlists;
+mod calls;
 mod ddl_bounds;
 pub(crate) mod fences;
 pub(crate) mod nodes;
@@ -35,16 +36,19 @@ pub mod plan_cache;
 pub(super) mod plan_memory;
 mod rows;
 mod sorted_limits;
+mod types;
 mod unspilled;
 mod zones;
 
+pub use calls::STANDARD_FORM_FUNCTIONS;
+use calls::check_call;
 pub use plain_insert::PlainInsert;
+pub use types::{JSONB_REFUSED, TIME_REFUSED};
+use types::{check_cast, check_column_type, check_sql_value_function};
 pub use zones::zone_free;
 
 use super::guard::Refusal;
-use super::walk::CAST_TYPES;
-use super::{PURE_FUNCTIONS, TABLE_FUNCTIONS};
-use allowlists::{INTERNAL_TYPES, MIGRATION_NODES, RUN_TIME_NODES};
+use allowlists::{MIGRATION_NODES, RUN_TIME_NODES};
 use operators::{check_operator_expr, check_operator_name};
 use serde_json::Value;
 
@@ -57,19 +61,6 @@ pub enum Mode {
     /// migration guard): also the DDL the migration guard allows.
     Migration,
 }
-
-/// The `pg_catalog` functions PostgreSQL's grammar calls for SQL-standard
-/// syntax the guard allows: `TRIM(x)` (one argument, see below),
-/// `EXTRACT(f FROM x)` and `SUBSTRING(x FROM a FOR b)`.
-/// Each is linear in its input. Not here, so refused: `position` (from
-/// `POSITION(a IN b)`, quadratic and not interruptible), `timezone`
-/// (`AT TIME ZONE`), `overlay`, `normalize`, `pg_collation_for`, `xml*`.
-pub const STANDARD_FORM_FUNCTIONS: &[&str] = &["btrim", "extract", "substring"];
-
-/// Functions allowed with at most one argument: with a second (characters to
-/// trim) each call's time grows with both lengths, in one step no deadline
-/// interrupts.
-const SINGLE_ARGUMENT: &[&str] = &["btrim", "ltrim", "rtrim", "trim"];
 
 /// Operators (all PostgreSQL's own, in `pg_catalog`): comparison,
 /// arithmetic, bitwise, concatenation and JSON field access. Not
@@ -84,47 +75,6 @@ const SINGLE_ARGUMENT: &[&str] = &["btrim", "ltrim", "rtrim", "trim"];
 pub const OPERATORS: &[&str] = &[
     "=", "<>", "<", ">", "<=", ">=", "+", "-", "*", "/", "%", "||", "&", "|", "#", "<<", ">>", "->", "->>",
     "#>", "#>>",
-];
-
-/// Why `jsonb` is refused on PostgreSQL (regression, the tenth adversarial
-/// read, issue 23): reading a value into jsonb's tree, which a cast, jsonb's
-/// operators (`-`, `||`, `#-`) and the jsonb builders all do, takes up to
-/// about 200 bytes of memory per byte of text, held until the row ends. One
-/// row ran 7.5 s against a 5 s limit and grew its backend to 4 GB. `json`
-/// keeps the text and reads it as a stream, in the memory of its result.
-/// Why `time` and `timetz` are refused on PostgreSQL. Regression (the
-/// forty-fifth adversarial read, issue 23): reading a time of day from text,
-/// PostgreSQL looks up a time zone named at its very start, no date needed
-/// (`'qaab+1 101010'`: `DecodeTimeOnly`), and keeps each POSIX rule it read
-/// for the session's life (1,200 distinct ones in a statement held 115 MB past
-/// `DISCARD ALL`); a literal beside a time value (`current_time < '...'`, a
-/// time column) is read so with no cast at all. With no time type anywhere,
-/// no text is read as one, and `sandbox::postgres::zones` holds for dates.
-pub const TIME_REFUSED: &str = "time and timetz are not allowed on PostgreSQL: PostgreSQL reads a time zone \
-     from the start of a time of day's text, and keeps every one it read until the session closes; use \
-     timestamptz (or an interval, or minutes since midnight) instead";
-
-pub const JSONB_REFUSED: &str = "jsonb is not allowed on PostgreSQL: reading a value into jsonb (a cast, a \
-     jsonb column's operators, the jsonb builders) takes up to 200 bytes of memory per byte of text, held \
-     until the row ends, which neither work_mem nor a deadline bounds; use json";
-
-/// Functions of [`PURE_FUNCTIONS`] and [`TABLE_FUNCTIONS`] that PostgreSQL
-/// may not call, and why.
-const REFUSED_HERE: &[(&str, &str)] = &[
-    ("jsonb_build_array", JSONB_REFUSED),
-    ("jsonb_build_object", JSONB_REFUSED),
-    ("jsonb_each", JSONB_REFUSED),
-    ("jsonb_array_elements", JSONB_REFUSED),
-    (
-        "power",
-        "on numeric it builds a number of up to 131,072 digits, whose arithmetic then takes seconds PostgreSQL \
-         does not interrupt",
-    ),
-    (
-        "json_object",
-        "on PostgreSQL it takes its keys from a text array, as many as a value holds, and a jsonb column sorts \
-         them without interruption when it stores the result; use json_build_object",
-    ),
 ];
 
 /// The work a write to each of a handler's tables adds by the table's own
@@ -525,145 +475,6 @@ fn catalog_name<'a>(parts: &[&'a str]) -> Option<&'a str> {
     }
 }
 
-fn check_call(node: &Value, place: Place) -> Result<(), Refusal> {
-    let parts = strings(node.get("funcname"));
-    let shown = parts.join(".");
-    let Some(name) = catalog_name(&parts) else {
-        return Err(forbidden(format!(
-            "function {shown} is not allowed: handlers may call only pure functions by their plain names"
-        )));
-    };
-    let allowed = match place {
-        Place::TableFunction => TABLE_FUNCTIONS.contains(&name),
-        Place::Anywhere => PURE_FUNCTIONS.contains(&name) || STANDARD_FORM_FUNCTIONS.contains(&name),
-    };
-    if !allowed {
-        return Err(forbidden(format!(
-            "function {shown} is not allowed: handlers may call only pure functions on their own rows \
-             (PostgreSQL's reading of the statement calls it)"
-        )));
-    }
-    if let Some((_, why)) = REFUSED_HERE.iter().find(|(refused, _)| *refused == name) {
-        return Err(forbidden(format!(
-            "function {name} is not allowed on PostgreSQL: {why}"
-        )));
-    }
-    if node.get("func_variadic").and_then(Value::as_bool) == Some(true) {
-        return Err(forbidden(format!("VARIADIC arguments to {name} are not allowed")));
-    }
-    let arguments = node.get("args").and_then(Value::as_array).map_or(0, Vec::len);
-    if SINGLE_ARGUMENT.contains(&name) && arguments > 1 {
-        return Err(forbidden(format!(
-            "{name}(x, characters) is not allowed: its time grows with both lengths and one call cannot be \
-             interrupted at the event's deadline; use {name}(x)"
-        )));
-    }
-    // Regression (the forty-second adversarial read, issue 23): a time zone
-    // named in text is parsed and kept by the backend for good (about 24 KB
-    // each, past every reset; 20,000 distinct POSIX rules held 480 MB), and
-    // `date_trunc`'s third argument is one.
-    if name == "date_trunc" && arguments > 2 {
-        return Err(forbidden(
-            "date_trunc(field, source, zone) is not allowed: PostgreSQL keeps every time zone a session \
-             names in memory until the connection closes; use date_trunc(field, source)",
-        ));
-    }
-    // The same for PostgreSQL 16's `generate_series(from, to, step, zone)`
-    // (the forty-fifth read).
-    if name == "generate_series" && arguments > 3 {
-        return Err(forbidden(
-            "generate_series(from, to, step, zone) is not allowed: PostgreSQL keeps every time zone a session \
-             names in memory until the connection closes; use generate_series(from, to, step)",
-        ));
-    }
-    // Regression (the ninth adversarial read, issue 23): with a text second
-    // argument `substring` is a POSIX regular expression, with a third a
-    // SIMILAR TO one, both refused as operators. Which overload PostgreSQL
-    // picks depends on the arguments' types, so they must be integers by
-    // their syntax: a literal or a cast to an integer type.
-    if name == "substring" {
-        let rest = node
-            .get("args")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .skip(1);
-        if !rest.into_iter().all(is_integer_syntax) {
-            return Err(forbidden(
-                "substring(x, pattern) is a regular expression on PostgreSQL: give the start and length as \
-                 integer literals or casts, as in `substring(x FROM 2 FOR CAST($1 AS integer))`",
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// An integer literal, or a cast to an integer type (not an array).
-fn is_integer_syntax(node: &Value) -> bool {
-    let Some(inner) = node.get("node") else {
-        return false;
-    };
-    if let Some(constant) = inner.get("AConst") {
-        return constant.get("val").and_then(|v| v.get("Ival")).is_some();
-    }
-    let Some(cast) = inner.get("TypeCast") else {
-        return false;
-    };
-    let Some(type_name) = cast.get("type_name") else {
-        return false;
-    };
-    let array = type_name
-        .get("array_bounds")
-        .and_then(Value::as_array)
-        .is_some_and(|bounds| !bounds.is_empty());
-    let names = strings(type_name.get("names"));
-    let integer = catalog_name(&names).is_some_and(|name| ["int2", "int4", "int8"].contains(&name));
-    integer && !array
-}
-
-/// `current_time` and `localtime` are times of day: see [`TIME_REFUSED`].
-fn check_sql_value_function(node: &Value) -> Result<(), Refusal> {
-    use pg_query::protobuf::SqlValueFunctionOp as Op;
-    let op = node.get("op").and_then(Value::as_i64).unwrap_or_default();
-    let times = [
-        Op::SvfopCurrentTime,
-        Op::SvfopCurrentTimeN,
-        Op::SvfopLocaltime,
-        Op::SvfopLocaltimeN,
-    ];
-    if times.iter().any(|t| *t as i64 == op) {
-        return Err(forbidden(format!("current_time and localtime: {TIME_REFUSED}")));
-    }
-    Ok(())
-}
-
-fn check_cast(node: &Value) -> Result<(), Refusal> {
-    check_type_name(node.get("type_name"), "a cast to")
-}
-
-fn check_type_name(type_name: Option<&Value>, what: &str) -> Result<(), Refusal> {
-    let parts = strings(type_name.and_then(|t| t.get("names")));
-    if catalog_name(&parts) == Some("jsonb") {
-        return Err(forbidden(format!("{what} jsonb: {JSONB_REFUSED}")));
-    }
-    if let Some(time @ ("time" | "timetz")) = catalog_name(&parts) {
-        return Err(forbidden(format!("{what} {time}: {TIME_REFUSED}")));
-    }
-    let flag = |f: &str| type_name.and_then(|t| t.get(f)).and_then(Value::as_bool) == Some(true);
-    let plain = catalog_name(&parts).filter(|name| {
-        !flag("setof") && !flag("pct_type") && (INTERNAL_TYPES.contains(name) || CAST_TYPES.contains(name))
-    });
-    if plain.is_none() {
-        return Err(forbidden(format!(
-            "{what} {} is not allowed: only plain types ({}); PostgreSQL runs a type's input function on \
-             every value it reads (for a generated key, use an identity column)",
-            parts.join("."),
-            CAST_TYPES.join(", ")
-        )));
-    }
-    Ok(())
-}
-
 /// `pg_query::protobuf::AlterTableType::AtDropConstraint`.
 const AT_DROP_CONSTRAINT: i64 = pg_query::protobuf::AlterTableType::AtDropConstraint as i64;
 /// `pg_query::protobuf::ObjectType::ObjectTabconstraint`.
@@ -679,31 +490,6 @@ fn check_constraint_name(name: Option<&Value>) -> Result<(), Refusal> {
         ))),
         _ => Ok(()),
     }
-}
-
-/// A column's type: a plain type (see [`check_type_name`]), not an array
-/// (see [`super::work`]: an array may stand only where its elements are
-/// visited once), and a numeric with its precision, so that no stored number
-/// has more than [`super::work::COLUMN_DIGITS`] digits.
-fn check_column_type(type_name: Option<&Value>) -> Result<(), Refusal> {
-    check_type_name(type_name, "a column of type")?;
-    let list = |f: &str| {
-        type_name
-            .and_then(|t| t.get(f))
-            .and_then(Value::as_array)
-            .map_or(0, Vec::len)
-    };
-    if list("array_bounds") > 0 {
-        return Err(forbidden(
-            "a column of an array type is not allowed on PostgreSQL: an operator over an array (such as \
-             jsonb - text[]) loops over both sides without interruption; use a table of rows, or json",
-        ));
-    }
-    let parts = strings(type_name.and_then(|t| t.get("names")));
-    if matches!(catalog_name(&parts), Some("numeric" | "decimal")) && list("typmods") == 0 {
-        return Err(super::work::bare_numeric("a column of type"));
-    }
-    Ok(())
 }
 
 fn forbidden(message: impl Into<String>) -> Refusal {
