@@ -4,7 +4,9 @@
 //! Each host runs one relay. A relay leases buckets of the outbox (a lease it
 //! renews every few seconds and that runs out if the host dies, so another
 //! host picks the bucket up) and sends a bucket's messages in insert order
-//! with an idempotent producer, each with its id in the `event_id` header.
+//! with an idempotent producer of the message's handler (see [`producers`]:
+//! one team's refused message must not pause the others), each with its id
+//! in the `event_id` header.
 //! Rows are marked published only after Kafka acknowledged them: a crash in
 //! between sends them again, and the consuming handler's inbox drops the copy.
 //!
@@ -19,6 +21,8 @@
 //! exist waits like any passing failure, but not for ever: see
 //! [`missing_topics`](super::missing_topics).
 
+mod producers;
+
 use super::missing_topics::{MissingTopics, is_missing_topic, quarantined_reason};
 use crate::config::{KafkaConfig, RetryConfig};
 use crate::db::outbox::{self, Pending, Settle};
@@ -26,7 +30,7 @@ use crate::db::{Database, DbError};
 use crate::failpoints;
 use crate::pipeline::backoff;
 use futures_util::FutureExt;
-use rdkafka::ClientConfig;
+use producers::Producers;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
@@ -61,16 +65,6 @@ const RETRY: RetryConfig = RetryConfig {
     backoff_max_ms: 5_000,
 };
 
-fn producer(kafka: &KafkaConfig) -> rdkafka::error::KafkaResult<FutureProducer> {
-    ClientConfig::new()
-        .set("bootstrap.servers", &kafka.brokers)
-        .set("client.id", "inboxd-relay")
-        // No duplicates or reordering from the producer's own retries.
-        .set("enable.idempotence", "true")
-        .set("message.timeout.ms", DELIVERY_TIMEOUT.as_millis().to_string())
-        .create()
-}
-
 /// Relays until `shutdown`, then gives its leases up.
 pub async fn run_relay(
     db: Database,
@@ -79,14 +73,9 @@ pub async fn run_relay(
     settle: Settle,
     shutdown: CancellationToken,
 ) {
-    let producer = match producer(&kafka) {
-        Ok(producer) => producer,
-        Err(error) => {
-            tracing::error!("the outbox relay cannot create its Kafka producer: {error}");
-            return;
-        }
-    };
-    let mut relay = Relay::new(db.clone(), producer, owner.clone(), settle);
+    let make: producers::MakeProducer =
+        Box::new(move |handler| producers::for_handler(&kafka, handler, DELIVERY_TIMEOUT));
+    let mut relay = Relay::new(db.clone(), Producers::new(make), owner.clone(), settle);
     let mut failures = 0u32;
     while !shutdown.is_cancelled() {
         // Anything sent but not yet marked when shutdown comes is sent again
@@ -132,7 +121,7 @@ pub(crate) struct Outcome {
 /// The relay's state between looks at the outbox.
 pub(crate) struct Relay {
     db: Database,
-    producer: FutureProducer,
+    producers: Producers,
     owner: String,
     /// Whether a sent message is deleted or kept (`outbox.retention`).
     settle: Settle,
@@ -152,10 +141,10 @@ pub(crate) struct Relay {
 }
 
 impl Relay {
-    pub(crate) fn new(db: Database, producer: FutureProducer, owner: String, settle: Settle) -> Self {
+    pub(crate) fn new(db: Database, producers: Producers, owner: String, settle: Settle) -> Self {
         Self {
             db,
-            producer,
+            producers,
             owner,
             settle,
             held: Vec::new(),
@@ -214,6 +203,7 @@ impl Relay {
         if self.renewed.is_none_or(|at| at.elapsed() >= RENEW) {
             self.held = outbox::lease(&self.db, &self.owner, LEASE_MS).await?;
             self.renewed = Some(Instant::now());
+            self.producers.close_idle();
         }
         let now = Instant::now();
         let ready: Vec<i64> = self
@@ -240,7 +230,12 @@ impl Relay {
         let quarantined = self.missing.quarantined();
         for rows in by_bucket(pending) {
             let number = rows[0].bucket;
-            let producer = self.producer.clone();
+            let mut senders = Senders::new();
+            for row in &rows {
+                if !senders.contains_key(&row.handler) {
+                    senders.insert(row.handler.clone(), self.producers.get(&row.handler));
+                }
+            }
             let quarantined = quarantined.clone();
             let bytes = rows.iter().map(|row| row.message.bytes() as u64).sum();
             self.busy.insert(number, bytes);
@@ -249,8 +244,8 @@ impl Relay {
                 // the bucket is busy for good and its lease keeps others off):
                 // it counts as a passing failure of the bucket's first message.
                 let first = rows[0].seq;
-                let sent = std::panic::AssertUnwindSafe(send_in_order(&producer, &rows, &quarantined))
-                    .catch_unwind();
+                let sent =
+                    std::panic::AssertUnwindSafe(send_in_order(&senders, &rows, &quarantined)).catch_unwind();
                 let outcome = sent.await.unwrap_or_else(|_| Outcome {
                     failed: Some((first, "the relay's send task panicked".to_owned())),
                     ..Outcome::default()
@@ -394,6 +389,9 @@ pub(crate) fn invalid_topic(topic: &str) -> Option<String> {
     })
 }
 
+/// The producer of each handler with messages in a bucket, or why it has none.
+pub(crate) type Senders = HashMap<String, Result<FutureProducer, String>>;
+
 /// A message handed to the producer, or settled before it was.
 enum Sent {
     Queued(DeliveryFuture),
@@ -405,9 +403,10 @@ enum Sent {
 /// Sends a bucket's messages and waits for each acknowledgement in order. A
 /// message that can never be delivered is parked and the rest go on; at the
 /// first passing failure the rest wait, so the bucket's order holds. A
-/// message to a `quarantined` topic is parked without a try.
+/// message to a `quarantined` topic is parked without a try. Each message
+/// goes through its handler's producer in `senders`.
 pub(crate) async fn send_in_order(
-    producer: &FutureProducer,
+    senders: &Senders,
     bucket: &[Pending],
     quarantined: &HashSet<String>,
 ) -> Outcome {
@@ -423,6 +422,22 @@ pub(crate) async fn send_in_order(
             sends.push((row.seq, Sent::Parked(reason), tracing::Span::none()));
             continue;
         }
+        let producer = match senders.get(&row.handler) {
+            Some(Ok(producer)) => producer,
+            Some(Err(reason)) => {
+                sends.push((
+                    row.seq,
+                    Sent::Failed(reason.clone(), false),
+                    tracing::Span::none(),
+                ));
+                break;
+            }
+            None => {
+                let reason = format!("the relay has no producer for handler {}", row.handler);
+                sends.push((row.seq, Sent::Failed(reason, false), tracing::Span::none()));
+                break;
+            }
+        };
         let span = publish_span(row);
         // The id names registered for the topic now, on this host, stamped
         // again (see `capabilities::outbox::restamped`).

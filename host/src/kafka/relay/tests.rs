@@ -4,19 +4,24 @@ use super::*;
 use crate::db::outbox::{NewMessage, ParkedFilter};
 use crate::db::test_support::sqlite_db;
 use rdkafka::mocking::MockCluster;
+use rdkafka::producer::Producer;
 
-/// An idempotent producer to `cluster` that refuses messages over `max_bytes`.
-fn mock_producer(
+/// Idempotent producers to `cluster` that refuse messages over `max_bytes`.
+fn mock_producers(
     cluster: &MockCluster<'_, rdkafka::producer::DefaultProducerContext>,
     max_bytes: &str,
-) -> FutureProducer {
-    ClientConfig::new()
-        .set("bootstrap.servers", cluster.bootstrap_servers())
-        .set("enable.idempotence", "true")
-        .set("message.max.bytes", max_bytes)
-        .set("message.timeout.ms", "10000")
-        .create()
-        .unwrap()
+) -> Producers {
+    let servers = cluster.bootstrap_servers();
+    let max_bytes = max_bytes.to_owned();
+    Producers::new(Box::new(move |handler| {
+        rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &servers)
+            .set("client.id", handler)
+            .set("enable.idempotence", "true")
+            .set("message.max.bytes", &max_bytes)
+            .set("message.timeout.ms", "10000")
+            .create()
+    }))
 }
 
 fn message(topic: &str, key: &str, payload: Vec<u8>) -> NewMessage {
@@ -52,7 +57,7 @@ fn topic_names_kafka_refuses_are_known_before_sending() {
 async fn undeliverable_messages_are_parked_and_the_rest_is_relayed() {
     let cluster = MockCluster::new(1).unwrap();
     cluster.create_topic("good", 1, 1).unwrap();
-    let producer = mock_producer(&cluster, "2000");
+    let producers = mock_producers(&cluster, "2000");
     let db = sqlite_db().await;
     // One key, so one bucket: the bad ones come first in it.
     let invalid = message("bad topic!", "k", b"{}".to_vec());
@@ -69,7 +74,7 @@ async fn undeliverable_messages_are_parked_and_the_rest_is_relayed() {
     .unwrap();
     tx.commit().await.unwrap();
 
-    let mut relay = Relay::new(db.clone(), producer, "host-1".into(), Settle::Keep);
+    let mut relay = Relay::new(db.clone(), producers, "host-1".into(), Settle::Keep);
     let shutdown = CancellationToken::new();
     let started = Instant::now();
     while outbox::backlog(&db, "h").await.unwrap().0 > 0 || !relay.busy.is_empty() {
@@ -113,7 +118,7 @@ async fn undeliverable_messages_are_parked_and_the_rest_is_relayed() {
 async fn a_missing_topic_is_parked_and_its_bucket_goes_on() {
     let cluster = MockCluster::new(1).unwrap();
     cluster.create_topic("good", 1, 1).unwrap();
-    let producer = mock_producer(&cluster, "2000");
+    let producers = mock_producers(&cluster, "2000");
     let db = sqlite_db().await;
     let shared = outbox::bucket("h", Some(b"k"));
     let their_key = (0..)
@@ -142,7 +147,7 @@ async fn a_missing_topic_is_parked_and_its_bucket_goes_on() {
         }
     };
 
-    let mut relay = Relay::new(db.clone(), producer, "host-1".into(), Settle::Keep);
+    let mut relay = Relay::new(db.clone(), producers, "host-1".into(), Settle::Keep);
     relay.missing = MissingTopics::new(Duration::ZERO);
     // The mock cluster creates any topic asked for, so the broker's
     // answer for the first message is the one thing made up here.
@@ -201,7 +206,7 @@ async fn a_missing_topic_is_parked_and_its_bucket_goes_on() {
 async fn the_relay_holds_at_most_its_byte_budget_and_drains() {
     let cluster = MockCluster::new(1).unwrap();
     cluster.create_topic("good", 1, 1).unwrap();
-    let producer = mock_producer(&cluster, "4000000");
+    let producers = mock_producers(&cluster, "4000000");
     let db = sqlite_db().await;
     // 48 keys (about as many buckets) of two 1.5 MiB messages each: 144 MiB.
     let size = 3 * 1024 * 1024 / 2;
@@ -213,7 +218,7 @@ async fn the_relay_holds_at_most_its_byte_budget_and_drains() {
         outbox::insert(&mut tx, "h", chunk).await.unwrap();
         tx.commit().await.unwrap();
     }
-    let mut relay = Relay::new(db.clone(), producer, "host-1".into(), Settle::Delete);
+    let mut relay = Relay::new(db.clone(), producers, "host-1".into(), Settle::Delete);
     relay.start_ready().await.unwrap();
     let held: u64 = relay.busy.values().sum();
     assert!(
@@ -233,5 +238,157 @@ async fn the_relay_holds_at_most_its_byte_budget_and_drains() {
         relay.step(&shutdown).await.unwrap();
         let held: u64 = relay.busy.values().sum();
         assert!(held <= HELD_BYTES, "{held} bytes in flight");
+    }
+}
+
+/// Producers to `servers` (a real broker or the mock), as the host makes them.
+fn producers_to(servers: String) -> Producers {
+    Producers::new(Box::new(move |handler| {
+        rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &servers)
+            .set("client.id", format!("inboxd-relay-{handler}"))
+            .set("enable.idempotence", "true")
+            .set("message.timeout.ms", "10000")
+            .create()
+    }))
+}
+
+/// Steps `relay` until every message of `handlers` is published (none parked).
+async fn relay_until_sent(relay: &mut Relay, db: &Database, handlers: &[&str], what: &str) {
+    let shutdown = CancellationToken::new();
+    let started = Instant::now();
+    loop {
+        let mut left = 0;
+        for handler in handlers {
+            left += outbox::backlog(db, handler).await.unwrap().0;
+        }
+        if left == 0 && relay.busy.is_empty() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{what}: {left} messages still unsent after 30 s"
+        );
+        relay.step(&shutdown).await.unwrap();
+    }
+    let parked = outbox::parked(db, &ParkedFilter::default()).await.unwrap();
+    assert!(parked.is_empty(), "{what}: {parked:#?}");
+}
+
+/// Regression (issue 23, the forty-seventh read): the relay sent every
+/// handler's messages through one idempotent producer, so whatever one
+/// team's message did to it (an epoch bump after a refused message, a
+/// fatal error) paused or ended every team's relay: after a fatal error,
+/// nothing was ever sent again. Now each handler has a producer of its
+/// own: the other handler's messages go on, and the failed handler's go
+/// through a new producer. Against the mock cluster, and against the real
+/// broker when `INBOXD_TEST_BROKERS` is set (the fatal error is the client's).
+#[tokio::test]
+async fn a_handlers_failed_producer_stalls_no_other_handler_and_is_made_anew() {
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic("relay-fatal", 1, 1).unwrap();
+    one_failed_producer(cluster.bootstrap_servers(), "relay-fatal").await;
+    match std::env::var("INBOXD_TEST_BROKERS") {
+        Ok(brokers) => {
+            let topic = format!("relay-fatal-{}", uuid::Uuid::now_v7().simple());
+            create_topic(&brokers, &topic).await;
+            one_failed_producer(brokers, &topic).await;
+        }
+        Err(_) => {
+            eprintln!("INBOXD_TEST_BROKERS is not set: the real broker's run skipped (scripts/test sets it)")
+        }
+    }
+}
+
+async fn create_topic(brokers: &str, topic: &str) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .unwrap();
+    let new = NewTopic::new(topic, 1, TopicReplication::Fixed(1));
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    for result in admin.create_topics([&new], &options).await.unwrap() {
+        result.unwrap();
+    }
+}
+
+async fn one_failed_producer(servers: String, topic: &str) {
+    let db = sqlite_db().await;
+    let mut relay = Relay::new(db.clone(), producers_to(servers), "host-1".into(), Settle::Keep);
+    let publish = |handler: &'static str, payload: &'static str| {
+        let db = db.clone();
+        let topic = topic.to_owned();
+        async move {
+            let mut tx = db.begin().await.unwrap();
+            let message = message(&topic, handler, payload.as_bytes().to_vec());
+            outbox::insert(&mut tx, handler, &[message]).await.unwrap();
+            tx.commit().await.unwrap();
+        }
+    };
+    publish("hostile", "1").await;
+    publish("billing", "1").await;
+    relay_until_sent(&mut relay, &db, &["hostile", "billing"], "before").await;
+    assert_eq!(relay.producers.len(), 2, "one producer per handler");
+
+    // The hostile handler's producer fails for good, as librdkafka's own
+    // unrecoverable idempotence errors make it.
+    let before = relay.producers.live("hostile").unwrap().clone();
+    let reason = std::ffi::CString::new("made fatal by the test").unwrap();
+    // SAFETY: a live client handle and a NUL-terminated reason.
+    unsafe {
+        rdkafka::bindings::rd_kafka_test_fatal_error(
+            before.client().native_ptr(),
+            rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+            reason.as_ptr(),
+        );
+    }
+    assert!(before.client().fatal_error().is_some());
+    let billing = relay.producers.live("billing").unwrap();
+    assert!(
+        billing.client().fatal_error().is_none(),
+        "the other handler's producer is its own"
+    );
+
+    publish("billing", "2").await;
+    publish("hostile", "2").await;
+    relay_until_sent(&mut relay, &db, &["hostile", "billing"], "after the fatal error").await;
+    let after = relay.producers.live("hostile").unwrap();
+    assert!(
+        after.client().fatal_error().is_none(),
+        "a new producer for the failed handler"
+    );
+    let published = db
+        .query("SELECT count(*) FROM outbox WHERE published_at IS NOT NULL", &[])
+        .await
+        .unwrap();
+    assert_eq!(published[0][0].as_i64(), Some(4));
+}
+
+/// A handler's producer is closed once it has sent nothing for
+/// [`producers::IDLE`], and made again when the handler publishes.
+#[tokio::test]
+async fn an_idle_handlers_producer_is_closed_and_made_again() {
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic("good", 1, 1).unwrap();
+    let db = sqlite_db().await;
+    let mut relay = Relay::new(
+        db.clone(),
+        mock_producers(&cluster, "2000"),
+        "host-1".into(),
+        Settle::Keep,
+    );
+    for round in 0..2 {
+        let mut tx = db.begin().await.unwrap();
+        outbox::insert(&mut tx, "quiet", &[message("good", "k", b"x".to_vec())])
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        relay_until_sent(&mut relay, &db, &["quiet"], &format!("round {round}")).await;
+        assert_eq!(relay.producers.len(), 1);
+        relay.producers.age("quiet", producers::IDLE);
+        relay.renewed = None;
+        relay.start_ready().await.unwrap();
+        assert_eq!(relay.producers.len(), 0, "an idle producer is closed");
     }
 }
