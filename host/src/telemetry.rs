@@ -13,6 +13,8 @@
 //! Also where the process decides about library backtraces, see
 //! [`library_backtraces_off_unless_asked`].
 
+mod one_line;
+
 use opentelemetry::trace::{
     SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState, TracerProvider as _,
 };
@@ -55,7 +57,7 @@ pub fn init(
     let filter = EnvFilter::try_from_env("INBOXD_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| EnvFilter::new(default_filter));
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let fmt = tracing_subscriber::fmt::layer().with_writer(one_line::OneLine(std::io::stderr));
     let Some(target) = otlp else {
         // No span is made for the trace then (see `tracing_on`).
         let logs = match format {

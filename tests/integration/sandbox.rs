@@ -11,6 +11,8 @@ use serde_json::{Value, json};
 use std::time::Duration;
 
 mod attacks;
+mod log_lines;
+mod worker_time;
 
 use attacks::attacks;
 

@@ -7,6 +7,7 @@
 //! - `memory`: allocate without bound (the memory limit must stop it)
 //! - `panic`: trap with a message on stderr
 //! - `stdout`: write `bytes` bytes to stdout, then succeed
+//! - `log`: log `message` at info, print it on stdout, then succeed
 //! - `sql`: run `statement` and reject with the error text if it is refused
 //! - `query`: the same through `sql.query`
 //! - `repeat`: run `statement` `times` times, rejecting at the first error
@@ -86,6 +87,12 @@ impl Guest for Hostile {
                     }
                     written += chunk.len() as u64;
                 }
+                Ok(())
+            }
+            "log" => {
+                let message = field(&payload, "message").and_then(|m| m.as_str()).unwrap_or("");
+                inboxd::handler::log::log(inboxd::handler::log::Level::Info, message);
+                println!("{message}");
                 Ok(())
             }
             "sql" => {

@@ -260,6 +260,14 @@ impl SqlView<'_> {
         // it lives (`sandbox::postgres::zones`): a parameter read as a date
         // or time may not name one as a POSIX rule.
         for &number in &approved.zoned_params {
+            // As for the JSON keys above: a large text is one stretch of
+            // the worker's time (linear since the forty-eighth read), and
+            // the other tasks get their turn between parameters.
+            if let Some(Value::Text(text)) = params.get(number.wrapping_sub(1))
+                && text.len() > 64 * 1024
+            {
+                tokio::task::yield_now().await;
+            }
             match params.get(number.wrapping_sub(1)) {
                 Some(Value::Text(text)) if !crate::sandbox::postgres::zone_free(text) => {
                     return Err(SqlError::Forbidden(format!(

@@ -150,6 +150,21 @@ pub fn on_guard_stack<T: Send>(work: impl FnOnce() -> Result<T, Refusal> + Send)
     })
 }
 
+/// Runs a check that may take long (a migration's: a parse and walks of up
+/// to a megabyte per statement, [`on_guard_stack`] inside it) on tokio's
+/// blocking pool, so the caller's task waits without holding one of the
+/// runtime's workers, which every pipeline shares (the forty-eighth read).
+pub async fn off_worker<T: Send + 'static>(
+    check: impl FnOnce() -> Result<T, Refusal> + Send + 'static,
+) -> Result<T, Refusal> {
+    tokio::task::spawn_blocking(check).await.unwrap_or_else(|_| {
+        Err(Refusal::Forbidden(
+            "the statement guard failed on this statement (a defect of the host, logged); it was not run"
+                .into(),
+        ))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

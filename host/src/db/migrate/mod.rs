@@ -22,6 +22,7 @@ use super::{Backend, Database, DbError, SqlValue, Tx, Walls, handler_role, handl
 use crate::sandbox::authorizer::Scope;
 use crate::sandbox::guard::Owned;
 use crate::sandbox::migration;
+use crate::sandbox::nesting::off_worker;
 use sha2::{Digest, Sha256};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -186,11 +187,17 @@ pub async fn apply_one_reserving(
         return Ok(false);
     }
     let file = format!("{}.sql", migration.name);
-    let pieces = migration::split(tx.backend(), &migration.sql).map_err(|refusal| {
-        DbError::HandlerMigration(format!(
-            "migration {file} of handler {handler} is refused: {refusal}"
-        ))
-    })?;
+    let (backend, sql) = (tx.backend(), migration.sql.clone());
+    // Shared with the checks' blocking threads, not copied: a statement's
+    // tree is as deep as the guard allows, and copying it is a recursion.
+    let pieces = off_worker(move || migration::split(backend, &sql))
+        .await
+        .map(std::sync::Arc::new)
+        .map_err(|refusal| {
+            DbError::HandlerMigration(format!(
+                "migration {file} of handler {handler} is refused: {refusal}"
+            ))
+        })?;
     let schema = own_schema(tx.backend(), handler);
     let mut own = own_tables_in(tx, handler).await?;
     // SQLite: the longest row the handler's tables may hold already (see
@@ -199,12 +206,16 @@ pub async fn apply_one_reserving(
         Backend::Sqlite => row_bound::sqlite_recorded_in(tx, handler).await?.unwrap_or(0) as usize,
         Backend::Postgres => 0,
     };
-    for piece in &pieces {
+    for index in 0..pieces.len() {
+        let piece = &pieces[index];
         let owned = Owned::new(&schema, &own);
         let refused = |why: String| {
             DbError::HandlerMigration(format!("migration {file} of handler {handler} is refused: {why}"))
         };
-        migration::check_at(piece, &owned, stored).map_err(|refusal| refused(refusal.to_string()))?;
+        let (all, checked_owned) = (pieces.clone(), owned.clone());
+        off_worker(move || migration::check_at(&all[index], &checked_owned, stored))
+            .await
+            .map_err(|refusal| refused(refusal.to_string()))?;
         if tx.backend() == Backend::Postgres {
             // Counted again at the handler's own row bound, with what its
             // tables' own expressions add to a write (see `sandbox::work`).
@@ -214,14 +225,17 @@ pub async fn apply_one_reserving(
                 row_functions: Some(row_functions::row_functions_in(tx).await?),
             };
             let text = piece.text.clone();
-            crate::sandbox::nesting::on_guard_stack(move || {
-                crate::sandbox::postgres::check(
-                    &text,
-                    crate::sandbox::postgres::Mode::Migration,
-                    bound,
-                    &catalog,
-                )
+            off_worker(move || {
+                crate::sandbox::nesting::on_guard_stack(|| {
+                    crate::sandbox::postgres::check(
+                        &text,
+                        crate::sandbox::postgres::Mode::Migration,
+                        bound,
+                        &catalog,
+                    )
+                })
             })
+            .await
             .map_err(|refusal| refused(refusal.to_string()))?;
         }
         if tx.backend() == Backend::Sqlite {

@@ -230,9 +230,12 @@ pub async fn hidden_work_in(tx: &mut Tx, handler: &str, max_row_bytes: usize) ->
         };
         // What the guard cannot read is counted as a costly call over a
         // whole row, not as nothing.
-        let ns =
-            crate::sandbox::nesting::on_guard_stack(|| crate::sandbox::postgres::row_work_ns(sql, row_bytes))
-                .unwrap_or(64 * row_bytes);
+        let sql = sql.to_owned();
+        let ns = crate::sandbox::nesting::off_worker(move || {
+            crate::sandbox::nesting::on_guard_stack(|| crate::sandbox::postgres::row_work_ns(&sql, row_bytes))
+        })
+        .await
+        .unwrap_or(64 * row_bytes);
         let total: &mut u64 = work.entry(table.to_owned()).or_default();
         *total = total.saturating_add(ns);
     }

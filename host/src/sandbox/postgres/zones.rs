@@ -105,13 +105,13 @@ pub fn zone_free(text: &str) -> bool {
         while i < bytes.len() && bytes[i].is_ascii_alphabetic() {
             i += 1;
         }
-        let word = text[start..i].to_ascii_lowercase();
+        let word = &text[start..i];
         let next = bytes.get(i).copied();
         // ParseDateTime: letters then `-`, `/` or `.` are a date or a zone
         // name; then a digit or `+`, unless the letters are a date word.
         let zone_field = match next {
             Some(b'-' | b'/' | b'.') => true,
-            Some(c) if c.is_ascii_digit() || c == b'+' => !DATE_WORDS.contains(&word.as_str()),
+            Some(c) if c.is_ascii_digit() || c == b'+' => !is_one_of(DATE_WORDS, word),
             _ => false,
         };
         if zone_field && date_may_be_known {
@@ -122,12 +122,26 @@ pub fn zone_free(text: &str) -> bool {
             if bytes[i..field_end].iter().any(u8::is_ascii_digit) {
                 return false;
             }
+            // Every later word of this field starts a zone field that ends
+            // where this one does, with no digit either, and a date is
+            // already known: nothing in it can change the answer. Skipping
+            // it keeps the scan linear. (Regression, the forty-eighth read:
+            // scanning each word's tail again made `1a-a-a-...` quadratic,
+            // minutes of a runtime thread for a 1 MiB parameter.)
+            i = field_end;
+            continue;
         }
-        if DAY_WORDS.contains(&word.as_str()) {
+        if is_one_of(DAY_WORDS, word) {
             date_may_be_known = true;
         }
     }
     true
+}
+
+/// Whether `word` is one of `words`, in any case (no copy: a parameter may
+/// be megabytes of one-letter words).
+fn is_one_of(words: &[&str], word: &str) -> bool {
+    words.iter().any(|w| w.eq_ignore_ascii_case(word))
 }
 
 /// Words PostgreSQL's date reader takes as such before a digit or `+`
@@ -339,5 +353,29 @@ mod tests {
         ] {
             assert!(!zone_free(rule), "{rule}");
         }
+    }
+
+    /// Regression (issue 23, the forty-eighth read): every word of a long
+    /// digit-free field scanned the field's whole tail again, so
+    /// `1a-a-a-...` took time in the square of its length: minutes of a
+    /// runtime thread for one 1 MiB parameter, hours at 8 MiB. The answer
+    /// must not change, and 8 MiB must take a linear scan's time.
+    #[test]
+    fn a_long_field_is_scanned_once() {
+        // 128 KiB: the quadratic scan took 100 s in a debug build, the
+        // linear one 10 ms.
+        let long = format!("1{}", "a-".repeat(64 << 10));
+        let started = std::time::Instant::now();
+        assert!(zone_free(&long));
+        assert!(
+            !zone_free(&format!("{long}1")),
+            "a digit at the field's end is still found"
+        );
+        assert!(!zone_free(&format!("{long} x1")), "and a field after it");
+        let took = started.elapsed();
+        assert!(
+            took < std::time::Duration::from_secs(1),
+            "three 128 KiB scans took {took:?}"
+        );
     }
 }
