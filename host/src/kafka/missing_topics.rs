@@ -14,6 +14,11 @@
 //! stalled the buckets for hours (the seventh read): the wait is now paid
 //! once per handler an hour. The broker being away is not this: it fails
 //! every bucket alike and is retried for as long as it lasts.
+//!
+//! What one handler learns parks only its own messages: a quarantine is per
+//! (handler, topic). Per topic, a team that published to a topic before it
+//! was created had every other team's messages to it parked without a try
+//! for minutes after it was (the forty-eighth read).
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use std::collections::{HashMap, HashSet};
@@ -44,13 +49,24 @@ pub fn is_missing_topic(error: &KafkaError) -> bool {
     )
 }
 
+/// By handler, the topics its messages are parked to without a try.
+pub type Quarantined = HashMap<String, HashSet<String>>;
+
+/// Whether `handler`'s messages to `topic` are quarantined.
+pub fn is_quarantined(quarantined: &Quarantined, handler: &str, topic: &str) -> bool {
+    quarantined
+        .get(handler)
+        .is_some_and(|topics| topics.contains(topic))
+}
+
 #[derive(Debug)]
 pub struct MissingTopics {
     stuck_after: Duration,
     /// Per bucket: the message failing for a missing topic, and since when.
     failing: HashMap<i64, (i64, Instant)>,
-    /// Topics confirmed missing (a message to each was parked), and when last.
-    confirmed: HashMap<String, Instant>,
+    /// (handler, topic) confirmed missing (a message of the handler to the
+    /// topic was parked), and when last.
+    confirmed: HashMap<(String, String), Instant>,
     /// Handlers that had a message to a missing topic parked, and when last.
     publishers: HashMap<String, Instant>,
 }
@@ -71,15 +87,18 @@ impl MissingTopics {
         }
     }
 
-    /// The topics whose messages are parked without a try now.
-    pub fn quarantined(&self) -> Arc<HashSet<String>> {
-        Arc::new(
-            self.confirmed
-                .iter()
-                .filter(|(_, at)| at.elapsed() < QUARANTINE)
-                .map(|(topic, _)| topic.clone())
-                .collect(),
-        )
+    /// Each handler's topics whose messages are parked without a try now.
+    pub fn quarantined(&self) -> Arc<Quarantined> {
+        let mut quarantined = Quarantined::new();
+        for ((handler, topic), at) in &self.confirmed {
+            if at.elapsed() < QUARANTINE {
+                quarantined
+                    .entry(handler.clone())
+                    .or_default()
+                    .insert(topic.clone());
+            }
+        }
+        Arc::new(quarantined)
     }
 
     /// Message `seq` of `handler`, first of `bucket`, failed because `topic`
@@ -94,7 +113,8 @@ impl MissingTopics {
     ) -> Option<String> {
         self.confirmed.retain(|_, at| at.elapsed() < REMEMBERED);
         self.publishers.retain(|_, at| at.elapsed() < REMEMBERED);
-        let known = self.confirmed.contains_key(topic) || self.publishers.contains_key(handler);
+        let pair = (handler.to_owned(), topic.to_owned());
+        let known = self.confirmed.contains_key(&pair) || self.publishers.contains_key(handler);
         let since = match self.failing.get(&bucket) {
             Some((failing, since)) if *failing == seq => *since,
             _ => {
@@ -106,7 +126,7 @@ impl MissingTopics {
             return None;
         }
         self.failing.remove(&bucket);
-        self.confirmed.insert(topic.to_owned(), Instant::now());
+        self.confirmed.insert(pair, Instant::now());
         self.publishers.insert(handler.to_owned(), Instant::now());
         Some(parked_reason(topic, error))
     }
@@ -147,9 +167,13 @@ mod tests {
             reason.contains("\"nowhere\" does not exist") && reason.contains("retry"),
             "{reason}"
         );
-        assert!(missing.quarantined().contains("nowhere"));
-        // Known missing: another handler's message to it is parked at its first failure.
-        assert!(missing.failed(2, 20, "b", "nowhere", "unknown topic").is_some());
+        assert!(is_quarantined(&missing.quarantined(), "a", "nowhere"));
+        // Only for handler a (the forty-eighth read): another handler's
+        // message to the topic waits its own time, since the topic may have
+        // been created meanwhile, and is never parked without a try.
+        assert!(!is_quarantined(&missing.quarantined(), "b", "nowhere"));
+        assert_eq!(missing.failed(2, 20, "b", "nowhere", "unknown topic"), None);
+        missing.settled(2);
         // And handler a's next missing topic, whatever its name (the seventh read).
         assert!(
             missing

@@ -23,7 +23,9 @@
 
 mod producers;
 
-use super::missing_topics::{MissingTopics, is_missing_topic, quarantined_reason};
+use super::missing_topics::{
+    MissingTopics, Quarantined, is_missing_topic, is_quarantined, quarantined_reason,
+};
 use crate::config::{KafkaConfig, RetryConfig};
 use crate::db::outbox::{self, Pending, Settle};
 use crate::db::{Database, DbError};
@@ -34,7 +36,7 @@ use producers::Producers;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -403,19 +405,18 @@ enum Sent {
 /// Sends a bucket's messages and waits for each acknowledgement in order. A
 /// message that can never be delivered is parked and the rest go on; at the
 /// first passing failure the rest wait, so the bucket's order holds. A
-/// message to a `quarantined` topic is parked without a try. Each message
+/// message its handler sends to a `quarantined` topic is parked without a try. Each message
 /// goes through its handler's producer in `senders`.
 pub(crate) async fn send_in_order(
     senders: &Senders,
     bucket: &[Pending],
-    quarantined: &HashSet<String>,
+    quarantined: &Quarantined,
 ) -> Outcome {
     let mut sends = Vec::new();
     for row in bucket {
         let message = &row.message;
         let unsendable = invalid_topic(&message.topic).or_else(|| {
-            quarantined
-                .contains(&message.topic)
+            is_quarantined(quarantined, &row.handler, &message.topic)
                 .then(|| quarantined_reason(&message.topic))
         });
         if let Some(reason) = unsendable {
