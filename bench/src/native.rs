@@ -63,12 +63,17 @@ impl Handler for NativeBilling {
         &self.walls
     }
 
+    fn timeout(&self) -> std::time::Duration {
+        self.walls.statement_timeout()
+    }
+
     fn invoke<'a>(
         &'a self,
         mut tx: Tx,
         record: &'a Record,
         event_id: &'a str,
         _attempt: u32,
+        _budget: std::time::Duration,
     ) -> BoxFuture<'a, Invocation> {
         Box::pin(async move {
             if !self.delay.is_zero() {

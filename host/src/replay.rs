@@ -225,7 +225,8 @@ pub async fn replay(
         };
     }
     let attempt = u32::try_from(letter.attempts + 1).unwrap_or(u32::MAX);
-    let Called { tx, call, .. } = guest::call(handler, tx, &record, event_id, attempt).await?;
+    let Called { tx, call, .. } =
+        guest::call(handler, tx, &record, event_id, attempt, std::time::Duration::ZERO).await?;
     let reason = match call {
         Call::Applied(messages) => {
             let applied = [event_id.to_owned()];

@@ -76,6 +76,12 @@ impl SqlState {
         }
     }
 
+    /// No statement starts after `deadline`: the call's own, when it has
+    /// less than the handler's timeout left (a call run again).
+    pub fn set_deadline(&mut self, deadline: Instant) {
+        self.deadline = deadline;
+    }
+
     /// Takes the transaction back after the call. `None` only if a call was
     /// cancelled mid-statement, in which case the transaction is gone.
     pub fn take_tx(&mut self) -> Option<Tx> {

@@ -20,6 +20,7 @@ use crate::db::outbox::NewMessage;
 use crate::db::{DbError, Tx, Walls};
 use crate::record::Record;
 use futures_util::future::BoxFuture;
+use std::time::Duration;
 
 pub trait Handler: Send + Sync {
     fn name(&self) -> &str;
@@ -37,14 +38,20 @@ pub trait Handler: Send + Sync {
     fn walls(&self) -> &Walls;
 
     /// Runs the handler for one event inside `tx` (already inside its
-    /// [`Handler::walls`] and a savepoint) and hands `tx` back.
+    /// [`Handler::walls`] and a savepoint) and hands `tx` back. `budget`:
+    /// the time the call may take, the handler's timeout less what this
+    /// attempt of the event already ran (see `pipeline::guest::call`).
     fn invoke<'a>(
         &'a self,
         tx: Tx,
         record: &'a Record,
         event_id: &'a str,
         attempt: u32,
+        budget: Duration,
     ) -> BoxFuture<'a, Invocation>;
+
+    /// The time one event may run in one attempt (`limits.timeout_ms`).
+    fn timeout(&self) -> Duration;
 }
 
 /// What one guest call left behind.

@@ -31,6 +31,7 @@ use crate::handler::GuestFailure;
 use crate::record::Record;
 use crate::telemetry;
 use std::collections::HashSet;
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -155,8 +156,10 @@ enum TxEnd {
         count: usize,
     },
     /// A call failed in the optimistic run ([`Call::Redo`]): nothing
-    /// committed; run the records again with a savepoint per call.
-    Redo,
+    /// committed; run the records again with a savepoint per call. The
+    /// failed call's event and the time it ran, which its run again does
+    /// not get twice (see `guest::call`).
+    Redo(Option<(String, Duration)>),
     Fenced,
     /// One of the host's own statements failed in a way retrying will not
     /// mend: nothing committed; run the records one at a time so it reaches
@@ -197,6 +200,8 @@ impl Pipeline {
         // `BATCH_WALL`, as many as it got through, so a batch of slow events
         // does not claim (and give back) its whole remainder every time.
         let mut window = records.len();
+        // The time the call that ended an optimistic run had used.
+        let mut spent: Option<(String, Duration)> = None;
         while cursor.done < records.len() {
             // A pump told to stop (pause, delete, a restart, shutdown) ends
             // after the transaction it is in; the records after it are not
@@ -217,7 +222,7 @@ impl Pipeline {
             let span = self.batch_span(rest);
             let taken = &rest[..window.min(rest.len())];
             let end = self
-                .batch_tx(taken, cursor.fence, optimistic && taken.len() > 1)
+                .batch_tx(taken, cursor.fence, optimistic && taken.len() > 1, spent.take())
                 .instrument(span.clone())
                 .await;
             span.record("outcome", tx_outcome(&end));
@@ -225,7 +230,7 @@ impl Pipeline {
                 // A held-back INSERT of one of the calls failed when sent.
                 Err(PipelineError::Database(DbError::DeferredFailed(reason))) => {
                     tracing::debug!(handler = self.handler.name(), reason, "held-back INSERTs failed");
-                    TxEnd::Redo
+                    TxEnd::Redo(None)
                 }
                 // See `host_errors`: the failure is taken to its own event.
                 Err(error) if !error.is_transient() => TxEnd::HostError(error),
@@ -233,7 +238,8 @@ impl Pipeline {
             };
             match end {
                 TxEnd::Fenced => return Ok(BatchEnd::Fenced),
-                TxEnd::Redo => {
+                TxEnd::Redo(failed) => {
+                    spent = failed;
                     tracing::debug!(
                         handler = self.handler.name(),
                         records = taken.len(),
@@ -391,6 +397,7 @@ impl Pipeline {
         records: &[Record],
         fence: Fence,
         optimistic: bool,
+        spent: Option<(String, Duration)>,
     ) -> Result<TxEnd, PipelineError> {
         let mut tx = self.db.begin_guest(self.handler.name()).await?;
         let started = std::time::Instant::now();
@@ -493,12 +500,16 @@ impl Pipeline {
                 Turn::RunHolding(key) => Some(key),
             };
             let claim = self.claim(record, event_id);
+            let spent_before = match &spent {
+                Some((id, took)) if id == event_id => *took,
+                _ => Duration::ZERO,
+            };
             let Called {
                 tx: returned,
                 call,
                 lost,
-                ..
-            } = self.run_claimed(tx, &claim, record, 1).await?;
+                took,
+            } = self.run_claimed(tx, &claim, record, 1, spent_before).await?;
             tx = returned;
             if lost {
                 tx.rollback().await?;
@@ -532,7 +543,7 @@ impl Pipeline {
                 Call::TooLarge(reason) => Park::too_large(reason, record),
                 Call::Redo => {
                     tx.rollback().await?;
-                    return Ok(TxEnd::Redo);
+                    return Ok(TxEnd::Redo(Some((event_id.clone(), took))));
                 }
                 Call::Failed(failure) => match self.final_kind(&failure, 1) {
                     Some(kind) => Park {
@@ -667,7 +678,7 @@ fn tx_outcome(end: &Result<TxEnd, PipelineError>) -> &'static str {
         Ok(TxEnd::Committed { cut: true, .. }) => "committed-then-held",
         Ok(TxEnd::Committed { .. }) => "committed",
         Ok(TxEnd::Fenced) => "fenced",
-        Ok(TxEnd::Redo) => "redo",
+        Ok(TxEnd::Redo(_)) => "redo",
         Ok(TxEnd::Violation { .. }) => "sandbox-violation",
         Ok(TxEnd::Lost { .. }) => "lost",
         Ok(TxEnd::HostError(_)) | Err(_) => "error",

@@ -68,13 +68,19 @@ pub struct Called {
     pub took: Duration,
 }
 
-/// Runs `handler` for `event_id`, claimed in `tx` by the caller.
+/// Runs `handler` for `event_id`, claimed in `tx` by the caller. `spent`:
+/// what this attempt of the event already ran in a transaction given up
+/// (an optimistic batch's, [`Call::Redo`]). An attempt has the handler's
+/// timeout in all, however often the host runs its call again: twice a
+/// call's time was a handler's way to hold its instance and connection for
+/// a multiple of its deadline (the forty-eighth read).
 pub async fn call(
     handler: &dyn Handler,
     mut tx: Tx,
     record: &Record,
     event_id: &str,
     attempt: u32,
+    spent: Duration,
 ) -> Result<Called, PipelineError> {
     let max_payload = handler.max_payload_bytes();
     let too_large = match record.cut {
@@ -97,7 +103,8 @@ pub async fn call(
     tx.enter_guest(GUEST_SAVEPOINT, handler.walls()).await?;
     tx.set_statement_savepoints(false);
     let started = Instant::now();
-    let mut invocation = handler.invoke(tx, record, event_id, attempt).await;
+    let budget = handler.timeout().saturating_sub(spent);
+    let mut invocation = handler.invoke(tx, record, event_id, attempt, budget).await;
     let mut took = started.elapsed();
     let mut tx = invocation.tx.take().ok_or(PipelineError::LostTransaction)?;
     let out_of_time = matches!(invocation.result, Err(GuestFailure::Limit(_)));
@@ -130,7 +137,8 @@ pub async fn call(
         tx.enter_guest(GUEST_SAVEPOINT, handler.walls()).await?;
         tx.set_statement_savepoints(true);
         let again = Instant::now();
-        invocation = handler.invoke(tx, record, event_id, attempt).await;
+        let budget = budget.saturating_sub(took);
+        invocation = handler.invoke(tx, record, event_id, attempt, budget).await;
         took += again.elapsed();
         tx = invocation.tx.take().ok_or(PipelineError::LostTransaction)?;
     }

@@ -359,7 +359,9 @@ impl Pipeline {
         // A lost transaction needs nothing more here: the call failed (an
         // applied call on one is an error), and this transaction holds only
         // this event, so parking or retrying it works on the new one.
-        let called = self.run_claimed(tx, claim, record, attempt).await?;
+        let called = self
+            .run_claimed(tx, claim, record, attempt, Duration::ZERO)
+            .await?;
         Ok((called.tx, Step::Ran(called.call)))
     }
 
@@ -370,9 +372,10 @@ impl Pipeline {
         claim: &Claim<'_>,
         record: &Record,
         attempt: u32,
+        spent: Duration,
     ) -> Result<Called, PipelineError> {
         let span = self.event_span(record, claim.event_id, attempt);
-        let called = guest::call(&*self.handler, tx, record, claim.event_id, attempt)
+        let called = guest::call(&*self.handler, tx, record, claim.event_id, attempt, spent)
             .instrument(span.clone())
             .await?;
         span.record("outcome", called.call.outcome());

@@ -223,8 +223,17 @@ impl HandlerComponent {
         &self.version
     }
 
-    /// Runs the guest for one event inside `tx`, and hands `tx` back.
-    pub async fn invoke(&self, tx: Tx, record: &Record, event_id: &str, attempt: u32) -> Invocation {
+    /// Runs the guest for one event inside `tx`, for at most `budget` (at
+    /// most `limits.timeout_ms`), and hands `tx` back.
+    pub async fn invoke(
+        &self,
+        tx: Tx,
+        record: &Record,
+        event_id: &str,
+        attempt: u32,
+        budget: Duration,
+    ) -> Invocation {
+        let budget = budget.min(self.limits.timeout);
         let outbox = OutboxState::new(
             self.limits.max_outbox_messages,
             self.limits.max_outbox_bytes,
@@ -282,7 +291,9 @@ impl HandlerComponent {
                 (store, None, 0, slot)
             }
         };
-        store.data_mut().deadline = std::time::Instant::now() + self.limits.timeout;
+        let deadline = std::time::Instant::now() + budget;
+        store.data_mut().deadline = deadline;
+        store.data_mut().sql.set_deadline(deadline);
         store.set_epoch_deadline(1);
         let event = Event {
             id: event_id.to_owned(),
@@ -304,7 +315,7 @@ impl HandlerComponent {
                 let result = instance.call_handle(&mut store, &event).await?;
                 Ok::<_, wasmtime::Error>((instance, result))
             };
-            tokio::time::timeout(self.limits.timeout + BACKSTOP_GRACE, call).await
+            tokio::time::timeout(budget + BACKSTOP_GRACE, call).await
         };
         let state = store.data_mut();
         // On the event's span, when spans are exported (see `telemetry`).
@@ -570,8 +581,15 @@ impl crate::handler::Handler for HandlerComponent {
         record: &'a Record,
         event_id: &'a str,
         attempt: u32,
+        budget: std::time::Duration,
     ) -> futures_util::future::BoxFuture<'a, Invocation> {
-        Box::pin(HandlerComponent::invoke(self, tx, record, event_id, attempt))
+        Box::pin(HandlerComponent::invoke(
+            self, tx, record, event_id, attempt, budget,
+        ))
+    }
+
+    fn timeout(&self) -> std::time::Duration {
+        self.limits.timeout
     }
 }
 

@@ -9,6 +9,7 @@ use crate::db::Backend;
 use crate::db::offsets::{self, Advance};
 use crate::db::test_support::each_backend;
 use crate::pipeline::{BatchCursor, BatchEnd, Outcome, PipelineError};
+use std::time::Duration;
 
 #[tokio::test]
 async fn a_broken_invariant_reruns_the_batch_one_by_one_and_parks_only_the_offender() {
@@ -214,15 +215,20 @@ async fn a_record_cut_at_the_limit_is_parked_with_its_size_and_never_replayed() 
 /// stands. PostgreSQL aborts the transaction: the optimistic run is undone
 /// (event 1's work with it), the batch runs again with a savepoint per call,
 /// where event 2's savepoint-less run fails the same way and runs once more
-/// with a savepoint per statement. Either way each event applies once.
+/// with a savepoint per statement. Either way each event applies once, and
+/// (the forty-eighth read) its runs share one timeout: each run again gets
+/// what the runs before it left.
 #[tokio::test]
 async fn a_failed_guest_statement_is_seen_by_the_handler_and_the_event_applies_once() {
     for db in each_backend().await {
         let h = Harness::new(db).await;
         let on = h.backend();
         let null = Act::TrySql("INSERT INTO effects (event_id, attempt) VALUES (NULL, 0)");
-        h.handler
-            .on(&id(2), vec![null, Act::Effect, Act::Publish("invoices")]);
+        let nap = Duration::from_millis(200);
+        h.handler.on(
+            &id(2),
+            vec![Act::Sleep(nap), null, Act::Effect, Act::Publish("invoices")],
+        );
         let (end, _) = h.batch(&records(0, &[1, 2, 3])).await;
         assert_eq!(end, BatchEnd::Done, "{on:?}");
         let (runs_of_1, runs_of_2) = match on {
@@ -238,6 +244,22 @@ async fn a_failed_guest_statement_is_seen_by_the_handler_and_the_event_applies_o
             assert!(
                 first.to_lowercase().contains("not null") || first.contains("not-null"),
                 "{on:?}: the NOT NULL violation: {calls:?}"
+            );
+        }
+        let budgets: Vec<Duration> = calls
+            .iter()
+            .filter(|c| c.event_id == id(2))
+            .map(|c| c.budget)
+            .collect();
+        assert_eq!(
+            budgets[0],
+            Duration::from_secs(5),
+            "{on:?}: the first run has the whole timeout"
+        );
+        for pair in budgets.windows(2) {
+            assert!(
+                pair[1] + nap <= pair[0],
+                "{on:?}: a run again has less left: {budgets:?}"
             );
         }
         let last_of_2 = calls.iter().rfind(|c| c.event_id == id(2)).unwrap();

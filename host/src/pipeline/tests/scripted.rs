@@ -58,6 +58,8 @@ pub struct Call {
     pub errors: Vec<String>,
     /// What its last [`Act::CountEffects`] found.
     pub effects_seen: Option<i64>,
+    /// The time the host gave the call.
+    pub budget: std::time::Duration,
 }
 
 pub struct Scripted {
@@ -189,12 +191,17 @@ impl Handler for Scripted {
         &self.walls
     }
 
+    fn timeout(&self) -> std::time::Duration {
+        self.walls.statement_timeout()
+    }
+
     fn invoke<'a>(
         &'a self,
         mut tx: Tx,
         _record: &'a Record,
         event_id: &'a str,
         attempt: u32,
+        budget: std::time::Duration,
     ) -> BoxFuture<'a, Invocation> {
         Box::pin(async move {
             let mut call = Call {
@@ -202,6 +209,7 @@ impl Handler for Scripted {
                 attempt,
                 errors: vec![],
                 effects_seen: None,
+                budget,
             };
             let acts = self.script(event_id, attempt);
             let result = self.run(&mut tx, acts, &mut call).await;
