@@ -14,6 +14,8 @@
 //! - `params`: run `statement` with `count` NULL parameters, rejecting with the error
 //! - `bind`: query `statement` with `values` bound (a string is text, a
 //!   number an int64 or float64, `{"blob": [bytes]}` a blob, null null)
+//! - `big-params`: query `statement` with `count` text values of `bytes`
+//!   bytes each (a JSON object's text), rejecting with the error
 //! - `recurse`: recurse without end (the stack overflows)
 //! - `probe-env` / `probe-fs` / `probe-net`: report what WASI lets it see, as a rejection
 //! - `until`: ask to retry until delivery `attempt`, then behave like `ok`
@@ -141,6 +143,20 @@ impl Guest for Hostile {
                     .map(bound_value)
                     .collect();
                 sql::query(statement, &values)
+                    .map(|_| ())
+                    .map_err(|e| HandlerError::Reject(format!("{e:?}")))
+            }
+            "big-params" => {
+                let statement = field(&payload, "statement")
+                    .and_then(|s| s.as_str())
+                    .unwrap_or("");
+                let count = field(&payload, "count").and_then(|c| c.as_u64()).unwrap_or(1) as usize;
+                let bytes = field(&payload, "bytes").and_then(|b| b.as_u64()).unwrap_or(1) as usize;
+                let mut text = String::with_capacity(bytes);
+                text.push_str("{\"a\":\"");
+                text.extend(std::iter::repeat_n('x', bytes.saturating_sub(7)));
+                text.push_str("\"}");
+                sql::query(statement, &vec![Value::Text(text); count])
                     .map(|_| ())
                     .map_err(|e| HandlerError::Reject(format!("{e:?}")))
             }

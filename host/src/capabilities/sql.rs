@@ -175,6 +175,26 @@ fn to_sql_error(err: &DbError, timeout: Duration) -> SqlError {
     }
 }
 
+/// Bytes of a statement's parameters the host scanned on this worker, and
+/// a turn for the runtime's other tasks after each [`Scanned::TURN`] of
+/// them. Counted over all the parameters, not per parameter: a guest's
+/// 8,000 parameters of 64 KiB each (aliases of one buffer) were a half
+/// second of the worker with no turn between (the forty-ninth read).
+#[derive(Default)]
+struct Scanned(usize);
+
+impl Scanned {
+    const TURN: usize = 1 << 20;
+
+    async fn add(&mut self, bytes: usize) {
+        self.0 += bytes;
+        if self.0 >= Self::TURN {
+            self.0 = 0;
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
 impl SqlView<'_> {
     /// The walls before any statement: the event's deadline, the per-event
     /// statement budget, the parameters' count and sizes, then the guard.
@@ -206,6 +226,7 @@ impl SqlView<'_> {
         // Counted before the parameters are scanned (the tenth read).
         self.state.statements_left -= 1;
         let max_row_bytes = self.state.guard.max_row_bytes();
+        let mut scanned = Scanned::default();
         for (i, param) in params.iter().enumerate() {
             // As text: what the statement guard counts it at (`sandbox::work`).
             let bytes = match param {
@@ -227,12 +248,7 @@ impl SqlView<'_> {
             {
                 json_keys::check(text, &format!("parameter {}", i + 1))
                     .map_err(|refusal| SqlError::Limit(refusal.to_string()))?;
-                // A scan of up to `max_row_bytes` on this worker thread:
-                // others get their turn between parameters (sixty 8 MiB
-                // parameters were one long stretch: the ninth read).
-                if text.len() > 64 * 1024 {
-                    tokio::task::yield_now().await;
-                }
+                scanned.add(text.len()).await;
             }
         }
         let verdict = match self.state.guard.remembered(statement) {
@@ -266,14 +282,6 @@ impl SqlView<'_> {
         // it lives (`sandbox::postgres::zones`): a parameter read as a date
         // or time may not name one as a POSIX rule.
         for &number in &approved.zoned_params {
-            // As for the JSON keys above: a large text is one stretch of
-            // the worker's time (linear since the forty-eighth read), and
-            // the other tasks get their turn between parameters.
-            if let Some(Value::Text(text)) = params.get(number.wrapping_sub(1))
-                && text.len() > 64 * 1024
-            {
-                tokio::task::yield_now().await;
-            }
             match params.get(number.wrapping_sub(1)) {
                 Some(Value::Text(text)) if !crate::sandbox::postgres::zone_free(text) => {
                     return Err(SqlError::Forbidden(format!(
@@ -283,7 +291,8 @@ impl SqlView<'_> {
                          (`Europe/Paris`)"
                     )));
                 }
-                Some(Value::Text(_) | Value::Null) | None => {}
+                Some(Value::Text(text)) => scanned.add(text.len()).await,
+                Some(Value::Null) | None => {}
                 // Regression (the forty-fifth read): a blob cast to text on
                 // its way to a date is its hex (`\x01ab02`), which PostgreSQL
                 // reads as the zone rule `X01AB02`; a number's text (`1e+20`)

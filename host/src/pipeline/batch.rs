@@ -31,7 +31,6 @@ use crate::handler::GuestFailure;
 use crate::record::Record;
 use crate::telemetry;
 use std::collections::HashSet;
-use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -156,10 +155,8 @@ enum TxEnd {
         count: usize,
     },
     /// A call failed in the optimistic run ([`Call::Redo`]): nothing
-    /// committed; run the records again with a savepoint per call. The
-    /// failed call's event and the time it ran, which its run again does
-    /// not get twice (see `guest::call`).
-    Redo(Option<(String, Duration)>),
+    /// committed; run the records again with a savepoint per call.
+    Redo,
     Fenced,
     /// One of the host's own statements failed in a way retrying will not
     /// mend: nothing committed; run the records one at a time so it reaches
@@ -200,8 +197,6 @@ impl Pipeline {
         // `BATCH_WALL`, as many as it got through, so a batch of slow events
         // does not claim (and give back) its whole remainder every time.
         let mut window = records.len();
-        // The time the call that ended an optimistic run had used.
-        let mut spent: Option<(String, Duration)> = None;
         while cursor.done < records.len() {
             // A pump told to stop (pause, delete, a restart, shutdown) ends
             // after the transaction it is in; the records after it are not
@@ -222,7 +217,7 @@ impl Pipeline {
             let span = self.batch_span(rest);
             let taken = &rest[..window.min(rest.len())];
             let end = self
-                .batch_tx(taken, cursor.fence, optimistic && taken.len() > 1, spent.take())
+                .batch_tx(taken, cursor.fence, optimistic && taken.len() > 1)
                 .instrument(span.clone())
                 .await;
             span.record("outcome", tx_outcome(&end));
@@ -230,7 +225,7 @@ impl Pipeline {
                 // A held-back INSERT of one of the calls failed when sent.
                 Err(PipelineError::Database(DbError::DeferredFailed(reason))) => {
                     tracing::debug!(handler = self.handler.name(), reason, "held-back INSERTs failed");
-                    TxEnd::Redo(None)
+                    TxEnd::Redo
                 }
                 // See `host_errors`: the failure is taken to its own event.
                 Err(error) if !error.is_transient() => TxEnd::HostError(error),
@@ -238,8 +233,7 @@ impl Pipeline {
             };
             match end {
                 TxEnd::Fenced => return Ok(BatchEnd::Fenced),
-                TxEnd::Redo(failed) => {
-                    spent = failed;
+                TxEnd::Redo => {
                     tracing::debug!(
                         handler = self.handler.name(),
                         records = taken.len(),
@@ -397,7 +391,6 @@ impl Pipeline {
         records: &[Record],
         fence: Fence,
         optimistic: bool,
-        spent: Option<(String, Duration)>,
     ) -> Result<TxEnd, PipelineError> {
         let mut tx = self.db.begin_guest(self.handler.name()).await?;
         let started = std::time::Instant::now();
@@ -500,16 +493,12 @@ impl Pipeline {
                 Turn::RunHolding(key) => Some(key),
             };
             let claim = self.claim(record, event_id);
-            let spent_before = match &spent {
-                Some((id, took)) if id == event_id => *took,
-                _ => Duration::ZERO,
-            };
             let Called {
                 tx: returned,
                 call,
                 lost,
-                took,
-            } = self.run_claimed(tx, &claim, record, 1, spent_before).await?;
+                ..
+            } = self.run_claimed(tx, &claim, record, 1).await?;
             tx = returned;
             if lost {
                 tx.rollback().await?;
@@ -543,7 +532,7 @@ impl Pipeline {
                 Call::TooLarge(reason) => Park::too_large(reason, record),
                 Call::Redo => {
                     tx.rollback().await?;
-                    return Ok(TxEnd::Redo(Some((event_id.clone(), took))));
+                    return Ok(TxEnd::Redo);
                 }
                 Call::Failed(failure) => match self.final_kind(&failure, 1) {
                     Some(kind) => Park {
@@ -678,7 +667,7 @@ fn tx_outcome(end: &Result<TxEnd, PipelineError>) -> &'static str {
         Ok(TxEnd::Committed { cut: true, .. }) => "committed-then-held",
         Ok(TxEnd::Committed { .. }) => "committed",
         Ok(TxEnd::Fenced) => "fenced",
-        Ok(TxEnd::Redo(_)) => "redo",
+        Ok(TxEnd::Redo) => "redo",
         Ok(TxEnd::Violation { .. }) => "sandbox-violation",
         Ok(TxEnd::Lost { .. }) => "lost",
         Ok(TxEnd::HostError(_)) | Err(_) => "error",

@@ -18,6 +18,7 @@ pub mod guest;
 mod held;
 mod host_errors;
 mod keys;
+mod spent;
 pub mod tail;
 
 pub use batch::{BatchCursor, BatchEnd, Deferred};
@@ -139,6 +140,8 @@ pub struct Slot {
     /// Batches of this handler still to run with a savepoint per call (see
     /// [`Slot::optimistic`]).
     careful: Arc<AtomicU32>,
+    /// What each event's attempt already ran, over runs given up.
+    spent: Arc<std::sync::Mutex<spent::Spent>>,
 }
 
 /// After a call fails in an optimistic batch, this many of the handler's
@@ -153,6 +156,7 @@ impl Slot {
         Self {
             loaded: Arc::new(std::sync::RwLock::new(loaded)),
             careful: Arc::default(),
+            spent: Arc::default(),
         }
     }
 
@@ -359,9 +363,7 @@ impl Pipeline {
         // A lost transaction needs nothing more here: the call failed (an
         // applied call on one is an error), and this transaction holds only
         // this event, so parking or retrying it works on the new one.
-        let called = self
-            .run_claimed(tx, claim, record, attempt, Duration::ZERO)
-            .await?;
+        let called = self.run_claimed(tx, claim, record, attempt).await?;
         Ok((called.tx, Step::Ran(called.call)))
     }
 
@@ -372,12 +374,18 @@ impl Pipeline {
         claim: &Claim<'_>,
         record: &Record,
         attempt: u32,
-        spent: Duration,
     ) -> Result<Called, PipelineError> {
         let span = self.event_span(record, claim.event_id, attempt);
-        let called = guest::call(&*self.handler, tx, record, claim.event_id, attempt, spent)
+        let spent = || self.slot.spent.lock().unwrap_or_else(|p| p.into_inner());
+        let before = spent().before(claim.event_id, attempt);
+        let started = std::time::Instant::now();
+        let called = guest::call(&*self.handler, tx, record, claim.event_id, attempt, before)
             .instrument(span.clone())
-            .await?;
+            .await;
+        // Whatever became of the run (a host error included): if it is run
+        // again, it is this attempt's time that was used.
+        spent().add(claim.event_id, attempt, started.elapsed());
+        let called = called?;
         span.record("outcome", called.call.outcome());
         span.record("guest_us", called.took.as_micros() as u64);
         match &called.call {

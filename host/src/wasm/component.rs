@@ -270,11 +270,13 @@ impl HandlerComponent {
                 let mut store = Store::new(&self.engine, state);
                 store.limiter(|s| &mut s.limiter);
                 // What one call may make the host copy out of the guest: no
-                // more than its memory holds. Strings and list elements may
-                // alias one buffer, so wasmtime's default of 128 MiB let a
-                // guest of 16 MiB have each call copied eight times over
-                // before any bound looked at it (the twenty-fourth read).
-                store.set_hostcall_fuel(self.limits.memory_bytes);
+                // more than its memory holds, nor than its limits let a call
+                // carry (`handler::limits::hostcall_bytes`). Strings and list
+                // elements may alias one buffer, so wasmtime's default of
+                // 128 MiB let a guest of 16 MiB have each call copied eight
+                // times over before any bound looked at it (the twenty-fourth
+                // read), and its memory, 512 MiB a call (the forty-ninth).
+                store.set_hostcall_fuel(self.limits.hostcall_bytes);
                 // At every epoch tick the guest runs through, it yields to
                 // the runtime until its deadline, where it traps: a guest in
                 // a loop once held one of tokio's worker threads for its

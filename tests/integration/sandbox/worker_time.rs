@@ -64,3 +64,32 @@ async fn a_huge_date_parameter_holds_no_worker_thread_postgres() {
     }
     assert_eq!(host.terminate(Duration::from_secs(30)).await, Some(0));
 }
+
+/// Regression (issue 23, the forty-ninth read): one host call could make
+/// the host copy as much of the guest as its memory held (512 MiB at the
+/// team ceiling, aliased strings), on a runtime worker, before any bound
+/// looked at it. Now a call carries at most what the handler's limits let a
+/// statement or a publish carry (16 MiB at the defaults): 24 values of a
+/// megabyte are refused as they are copied, with wasmtime's reason.
+#[tokio::test]
+async fn one_host_call_copies_at_most_what_the_limits_let_a_call_carry() {
+    let topic = unique("big-params");
+    create_topic(&topic, 1).await;
+    let env = TestEnv::new(Backend::Sqlite, "hostile", &topic, "").await;
+    let attack = json!({ "attack": "big-params", "statement": "SELECT 1", "count": 24, "bytes": 1_000_000 });
+    let ends = produce(&topic, &[Send::json(&new_id(), attack)]).await;
+    let mut host = env.spawn_host();
+    env.wait_for_offsets(&ends, Duration::from_secs(60), &mut host)
+        .await;
+    let db = env.db().await;
+    let letters = inboxd::db::dead_letters::list(&db, "hostile").await.unwrap();
+    assert_eq!(letters.len(), 1, "{letters:#?}");
+    assert!(
+        letters[0]
+            .reason
+            .contains("too much data is being copied between the host and the guest"),
+        "{}",
+        letters[0].reason
+    );
+    assert_eq!(host.terminate(Duration::from_secs(30)).await, Some(0));
+}
