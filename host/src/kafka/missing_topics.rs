@@ -4,12 +4,14 @@
 //! not waited for again, so the messages behind them go on.
 //!
 //! Why: an unknown topic is a passing failure (it may be created any moment),
-//! and a bucket waits behind its first failing message to keep its order.
-//! But a bucket holds the messages of every handler whose (handler, key)
-//! hashes to it, so one team that published to a topic nobody created (its
-//! token's topic allowlist may be a prefix) held back every other team's
-//! messages in those buckets, for good: 64 keys were enough for all of them
-//! (the sixth read of this round, issue 23). Every fresh topic name once got
+//! and a handler's messages wait behind its first failing one to keep their
+//! order. Once a whole bucket waited, and a bucket holds the messages of
+//! every handler whose (handler, key) hashes to it, so one team that
+//! published to a topic nobody created (its token's topic allowlist may be a
+//! prefix) held back every other team's messages in those buckets, for
+//! good: 64 keys were enough for all of them (the sixth read of this round,
+//! issue 23). Other handlers' messages no longer wait (the forty-ninth
+//! read), but the failing handler's own would, for good, without this. Every fresh topic name once got
 //! its own wait, so a handler with hundreds of names of topics nobody made
 //! stalled the buckets for hours (the seventh read): the wait is now paid
 //! once per handler an hour. The broker being away is not this: it fails
@@ -62,8 +64,8 @@ pub fn is_quarantined(quarantined: &Quarantined, handler: &str, topic: &str) -> 
 #[derive(Debug)]
 pub struct MissingTopics {
     stuck_after: Duration,
-    /// Per bucket: the message failing for a missing topic, and since when.
-    failing: HashMap<i64, (i64, Instant)>,
+    /// Per handler: its message failing for a missing topic, and since when.
+    failing: HashMap<String, (i64, Instant)>,
     /// (handler, topic) confirmed missing (a message of the handler to the
     /// topic was parked), and when last.
     confirmed: HashMap<(String, String), Instant>,
@@ -101,39 +103,34 @@ impl MissingTopics {
         Arc::new(quarantined)
     }
 
-    /// Message `seq` of `handler`, first of `bucket`, failed because `topic`
-    /// is unknown: the reason to park it now, if it is time.
-    pub fn failed(
-        &mut self,
-        bucket: i64,
-        seq: i64,
-        handler: &str,
-        topic: &str,
-        error: &str,
-    ) -> Option<String> {
+    /// Message `seq` of `handler`, the first of its own still to go,
+    /// failed because `topic` is unknown: the reason to park it now, if it
+    /// is time.
+    pub fn failed(&mut self, seq: i64, handler: &str, topic: &str, error: &str) -> Option<String> {
         self.confirmed.retain(|_, at| at.elapsed() < REMEMBERED);
         self.publishers.retain(|_, at| at.elapsed() < REMEMBERED);
         let pair = (handler.to_owned(), topic.to_owned());
         let known = self.confirmed.contains_key(&pair) || self.publishers.contains_key(handler);
-        let since = match self.failing.get(&bucket) {
+        let since = match self.failing.get(handler) {
             Some((failing, since)) if *failing == seq => *since,
             _ => {
-                self.failing.insert(bucket, (seq, Instant::now()));
+                self.failing.insert(handler.to_owned(), (seq, Instant::now()));
                 Instant::now()
             }
         };
         if !known && since.elapsed() < self.stuck_after {
             return None;
         }
-        self.failing.remove(&bucket);
+        self.failing.remove(handler);
         self.confirmed.insert(pair, Instant::now());
         self.publishers.insert(handler.to_owned(), Instant::now());
         Some(parked_reason(topic, error))
     }
 
-    /// The bucket's first message went, or failed for another reason.
-    pub fn settled(&mut self, bucket: i64) {
-        self.failing.remove(&bucket);
+    /// The handler's first message still to go went, or failed for
+    /// another reason.
+    pub fn settled(&mut self, handler: &str) {
+        self.failing.remove(handler);
     }
 }
 
@@ -159,10 +156,10 @@ mod tests {
     #[test]
     fn a_missing_topic_parks_after_the_wait_then_at_once() {
         let mut missing = MissingTopics::new(Duration::from_millis(50));
-        assert_eq!(missing.failed(1, 10, "a", "nowhere", "unknown topic"), None);
+        assert_eq!(missing.failed(10, "a", "nowhere", "unknown topic"), None);
         assert!(missing.quarantined().is_empty());
         std::thread::sleep(Duration::from_millis(60));
-        let reason = missing.failed(1, 10, "a", "nowhere", "unknown topic").unwrap();
+        let reason = missing.failed(10, "a", "nowhere", "unknown topic").unwrap();
         assert!(
             reason.contains("\"nowhere\" does not exist") && reason.contains("retry"),
             "{reason}"
@@ -172,22 +169,18 @@ mod tests {
         // message to the topic waits its own time, since the topic may have
         // been created meanwhile, and is never parked without a try.
         assert!(!is_quarantined(&missing.quarantined(), "b", "nowhere"));
-        assert_eq!(missing.failed(2, 20, "b", "nowhere", "unknown topic"), None);
-        missing.settled(2);
+        assert_eq!(missing.failed(20, "b", "nowhere", "unknown topic"), None);
+        missing.settled("b");
         // And handler a's next missing topic, whatever its name (the seventh read).
-        assert!(
-            missing
-                .failed(4, 40, "a", "fresh-name", "unknown topic")
-                .is_some()
-        );
+        assert!(missing.failed(40, "a", "fresh-name", "unknown topic").is_some());
         // Another handler's new missing topic waits its time; a message that
         // goes, or fails otherwise, starts the wait over.
-        assert_eq!(missing.failed(3, 30, "c", "later", "unknown topic"), None);
-        missing.settled(3);
-        assert_eq!(missing.failed(3, 30, "c", "later", "unknown topic"), None);
-        // A new first message in the bucket starts its own wait.
+        assert_eq!(missing.failed(30, "c", "later", "unknown topic"), None);
+        missing.settled("c");
+        assert_eq!(missing.failed(30, "c", "later", "unknown topic"), None);
+        // A new first message of the handler starts its own wait.
         std::thread::sleep(Duration::from_millis(60));
-        assert_eq!(missing.failed(3, 31, "c", "later", "unknown topic"), None);
+        assert_eq!(missing.failed(31, "c", "later", "unknown topic"), None);
     }
 
     #[test]

@@ -67,7 +67,16 @@ impl Read {
 /// the text is the same every look and prepared once per connection,
 /// whatever buckets are ready; SQLite, which has neither, glues the
 /// per-bucket reads with UNION ALL (its prepares are local, not a round trip).
-pub async fn pending(db: &Database, buckets: &[i64], read: Read) -> Result<Vec<Pending>, DbError> {
+///
+/// Messages of the handlers in `skip` are not read: the relay's handlers
+/// backing off after a passing failure, whose messages wait for their turn
+/// while the other handlers' messages in the same buckets go on.
+pub async fn pending(
+    db: &Database,
+    buckets: &[i64],
+    read: Read,
+    skip: &[String],
+) -> Result<Vec<Pending>, DbError> {
     if buckets.is_empty() || read.per_bucket <= 0 {
         return Ok(Vec::new());
     }
@@ -82,6 +91,7 @@ pub async fn pending(db: &Database, buckets: &[i64], read: Read) -> Result<Vec<P
                          + 2 * octet_length(headers)::int8 AS bytes
                      FROM outbox
                      WHERE published_at IS NULL AND parked_at IS NULL AND bucket = u.bucket
+                         AND handler <> ALL($5::text[])
                      ORDER BY seq LIMIT $1) AS o";
             db.query(
                 &within_budget(candidates, 3, Backend::Postgres),
@@ -90,6 +100,7 @@ pub async fn pending(db: &Database, buckets: &[i64], read: Read) -> Result<Vec<P
                     int_array(buckets).into(),
                     budget.into(),
                     first.into(),
+                    text_array(skip).into(),
                 ],
             )
             .await?
@@ -109,13 +120,19 @@ pub async fn pending(db: &Database, buckets: &[i64], read: Read) -> Result<Vec<P
                              + 2 * length(CAST(headers AS BLOB))) AS bytes
                          FROM outbox
                          WHERE published_at IS NULL AND parked_at IS NULL AND bucket = {bucket}
+                             AND handler NOT IN (SELECT value FROM json_each($4))
                          ORDER BY seq LIMIT $1) AS b{bucket}"
                     )
                 })
                 .collect();
             db.query(
                 &within_budget(&parts.join("\nUNION ALL\n"), 2, Backend::Sqlite),
-                &[read.per_bucket.into(), budget.into(), first.into()],
+                &[
+                    read.per_bucket.into(),
+                    budget.into(),
+                    first.into(),
+                    serde_json::to_string(skip).unwrap_or_else(|_| "[]".into()).into(),
+                ],
             )
             .await?
         }
@@ -140,6 +157,16 @@ pub async fn pending(db: &Database, buckets: &[i64], read: Read) -> Result<Vec<P
         .collect::<Result<Vec<Pending>, DecodeError>>()?;
     pending.sort_by_key(|p| (p.bucket, p.seq));
     Ok(pending)
+}
+
+/// `values` as a PostgreSQL array literal (`{"a","b"}`), each element
+/// quoted and its `"` and `\` escaped.
+fn text_array(values: &[String]) -> String {
+    let quoted: Vec<String> = values
+        .iter()
+        .map(|v| format!("\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\"")))
+        .collect();
+    format!("{{{}}}", quoted.join(","))
 }
 
 /// What a read counts for a message whose headers are stored as

@@ -10,9 +10,13 @@
 //! Rows are marked published only after Kafka acknowledged them: a crash in
 //! between sends them again, and the consuming handler's inbox drops the copy.
 //!
-//! Buckets never wait for each other: each bucket's sends run as their own
-//! task, and a bucket whose send fails for a passing reason (the broker away,
-//! a topic that does not exist yet) backs off alone, keeping its order. A
+//! Buckets never wait for each other, nor handlers: each bucket's sends run
+//! as their own task, and a handler whose message fails for a passing reason
+//! (the broker away, a topic that does not exist yet) backs off alone: its
+//! later messages wait behind it, keeping its order, while the other
+//! handlers' messages in the same buckets go on (a whole bucket once backed
+//! off, so one team's failing messages held back every team whose messages
+//! hashed to its buckets: the forty-ninth read). A
 //! message the broker will never accept (an invalid topic name, a message
 //! over the size limit, a topic the relay may not write: see [`permanent`])
 //! is *parked* at once with its reason, and the bucket goes on with the
@@ -36,7 +40,7 @@ use producers::Producers;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -110,14 +114,23 @@ pub async fn run_relay(
 #[derive(Debug, Default, PartialEq)]
 pub(crate) struct Outcome {
     pub published: Vec<i64>,
+    /// The handlers with a message published.
+    pub went: HashSet<String>,
     /// Never deliverable: (seq, reason).
     pub parked: Vec<(i64, String)>,
-    /// The first message that failed for a passing reason; the bucket's
-    /// later messages wait behind it.
-    pub failed: Option<(i64, String)>,
-    /// The failed message's handler and topic, when the broker said the
-    /// topic does not exist.
-    pub missing_topic: Option<(String, String)>,
+    /// Per handler, its first message that failed for a passing reason; its
+    /// later messages in the bucket wait behind it.
+    pub failed: Vec<Failed>,
+}
+
+/// A message that failed for a passing reason.
+#[derive(Debug, PartialEq)]
+pub(crate) struct Failed {
+    pub handler: String,
+    pub seq: i64,
+    pub error: String,
+    /// Its topic, when the broker said the topic does not exist.
+    pub missing_topic: Option<String>,
 }
 
 /// The relay's state between looks at the outbox.
@@ -136,9 +149,9 @@ pub(crate) struct Relay {
     /// Each send task's bucket: what a task that ends without an outcome
     /// (a `JoinError`) hands back, so its bytes are not counted in flight for good.
     tasks: HashMap<tokio::task::Id, i64>,
-    /// Buckets backing off after a passing failure: until when, and how many
-    /// failures in a row.
-    waiting: HashMap<i64, (Instant, u32)>,
+    /// Handlers backing off after a passing failure: until when, and how
+    /// many failures in a row. Their messages are not read meanwhile.
+    waiting: HashMap<String, (Instant, u32)>,
     missing: MissingTopics,
 }
 
@@ -213,7 +226,12 @@ impl Relay {
             .iter()
             .copied()
             .filter(|b| !self.busy.contains_key(b))
-            .filter(|b| self.waiting.get(b).is_none_or(|(until, _)| *until <= now))
+            .collect();
+        let backing_off: Vec<String> = self
+            .waiting
+            .iter()
+            .filter(|(_, (until, _))| *until > now)
+            .map(|(handler, _)| handler.clone())
             .collect();
         let held: u64 = self.busy.values().sum();
         if held >= HELD_BYTES {
@@ -224,7 +242,7 @@ impl Relay {
             bytes: HELD_BYTES - held,
             at_least_one: self.busy.is_empty(),
         };
-        let pending = outbox::pending(&self.db, &ready, read).await?;
+        let pending = outbox::pending(&self.db, &ready, read, &backing_off).await?;
         if pending.is_empty() {
             return Ok(());
         }
@@ -245,11 +263,16 @@ impl Relay {
                 // A send that panics must still hand its bucket back (else
                 // the bucket is busy for good and its lease keeps others off):
                 // it counts as a passing failure of the bucket's first message.
-                let first = rows[0].seq;
+                let (first, first_handler) = (rows[0].seq, rows[0].handler.clone());
                 let sent =
                     std::panic::AssertUnwindSafe(send_in_order(&senders, &rows, &quarantined)).catch_unwind();
                 let outcome = sent.await.unwrap_or_else(|_| Outcome {
-                    failed: Some((first, "the relay's send task panicked".to_owned())),
+                    failed: vec![Failed {
+                        handler: first_handler,
+                        seq: first,
+                        error: "the relay's send task panicked".to_owned(),
+                        missing_topic: None,
+                    }],
                     ..Outcome::default()
                 });
                 (number, outcome)
@@ -280,19 +303,26 @@ impl Relay {
         // and as often re-queued), and one write each, in the relay's only
         // loop, held every team's delivery for minutes (the eleventh read).
         let mut parked: Vec<(i64, String)> = Vec::new();
-        let mut missing_failed = Vec::new();
-        for (bucket, outcome) in &finished {
+        let mut backing_off: Vec<&Failed> = Vec::new();
+        for (_, outcome) in &finished {
             parked.extend(outcome.parked.iter().cloned());
-            if let (Some((seq, error)), Some((handler, topic))) = (&outcome.failed, &outcome.missing_topic)
-                && let Some(reason) = self.missing.failed(*bucket, *seq, handler, topic, error)
-            {
-                tracing::warn!(
-                    seq,
-                    topic,
-                    "an outbox message to a missing topic is parked: {reason}"
-                );
-                parked.push((*seq, reason));
-                missing_failed.push(*bucket);
+            for failed in &outcome.failed {
+                if let Some(topic) = &failed.missing_topic
+                    && let Some(reason) =
+                        self.missing
+                            .failed(failed.seq, &failed.handler, topic, &failed.error)
+                {
+                    tracing::warn!(
+                        seq = failed.seq,
+                        topic,
+                        "an outbox message to a missing topic is parked: {reason}"
+                    );
+                    parked.push((failed.seq, reason));
+                    // Parked, it no longer holds its handler's line up.
+                    self.waiting.remove(&failed.handler);
+                    continue;
+                }
+                backing_off.push(failed);
             }
         }
         if !parked.is_empty() {
@@ -305,32 +335,33 @@ impl Relay {
             );
             outbox::park_all(&self.db, &parked).await?;
         }
-        for (bucket, outcome) in finished {
-            if missing_failed.contains(&bucket) {
-                self.waiting.remove(&bucket);
-                continue;
+        // A handler whose messages went, and none failed, backs off no more.
+        let failing: HashSet<&str> = finished
+            .iter()
+            .flat_map(|(_, outcome)| outcome.failed.iter().map(|f| f.handler.as_str()))
+            .collect();
+        for (_, outcome) in &finished {
+            for handler in outcome.went.iter().filter(|h| !failing.contains(h.as_str())) {
+                self.waiting.remove(handler);
+                self.missing.settled(handler);
             }
-            if outcome.missing_topic.is_none() {
-                self.missing.settled(bucket);
+        }
+        for failed in backing_off {
+            if failed.missing_topic.is_none() {
+                self.missing.settled(&failed.handler);
             }
-            match &outcome.failed {
-                Some((seq, error)) => {
-                    let failures = self.waiting.get(&bucket).map_or(0, |(_, n)| *n) + 1;
-                    if failures == 1 {
-                        tracing::warn!(
-                            seq,
-                            bucket,
-                            "relaying an outbox message failed; its bucket retries with backoff: {error}"
-                        );
-                    }
-                    let until = Instant::now() + backoff(&RETRY, failures.min(16));
-                    self.waiting.insert(bucket, (until, failures));
-                    outbox::record_failure(&self.db, *seq, error).await?;
-                }
-                None => {
-                    self.waiting.remove(&bucket);
-                }
+            let failures = self.waiting.get(&failed.handler).map_or(0, |(_, n)| *n) + 1;
+            if failures == 1 {
+                tracing::warn!(
+                    seq = failed.seq,
+                    handler = failed.handler,
+                    "relaying an outbox message failed; the handler's messages retry with backoff: {}",
+                    failed.error
+                );
             }
+            let until = Instant::now() + backoff(&RETRY, failures.min(16));
+            self.waiting.insert(failed.handler.clone(), (until, failures));
+            outbox::record_failure(&self.db, failed.seq, &failed.error).await?;
         }
         Ok(())
     }
@@ -403,40 +434,46 @@ enum Sent {
 }
 
 /// Sends a bucket's messages and waits for each acknowledgement in order. A
-/// message that can never be delivered is parked and the rest go on; at the
-/// first passing failure the rest wait, so the bucket's order holds. A
-/// message its handler sends to a `quarantined` topic is parked without a try. Each message
-/// goes through its handler's producer in `senders`.
+/// message that can never be delivered is parked and the rest go on; at a
+/// handler's first passing failure its later messages wait (they stay
+/// pending, and are sent again after it), so its order holds, while the
+/// other handlers' messages go on. A message its handler sends to a
+/// `quarantined` topic is parked without a try. Each message goes through
+/// its handler's producer in `senders`.
 pub(crate) async fn send_in_order(
     senders: &Senders,
     bucket: &[Pending],
     quarantined: &Quarantined,
 ) -> Outcome {
     let mut sends = Vec::new();
+    // Handlers whose message failed as it was handed to the producer: their
+    // later messages are not handed over at all.
+    let mut refused: HashSet<&str> = HashSet::new();
     for row in bucket {
+        if refused.contains(row.handler.as_str()) {
+            continue;
+        }
         let message = &row.message;
         let unsendable = invalid_topic(&message.topic).or_else(|| {
             is_quarantined(quarantined, &row.handler, &message.topic)
                 .then(|| quarantined_reason(&message.topic))
         });
         if let Some(reason) = unsendable {
-            sends.push((row.seq, Sent::Parked(reason), tracing::Span::none()));
+            sends.push((row, Sent::Parked(reason), tracing::Span::none()));
             continue;
         }
         let producer = match senders.get(&row.handler) {
             Some(Ok(producer)) => producer,
             Some(Err(reason)) => {
-                sends.push((
-                    row.seq,
-                    Sent::Failed(reason.clone(), false),
-                    tracing::Span::none(),
-                ));
-                break;
+                sends.push((row, Sent::Failed(reason.clone(), false), tracing::Span::none()));
+                refused.insert(&row.handler);
+                continue;
             }
             None => {
                 let reason = format!("the relay has no producer for handler {}", row.handler);
-                sends.push((row.seq, Sent::Failed(reason, false), tracing::Span::none()));
-                break;
+                sends.push((row, Sent::Failed(reason, false), tracing::Span::none()));
+                refused.insert(&row.handler);
+                continue;
             }
         };
         let span = publish_span(row);
@@ -468,32 +505,39 @@ pub(crate) async fn send_in_order(
             record = record.key(key);
         }
         match producer.send_result(record) {
-            Ok(delivery) => sends.push((row.seq, Sent::Queued(delivery), span)),
-            Err((error, _)) if permanent(&error) => {
-                sends.push((row.seq, Sent::Parked(error.to_string()), span))
-            }
+            Ok(delivery) => sends.push((row, Sent::Queued(delivery), span)),
+            Err((error, _)) if permanent(&error) => sends.push((row, Sent::Parked(error.to_string()), span)),
             Err((error, _)) => {
                 sends.push((
-                    row.seq,
+                    row,
                     Sent::Failed(error.to_string(), is_missing_topic(&error)),
                     span,
                 ));
-                break;
+                refused.insert(&row.handler);
             }
         }
     }
     let mut outcome = Outcome::default();
-    for ((seq, sent, span), row) in sends.into_iter().zip(bucket) {
+    // Handlers with a failed message: their later ones are not counted,
+    // delivered or not (sent again after it: a copy the consumer drops).
+    let mut stopped: HashSet<&str> = HashSet::new();
+    for (row, sent, span) in sends {
+        if stopped.contains(row.handler.as_str()) {
+            continue;
+        }
         let (error, missing) = match sent {
             Sent::Queued(delivery) => match delivery.await {
                 Ok(Ok(_)) => {
                     span.record("outcome", "published");
-                    outcome.published.push(seq);
+                    outcome.published.push(row.seq);
+                    if !outcome.went.contains(&row.handler) {
+                        outcome.went.insert(row.handler.clone());
+                    }
                     continue;
                 }
                 Ok(Err((error, _))) if permanent(&error) => {
                     span.record("outcome", "parked");
-                    outcome.parked.push((seq, error.to_string()));
+                    outcome.parked.push((row.seq, error.to_string()));
                     continue;
                 }
                 Ok(Err((error, _))) => (error.to_string(), is_missing_topic(&error)),
@@ -501,15 +545,19 @@ pub(crate) async fn send_in_order(
             },
             Sent::Parked(reason) => {
                 span.record("outcome", "parked");
-                outcome.parked.push((seq, reason));
+                outcome.parked.push((row.seq, reason));
                 continue;
             }
             Sent::Failed(error, missing) => (error, missing),
         };
         span.record("outcome", "failed");
-        outcome.failed = Some((seq, error));
-        outcome.missing_topic = missing.then(|| (row.handler.clone(), row.message.topic.clone()));
-        break;
+        stopped.insert(&row.handler);
+        outcome.failed.push(Failed {
+            handler: row.handler.clone(),
+            seq: row.seq,
+            error,
+            missing_topic: missing.then(|| row.message.topic.clone()),
+        });
     }
     outcome
 }

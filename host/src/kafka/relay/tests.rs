@@ -152,11 +152,12 @@ async fn a_missing_topic_is_parked_and_its_bucket_goes_on() {
     // The mock cluster creates any topic asked for, so the broker's
     // answer for the first message is the one thing made up here.
     let refused = Outcome {
-        failed: Some((
-            seq(first.id.clone()).await,
-            "Broker: Unknown topic or partition".into(),
-        )),
-        missing_topic: Some(("h".into(), "nowhere".into())),
+        failed: vec![Failed {
+            handler: "h".into(),
+            seq: seq(first.id.clone()).await,
+            error: "Broker: Unknown topic or partition".into(),
+            missing_topic: Some("nowhere".into()),
+        }],
         ..Outcome::default()
     };
     relay.settle(vec![(shared, refused)]).await.unwrap();
@@ -391,4 +392,82 @@ async fn an_idle_handlers_producer_is_closed_and_made_again() {
         relay.start_ready().await.unwrap();
         assert_eq!(relay.producers.len(), 0, "an idle producer is closed");
     }
+}
+
+/// Regression (issue 23, the forty-ninth read): a passing failure of one
+/// handler's message held back its whole bucket, and so every other team
+/// whose messages hashed to it, for as long as the failures lasted (a team
+/// that kept a compacted topic refusing its batches held them for good).
+/// Now only the failing handler's messages wait, in their order; another
+/// handler's messages in the same bucket go at once, and keep going while
+/// the failing one backs off.
+#[tokio::test]
+async fn a_handlers_passing_failure_holds_back_only_its_own_messages() {
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic("good", 1, 1).unwrap();
+    let servers = cluster.bootstrap_servers();
+    let producers = Producers::new(Box::new(move |handler| {
+        if handler == "failing" {
+            return Err(KafkaError::ClientCreation("made to fail by the test".into()));
+        }
+        rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &servers)
+            .set("enable.idempotence", "true")
+            .set("message.timeout.ms", "10000")
+            .create()
+    }));
+    let db = sqlite_db().await;
+    let shared = outbox::bucket("failing", Some(b"k"));
+    let their_key = (0..)
+        .map(|i| format!("k{i}"))
+        .find(|k| outbox::bucket("billing", Some(k.as_bytes())) == shared)
+        .unwrap();
+    let insert = |handler: &'static str, messages: Vec<NewMessage>| {
+        let db = db.clone();
+        async move {
+            let mut tx = db.begin().await.unwrap();
+            outbox::insert(&mut tx, handler, &messages).await.unwrap();
+            tx.commit().await.unwrap();
+        }
+    };
+    let failing = vec![
+        message("good", "k", b"1".to_vec()),
+        message("good", "k", b"2".to_vec()),
+    ];
+    insert("failing", failing).await;
+    insert("billing", vec![message("good", &their_key, b"b1".to_vec())]).await;
+
+    let mut relay = Relay::new(db.clone(), producers, "host-1".into(), Settle::Keep);
+    for round in ["first", "second"] {
+        let shutdown = CancellationToken::new();
+        let started = Instant::now();
+        while outbox::backlog(&db, "billing").await.unwrap().0 > 0 || !relay.busy.is_empty() {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "{round}: billing's message never went past the failing handler's"
+            );
+            relay.step(&shutdown).await.unwrap();
+        }
+        assert_eq!(
+            outbox::backlog(&db, "failing").await.unwrap().0,
+            2,
+            "{round}: the failing handler's wait"
+        );
+        assert!(relay.waiting.contains_key("failing"), "{round}: it backs off");
+        insert("billing", vec![message("good", &their_key, b"b2".to_vec())]).await;
+    }
+    let parked = outbox::parked(&db, &ParkedFilter::default()).await.unwrap();
+    assert!(parked.is_empty(), "{parked:#?}");
+    // The first waiting message carries the reason; the one behind it was
+    // never tried.
+    let rows = db
+        .query(
+            "SELECT attempts, last_error FROM outbox WHERE handler = 'failing' ORDER BY seq",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert!(rows[0][0].as_i64().unwrap() >= 1, "{rows:?}");
+    assert!(rows[0][1].as_str().unwrap().contains("made to fail"), "{rows:?}");
+    assert_eq!(rows[1][0].as_i64(), Some(0), "{rows:?}");
 }
