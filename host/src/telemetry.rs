@@ -57,7 +57,11 @@ pub fn init(
     let filter = EnvFilter::try_from_env("INBOXD_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| EnvFilter::new(default_filter));
-    let fmt = tracing_subscriber::fmt::layer().with_writer(one_line::OneLine(std::io::stderr));
+    // No colours: the writer escapes every control character an event holds
+    // (a guest's text may hold escape sequences), the formatter's own too.
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_ansi(false)
+        .with_writer(one_line::OneLine(std::io::stderr));
     let Some(target) = otlp else {
         // No span is made for the trace then (see `tracing_on`).
         let logs = match format {

@@ -397,10 +397,19 @@ impl Pipeline {
         tx.share_guest_savepoint(optimistic);
         // Every event id first, then all new ones claimed in one go (a
         // statement per event would be a round trip per event).
-        let ids: Vec<Result<String, String>> = records
-            .iter()
-            .map(|r| event_id::of(&self.event_id, r).map_err(|e| e.to_string()))
-            .collect();
+        // An id may be read from a payload's JSON, and a batch holds up to
+        // 32 MiB of payloads: the runtime's other tasks get a turn after
+        // each MiB read (the forty-ninth read).
+        let mut ids: Vec<Result<String, String>> = Vec::with_capacity(records.len());
+        let mut read = 0usize;
+        for record in records {
+            ids.push(event_id::of(&self.event_id, record).map_err(|e| e.to_string()));
+            read += record.payload.len();
+            if read >= 1 << 20 {
+                read = 0;
+                tokio::task::yield_now().await;
+            }
+        }
         let mut seen = HashSet::new();
         let claims: Vec<_> = records
             .iter()

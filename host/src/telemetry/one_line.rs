@@ -1,5 +1,5 @@
-//! One log event, one line: line breaks inside a text-format event are
-//! written escaped.
+//! One log event, one line: line breaks and other control characters
+//! inside a text-format event are written escaped.
 //!
 //! Guests choose much of what the host logs: their log lines, their stdout
 //! and stderr, their reasons, the SQL and the errors it meets. With line
@@ -44,34 +44,37 @@ impl<W: Write> Write for OneLineWriter<W> {
     }
 }
 
-/// `event` with every line break but a last `\n` written as an escape:
-/// `\n`, `\r`, and Unicode's line and paragraph separators (which some
-/// log viewers break lines at).
+/// `event` with every control character but a tab and a last `\n` written
+/// as an escape: `\n`, `\r`, `\x1b` and the like for the other C0 controls
+/// and DEL, `\u{85}` for the C1 controls (NEL among them), and Unicode's line
+/// and paragraph separators. Log viewers break lines at any of them, and
+/// terminals act on escape sequences; the host's own format writes none
+/// (its log has no colours, see `telemetry::init`), so any in an event came
+/// from what it logged.
 pub fn escaped(event: &[u8]) -> Cow<'_, [u8]> {
     let (body, end) = match event.strip_suffix(b"\n") {
         Some(body) => (body, &b"\n"[..]),
         None => (event, &b""[..]),
     };
-    let breaks = |b: &[u8]| b.contains(&b'\n') || b.contains(&b'\r') || separator_at(b).is_some();
-    if !breaks(body) {
+    if !body
+        .iter()
+        .enumerate()
+        .any(|(i, &b)| is_control(b) || special_at(&body[i..]).is_some())
+    {
         return Cow::Borrowed(event);
     }
     let mut out = Vec::with_capacity(event.len() + 16);
     let mut rest = body;
     while let Some(&b) = rest.first() {
+        if let Some((len, code)) = special_at(rest) {
+            out.extend_from_slice(format!("\\u{{{code:x}}}").as_bytes());
+            rest = &rest[len..];
+            continue;
+        }
         match b {
             b'\n' => out.extend_from_slice(b"\\n"),
             b'\r' => out.extend_from_slice(b"\\r"),
-            0xE2 if rest.starts_with(LINE_SEPARATOR) => {
-                out.extend_from_slice(b"\\u{2028}");
-                rest = &rest[LINE_SEPARATOR.len()..];
-                continue;
-            }
-            0xE2 if rest.starts_with(PARAGRAPH_SEPARATOR) => {
-                out.extend_from_slice(b"\\u{2029}");
-                rest = &rest[PARAGRAPH_SEPARATOR.len()..];
-                continue;
-            }
+            _ if is_control(b) => out.extend_from_slice(format!("\\x{b:02x}").as_bytes()),
             _ => out.push(b),
         }
         rest = &rest[1..];
@@ -80,13 +83,20 @@ pub fn escaped(event: &[u8]) -> Cow<'_, [u8]> {
     Cow::Owned(out)
 }
 
-const LINE_SEPARATOR: &[u8] = "\u{2028}".as_bytes();
-const PARAGRAPH_SEPARATOR: &[u8] = "\u{2029}".as_bytes();
+/// A C0 control other than a tab, or DEL.
+fn is_control(b: u8) -> bool {
+    (b < 0x20 && b != b'\t') || b == 0x7f
+}
 
-fn separator_at(bytes: &[u8]) -> Option<usize> {
-    bytes
-        .windows(3)
-        .position(|w| w == LINE_SEPARATOR || w == PARAGRAPH_SEPARATOR)
+/// The UTF-8 length and code point of a C1 control (U+0080 to U+009F) or a
+/// line or paragraph separator (U+2028, U+2029) at the start of `bytes`.
+fn special_at(bytes: &[u8]) -> Option<(usize, u32)> {
+    match bytes {
+        [0xC2, second @ 0x80..=0x9F, ..] => Some((2, u32::from(*second))),
+        [0xE2, 0x80, 0xA8, ..] => Some((3, 0x2028)),
+        [0xE2, 0x80, 0xA9, ..] => Some((3, 0x2029)),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -108,6 +118,16 @@ mod tests {
             "caf\u{e9} \u{2020}\n".as_bytes()
         );
         assert_eq!(&*escaped(b"no end\nhere"), b"no end\\nhere");
+        // Other controls too (the forty-ninth read): vertical tab, escape
+        // sequences, NUL, DEL and the C1 controls, NEL among them; not a tab.
+        assert_eq!(
+            &*escaped(b"a\x0bb\x1b[2Kc\x00\x7f\td\n"),
+            b"a\\x0bb\\x1b[2Kc\\x00\\x7f\td\n"
+        );
+        assert_eq!(
+            &*escaped("nel\u{85}csi\u{9b}\n".as_bytes()),
+            b"nel\\u{85}csi\\u{9b}\n"
+        );
     }
 
     #[derive(Clone, Default)]

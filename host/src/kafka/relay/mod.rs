@@ -449,10 +449,19 @@ pub(crate) async fn send_in_order(
     // Handlers whose message failed as it was handed to the producer: their
     // later messages are not handed over at all.
     let mut refused: HashSet<&str> = HashSet::new();
+    // Stamping ids again reads and copies a payload (up to 64 MiB of them in
+    // one bucket's read): the runtime's other tasks get a turn after each
+    // MiB (the forty-ninth read).
+    let mut stamped = 0usize;
     for row in bucket {
         if refused.contains(row.handler.as_str()) {
             continue;
         }
+        if stamped >= 1 << 20 {
+            stamped = 0;
+            tokio::task::yield_now().await;
+        }
+        stamped += row.message.payload.len();
         let message = &row.message;
         let unsendable = invalid_topic(&message.topic).or_else(|| {
             is_quarantined(quarantined, &row.handler, &message.topic)

@@ -128,9 +128,22 @@ impl Producers {
     }
 }
 
+/// The relay stops: every producer is closed off the async threads.
+impl Drop for Producers {
+    fn drop(&mut self) {
+        for (_, (producer, _)) in self.live.drain() {
+            close(producer);
+        }
+    }
+}
+
 /// Drops a producer off the async threads: librdkafka's destroy joins its
 /// threads and flushes for up to half a second. (A send still in flight
-/// holds a clone of it, and the last clone is what closes it.)
+/// holds a clone of it, and the last clone is what closes it.) Outside a
+/// runtime (a test's end) it is dropped where it is.
 fn close(producer: FutureProducer) {
-    tokio::task::spawn_blocking(move || drop(producer));
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => drop(runtime.spawn_blocking(move || drop(producer))),
+        Err(_) => drop(producer),
+    }
 }
