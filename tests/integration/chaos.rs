@@ -435,7 +435,7 @@ async fn chaos(ordering: Ordering) {
 }
 
 /// Customers whose applied orders, in offset order, were not claimed in
-/// that order (by the claims' times, in milliseconds: ties pass).
+/// that order (by their claims' commit times, in microseconds: ties pass).
 async fn customers_out_of_order(
     db: &inboxd::db::Database,
     ids: &[String],
@@ -446,9 +446,17 @@ async fn customers_out_of_order(
         .enumerate()
         .map(|(i, id)| (id.as_str(), customer(i)))
         .collect();
+    // Ordered by when each claim's transaction committed, not by its
+    // `processed_at`: that is taken when a batch sends its claims, and a
+    // claim that waited on another host's row lock (a paused host's batch
+    // overlapping its successor's under key order) lands with the earlier
+    // time although it committed, and its effects applied, after (seen
+    // once in CI as `customers_out_of_order=1`).
     let claims = rows(
         db,
-        "SELECT event_id, \"offset\", processed_at FROM inbox WHERE handler = 'billing' AND status = 'done'",
+        "SELECT event_id, \"offset\", \
+         (extract(epoch FROM pg_catalog.pg_xact_commit_timestamp(xmin)) * 1000000)::bigint \
+         FROM inbox WHERE handler = 'billing' AND status = 'done'",
     )
     .await;
     let mut by_customer: HashMap<String, Vec<(i64, i64)>> = HashMap::new();

@@ -47,7 +47,13 @@ impl PgCluster {
             .status()
             .expect("run initdb");
         assert!(status.success(), "initdb failed");
-        let options = format!("-c listen_addresses=127.0.0.1 -p {port} -k {}", data.display());
+        // Commit timestamps: the chaos test judges the order effects were
+        // applied in by when their transactions committed (see
+        // `chaos::customers_out_of_order`).
+        let options = format!(
+            "-c listen_addresses=127.0.0.1 -p {port} -k {} -c track_commit_timestamp=on",
+            data.display()
+        );
         let cluster = Self {
             bin,
             data,
