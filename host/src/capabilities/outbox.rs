@@ -402,7 +402,7 @@ mod tests {
             None,
             "nothing registered yet"
         );
-        register_id_source(&[topic.to_owned()], "x-later-ref", "later_ref");
+        register_id_source("later", &[topic.to_owned()], "x-later-ref", "later_ref");
         let (headers, payload) = restamped(topic, "id-1", &stored, payload).expect("registered now");
         assert_eq!(
             headers,
@@ -420,7 +420,12 @@ mod tests {
     /// could set the header or JSON field another consumer takes its id from.
     #[test]
     fn every_name_a_consumer_takes_its_id_from_is_the_hosts() {
-        register_id_source(&["t".to_owned()], "X-Test-Order-Ref", "test_order_ref");
+        register_id_source(
+            "order-refs",
+            &["t".to_owned()],
+            "X-Test-Order-Ref",
+            "test_order_ref",
+        );
         let mut state = OutboxState::new(10, 10_000, topics(&[("t", "t"), ("u", "u")]), &[]);
         let mut view = OutboxView { state: &mut state };
         let forged = "forged";

@@ -42,6 +42,11 @@ pub const QUARANTINE: Duration = Duration::from_secs(300);
 /// a missing topic, without waiting [`STUCK`] again.
 const REMEMBERED: Duration = Duration::from_secs(3600);
 
+/// A failing message not seen failing again for this long is forgotten: the
+/// relay tries a failing message at least every few seconds (its backoff is
+/// at most 5 s), so it went or was parked.
+const FORGOTTEN: Duration = Duration::from_secs(600);
+
 /// Whether `error` says the message's topic (or partition) does not exist.
 pub fn is_missing_topic(error: &KafkaError) -> bool {
     use RDKafkaErrorCode as Code;
@@ -64,8 +69,12 @@ pub fn is_quarantined(quarantined: &Quarantined, handler: &str, topic: &str) -> 
 #[derive(Debug)]
 pub struct MissingTopics {
     stuck_after: Duration,
-    /// Per handler: its message failing for a missing topic, and since when.
-    failing: HashMap<String, (i64, Instant)>,
+    /// Messages failing for a missing topic, by (handler, seq): since when,
+    /// and when last. Per message, not per handler: a handler has a first
+    /// message in each bucket its keys hash to, and with one entry per
+    /// handler each bucket's failure restarted the others' wait, so a
+    /// handler failing in two buckets was never parked (the fifty-third read).
+    failing: HashMap<(String, i64), (Instant, Instant)>,
     /// (handler, topic) confirmed missing (a message of the handler to the
     /// topic was parked), and when last.
     confirmed: HashMap<(String, String), Instant>,
@@ -109,28 +118,30 @@ impl MissingTopics {
     pub fn failed(&mut self, seq: i64, handler: &str, topic: &str, error: &str) -> Option<String> {
         self.confirmed.retain(|_, at| at.elapsed() < REMEMBERED);
         self.publishers.retain(|_, at| at.elapsed() < REMEMBERED);
+        // A message that stopped failing (it went, or was parked or
+        // discarded by an operator) is forgotten once its failures stop.
+        self.failing.retain(|_, (_, last)| last.elapsed() < FORGOTTEN);
         let pair = (handler.to_owned(), topic.to_owned());
         let known = self.confirmed.contains_key(&pair) || self.publishers.contains_key(handler);
-        let since = match self.failing.get(handler) {
-            Some((failing, since)) if *failing == seq => *since,
-            _ => {
-                self.failing.insert(handler.to_owned(), (seq, Instant::now()));
-                Instant::now()
-            }
-        };
+        let now = Instant::now();
+        let (since, last) = self
+            .failing
+            .entry((handler.to_owned(), seq))
+            .or_insert((now, now));
+        *last = now;
         if !known && since.elapsed() < self.stuck_after {
             return None;
         }
-        self.failing.remove(handler);
+        self.failing.remove(&(handler.to_owned(), seq));
         self.confirmed.insert(pair, Instant::now());
         self.publishers.insert(handler.to_owned(), Instant::now());
         Some(parked_reason(topic, error))
     }
 
-    /// The handler's first message still to go went, or failed for
-    /// another reason.
-    pub fn settled(&mut self, handler: &str) {
-        self.failing.remove(handler);
+    /// Message `seq` of `handler` went, or failed for another reason: a
+    /// later failure for a missing topic starts its wait over.
+    pub fn settled(&mut self, handler: &str, seq: i64) {
+        self.failing.remove(&(handler.to_owned(), seq));
     }
 }
 
@@ -170,17 +181,40 @@ mod tests {
         // been created meanwhile, and is never parked without a try.
         assert!(!is_quarantined(&missing.quarantined(), "b", "nowhere"));
         assert_eq!(missing.failed(20, "b", "nowhere", "unknown topic"), None);
-        missing.settled("b");
+        missing.settled("b", 20);
         // And handler a's next missing topic, whatever its name (the seventh read).
         assert!(missing.failed(40, "a", "fresh-name", "unknown topic").is_some());
         // Another handler's new missing topic waits its time; a message that
         // goes, or fails otherwise, starts the wait over.
         assert_eq!(missing.failed(30, "c", "later", "unknown topic"), None);
-        missing.settled("c");
+        missing.settled("c", 30);
         assert_eq!(missing.failed(30, "c", "later", "unknown topic"), None);
         // A new first message of the handler starts its own wait.
         std::thread::sleep(Duration::from_millis(60));
         assert_eq!(missing.failed(31, "c", "later", "unknown topic"), None);
+    }
+
+    /// A handler's messages failing in several buckets each wait their own
+    /// time, and one's failures or another's success restart no other's
+    /// wait: with one wait per handler, two buckets failing in turn kept
+    /// restarting it and nothing was ever parked (the fifty-third read).
+    #[test]
+    fn a_handlers_messages_in_several_buckets_each_park_after_their_wait() {
+        let mut missing = MissingTopics::new(Duration::from_millis(50));
+        let started = Instant::now();
+        let mut parked = Vec::new();
+        while parked.len() < 2 && started.elapsed() < Duration::from_secs(2) {
+            for seq in [1, 2] {
+                if !parked.contains(&seq) && missing.failed(seq, "a", "nowhere", "unknown topic").is_some() {
+                    parked.push(seq);
+                }
+            }
+            // Its messages in a third bucket go meanwhile.
+            missing.settled("a", 3);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(parked, [1, 2], "both failing messages are parked after the wait");
+        assert!(started.elapsed() < Duration::from_millis(500));
     }
 
     #[test]

@@ -13,37 +13,36 @@
 //! commit, and it runs again alone (`Pipeline::process_from`) with backoff while
 //! its partition waits, so order within the partition is kept.
 
+mod alone;
 mod batch;
 pub mod guest;
 mod held;
 mod host_errors;
 mod keys;
+mod park;
 mod spent;
 pub mod tail;
 
+pub use alone::backoff;
 pub use batch::{BatchCursor, BatchEnd, Deferred};
 pub use held::Held;
 pub use host_errors::HOST_ERROR_ATTEMPTS;
+use park::{Park, Parked};
 
+use crate::business_key;
 use crate::config::{DedupConfig, EventIdConfig, RetryConfig};
 use crate::db::business_keys;
-use crate::db::dead_letters::{self, DeadLetter, ReasonKind};
-use crate::db::inbox::{self, Claim};
+use crate::db::inbox::Claim;
 use crate::db::outbox::NewMessage;
-use crate::db::{Database, DbError, Tx, now_ms, offsets};
-use crate::handler::GuestFailure;
+use crate::db::{Database, DbError, Tx, offsets};
 use crate::handler::Handler;
 use crate::record::Record;
 use crate::stats::Stats;
 use crate::telemetry;
-use crate::{business_key, event_id};
 use guest::{Call, Called};
-use rand::Rng;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
 use tail::{End, Sealed};
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,14 +69,6 @@ pub enum Fence {
     Keyed,
 }
 
-/// Why and how an event is parked.
-struct Park {
-    kind: ReasonKind,
-    reason: String,
-    attempts: u32,
-    first_failed_at: i64,
-}
-
 /// The host's own failures. None of them is counted against the handler: the
 /// caller retries with backoff.
 #[derive(Debug, thiserror::Error)]
@@ -88,32 +79,6 @@ pub enum PipelineError {
     LostTransaction,
     #[error("shutting down: the record was abandoned before its commit and will be redelivered")]
     Abandoned,
-}
-
-/// What running one event inside an open transaction came to.
-enum Step {
-    /// The inbox already had its event id.
-    Duplicate,
-    /// It was claimed and the handler called (or refused, see [`Call`]).
-    Ran(Call),
-}
-
-impl Park {
-    /// An event whose payload is past its handler's limit: parked unrun.
-    /// A record past its handler's payload limit: `cut` if the host could
-    /// not keep it whole (then its letter can never be replayed).
-    fn too_large(reason: String, record: &Record) -> Self {
-        Park {
-            kind: if record.cut.is_some() {
-                ReasonKind::Cut
-            } else {
-                ReasonKind::Limit
-            },
-            reason,
-            attempts: 0,
-            first_failed_at: now_ms(),
-        }
-    }
 }
 
 /// What a handler's pipeline runs: its code and the settings of that version.
@@ -246,127 +211,6 @@ impl Pipeline {
         self.handler.name()
     }
 
-    /// As [`Pipeline::process`], starting at `attempt` (a batch already ran
-    /// the earlier ones).
-    async fn process_from(
-        &self,
-        record: &Record,
-        fence: Fence,
-        shutdown: &CancellationToken,
-        mut attempt: u32,
-        mut first_failed_at: Option<i64>,
-    ) -> Result<Outcome, PipelineError> {
-        let event_id = match event_id::of(&self.event_id, record) {
-            Ok(id) => id,
-            Err(error) => {
-                let mut tx = self.db.begin_guest(self.handler.name()).await?;
-                let letter = self.park_without_id(&mut tx, record, &error.to_string()).await?;
-                return self.commit_parked(tx, record, fence, letter).await;
-            }
-        };
-        let claim = self.claim(record, &event_id);
-        loop {
-            let tx = self.db.begin_guest(self.handler.name()).await?;
-            let (mut tx, step) = self.step(tx, &claim, record, attempt).await?;
-            let failure = match step {
-                Step::Duplicate => {
-                    if !self.finish(tx, record, fence, 1).await? {
-                        return Ok(Outcome::Fenced);
-                    }
-                    self.stats.duplicates(1);
-                    tracing::debug!(handler = claim.handler, event_id, "duplicate skipped");
-                    return Ok(Outcome::Duplicate);
-                }
-                Step::Ran(Call::DuplicateByKey) => {
-                    // Its claim commits: a redelivered copy is a plain duplicate.
-                    if !self.finish(tx, record, fence, 1).await? {
-                        return Ok(Outcome::Fenced);
-                    }
-                    self.stats.duplicates_by_key(1);
-                    return Ok(Outcome::Duplicate);
-                }
-                Step::Ran(Call::TooLarge(reason)) => {
-                    let letter = self
-                        .park_claimed(&mut tx, &claim, record, Park::too_large(reason, record))
-                        .await?;
-                    return self.commit_parked(tx, record, fence, letter).await;
-                }
-                Step::Ran(Call::Applied(messages)) => {
-                    let applied = [event_id.clone()];
-                    match self.seal(tx, record, fence, 1, &applied, &messages).await? {
-                        Sealed::Committed => {
-                            self.stats.applied([record.timestamp_ms]);
-                            return Ok(Outcome::Applied);
-                        }
-                        Sealed::Raced => return Ok(Outcome::Fenced),
-                        Sealed::Violation(violation) => {
-                            // Nothing of that transaction committed; park the event afresh.
-                            let reason = format!("sandbox violation: {violation}");
-                            tracing::error!(handler = claim.handler, event_id, "{reason}");
-                            let park = Park {
-                                kind: ReasonKind::SandboxViolation,
-                                reason,
-                                attempts: attempt,
-                                first_failed_at: now_ms(),
-                            };
-                            return self.park_alone(&claim, record, fence, park).await;
-                        }
-                    }
-                }
-                Step::Ran(Call::Failed(failure)) => failure,
-                Step::Ran(Call::Redo) => unreachable!("a lone event's transaction shares no savepoint"),
-            };
-            let first = *first_failed_at.get_or_insert_with(now_ms);
-            if let Some(kind) = self.final_kind(&failure, attempt) {
-                let park = Park {
-                    kind,
-                    reason: failure.to_string(),
-                    attempts: attempt,
-                    first_failed_at: first,
-                };
-                let letter = self.park_claimed(&mut tx, &claim, record, park).await?;
-                return self.commit_parked(tx, record, fence, letter).await;
-            }
-            tx.rollback().await?;
-            self.wait_to_retry(&event_id, attempt, &failure, shutdown).await?;
-            attempt += 1;
-        }
-    }
-
-    /// Claims the event and, the first time, runs the handler in `tx`.
-    async fn step(
-        &self,
-        mut tx: Tx,
-        claim: &Claim<'_>,
-        record: &Record,
-        attempt: u32,
-    ) -> Result<(Tx, Step), PipelineError> {
-        if !inbox::claim(&mut tx, claim).await? {
-            return Ok((tx, Step::Duplicate));
-        }
-        // With `[handlers.dedup]`, its business key next: held by another
-        // applied event inside its window, the handler is not run.
-        if let Some((key, dedup)) = self.business_key(record) {
-            let keys = [(key.as_str(), claim.event_id)];
-            if !business_keys::claim_many(&mut tx, claim.handler, &keys, dedup.window)
-                .await?
-                .contains(claim.event_id)
-            {
-                tracing::debug!(
-                    handler = claim.handler,
-                    event_id = claim.event_id,
-                    "duplicate by key skipped"
-                );
-                return Ok((tx, Step::Ran(Call::DuplicateByKey)));
-            }
-        }
-        // A lost transaction needs nothing more here: the call failed (an
-        // applied call on one is an error), and this transaction holds only
-        // this event, so parking or retrying it works on the new one.
-        let called = self.run_claimed(tx, claim, record, attempt).await?;
-        Ok((called.tx, Step::Ran(called.call)))
-    }
-
     /// Runs the handler for an event claimed in `tx` ([`guest::call`]) and counts it.
     async fn run_claimed(
         &self,
@@ -444,43 +288,6 @@ impl Pipeline {
         telemetry::with_parent_of(span, &record.headers)
     }
 
-    /// `Some`: the failure is final and the event is parked with this kind.
-    fn final_kind(&self, failure: &GuestFailure, attempt: u32) -> Option<ReasonKind> {
-        match failure {
-            GuestFailure::Reject(_) => Some(ReasonKind::Rejected),
-            _ if attempt >= self.retry.max_attempts => Some(ReasonKind::RetriesExhausted),
-            _ => None,
-        }
-    }
-
-    /// Logs the failure and waits out its backoff, unless shutdown comes first.
-    async fn wait_to_retry(
-        &self,
-        event_id: &str,
-        attempt: u32,
-        failure: &GuestFailure,
-        shutdown: &CancellationToken,
-    ) -> Result<(), PipelineError> {
-        let delay = self.log_retry(event_id, attempt, failure);
-        tokio::select! {
-            _ = shutdown.cancelled() => Err(PipelineError::Abandoned),
-            _ = tokio::time::sleep(delay) => Ok(()),
-        }
-    }
-
-    /// Logs a failure to be retried; returns its backoff.
-    fn log_retry(&self, event_id: &str, attempt: u32, failure: &GuestFailure) -> Duration {
-        let delay = backoff(&self.retry, attempt);
-        tracing::warn!(
-            handler = self.handler.name(),
-            event_id,
-            attempt,
-            retry_in_ms = delay.as_millis() as u64,
-            "{failure}; retrying"
-        );
-        delay
-    }
-
     fn claim<'a>(&'a self, record: &'a Record, event_id: &'a str) -> Claim<'a> {
         Claim {
             handler: self.handler.name(),
@@ -489,114 +296,6 @@ impl Pipeline {
             partition: record.partition,
             offset: record.offset,
             handler_version: self.handler.version_label(),
-        }
-    }
-
-    /// Parks a claimed event in `tx`: the inbox row says `dead` (so a replayed
-    /// copy is not run again by accident) and the dead letter says why.
-    async fn park_claimed(
-        &self,
-        tx: &mut Tx,
-        claim: &Claim<'_>,
-        record: &Record,
-        park: Park,
-    ) -> Result<Parked, PipelineError> {
-        inbox::mark_dead(tx, claim).await?;
-        // A parked event holds no business key: a later event with its key
-        // is applied, and a replay of this one claims the key afresh.
-        self.release_business_key(tx, record, claim.event_id).await?;
-        let letter = DeadLetter {
-            event_id: Some(claim.event_id),
-            kind: park.kind,
-            reason: &park.reason,
-            attempts: park.attempts,
-            handler_version: Some(self.handler.version_label()),
-            first_failed_at: park.first_failed_at,
-            ..self.letter(record)
-        };
-        dead_letters::insert(tx, &letter).await?;
-        Ok(Parked::new(&letter))
-    }
-
-    /// Parks an event in a transaction of its own, after the one that
-    /// claimed it was rolled back: it claims the event again first, and if
-    /// another copy of it (another partition's, say) applied or parked it
-    /// meanwhile, this one is the duplicate it now is and nothing is parked.
-    /// (Marking it `dead` over the other's `done` would let a replay apply it
-    /// twice.)
-    async fn park_alone(
-        &self,
-        claim: &Claim<'_>,
-        record: &Record,
-        fence: Fence,
-        park: Park,
-    ) -> Result<Outcome, PipelineError> {
-        let mut tx = self.db.begin_guest(self.handler.name()).await?;
-        if !inbox::claim(&mut tx, claim).await? {
-            if !self.finish(tx, record, fence, 1).await? {
-                return Ok(Outcome::Fenced);
-            }
-            self.stats.duplicates(1);
-            tracing::info!(
-                handler = claim.handler,
-                event_id = claim.event_id,
-                "another copy of the event was applied or parked while this one failed: skipped as a duplicate"
-            );
-            return Ok(Outcome::Duplicate);
-        }
-        let letter = self.park_claimed(&mut tx, claim, record, park).await?;
-        self.commit_parked(tx, record, fence, letter).await
-    }
-
-    /// A record without a usable event id can never be deduplicated, so it is
-    /// never run: it is parked in `tx` with the reason and the partition moves on.
-    async fn park_without_id(
-        &self,
-        tx: &mut Tx,
-        record: &Record,
-        reason: &str,
-    ) -> Result<Parked, PipelineError> {
-        let letter = DeadLetter {
-            kind: ReasonKind::EventId,
-            reason,
-            attempts: 0,
-            ..self.letter(record)
-        };
-        dead_letters::insert(tx, &letter).await?;
-        Ok(Parked::new(&letter))
-    }
-
-    /// Moves the offset past a record parked alone in `tx` and commits.
-    async fn commit_parked(
-        &self,
-        tx: Tx,
-        record: &Record,
-        fence: Fence,
-        parked: Parked,
-    ) -> Result<Outcome, PipelineError> {
-        if !self.finish(tx, record, fence, 1).await? {
-            return Ok(Outcome::Fenced);
-        }
-        parked.report(self.handler.name(), &self.stats);
-        Ok(Outcome::DeadLettered)
-    }
-
-    fn letter<'a>(&'a self, record: &'a Record) -> DeadLetter<'a> {
-        DeadLetter {
-            handler: self.handler.name(),
-            event_id: None,
-            topic: &record.topic,
-            partition: record.partition,
-            offset: record.offset,
-            key: record.key.as_deref(),
-            payload: &record.payload,
-            headers: &record.headers,
-            kind: ReasonKind::EventId,
-            reason: "",
-            attempts: 0,
-            handler_version: None,
-            first_failed_at: now_ms(),
-            record_bytes: record.cut.map(|cut| cut.record_bytes()),
         }
     }
 
@@ -650,57 +349,6 @@ impl Pipeline {
             Sealed::Violation(_) => unreachable!("with nothing applied, nothing is checked"),
         }
     }
-}
-
-/// A dead letter written in a transaction, reported once that commits.
-struct Parked {
-    event_id: Option<String>,
-    topic: String,
-    partition: i32,
-    offset: i64,
-    kind: ReasonKind,
-    attempts: u32,
-    reason: String,
-}
-
-impl Parked {
-    fn new(letter: &DeadLetter<'_>) -> Self {
-        Self {
-            event_id: letter.event_id.map(str::to_owned),
-            topic: letter.topic.to_owned(),
-            partition: letter.partition,
-            offset: letter.offset,
-            kind: letter.kind,
-            attempts: letter.attempts,
-            reason: letter.reason.to_owned(),
-        }
-    }
-
-    fn report(&self, handler: &str, stats: &Stats) {
-        stats.dead_lettered();
-        tracing::warn!(
-            handler,
-            event_id = self.event_id,
-            topic = self.topic,
-            partition = self.partition,
-            offset = self.offset,
-            kind = self.kind.as_str(),
-            attempts = self.attempts,
-            "dead-lettered: {}",
-            self.reason
-        );
-    }
-}
-
-/// Exponential backoff with "equal jitter": half fixed, half random, so
-/// retries of many partitions after a shared outage spread out.
-pub fn backoff(retry: &RetryConfig, attempt: u32) -> Duration {
-    let exp = retry
-        .backoff_initial_ms
-        .saturating_mul(1u64 << attempt.saturating_sub(1).min(20));
-    let capped = exp.min(retry.backoff_max_ms);
-    let jitter = rand::rng().random_range(0..=capped / 2);
-    Duration::from_millis(capped - capped / 2 + jitter)
 }
 
 #[cfg(test)]

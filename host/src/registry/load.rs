@@ -56,6 +56,7 @@ pub async fn load_handler(
     }
     // The id names of its messages' possible consumers are the host's to write.
     crate::capabilities::outbox::register_id_source(
+        &handler.name,
         &handler.topics,
         &handler.event_id.header,
         &handler.event_id.json_field,

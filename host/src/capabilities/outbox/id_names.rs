@@ -22,9 +22,28 @@ use std::sync::{LazyLock, RwLock};
 /// `content-type` and `amount` stripped every other team's `content-type`
 /// header and overwrote their `amount` fields. Now a handler's names reach
 /// only the messages sent to the topics it consumes.
+///
+/// Regression (the fifty-third read, issue 23): every version a host loaded
+/// added its topics for good, names or none, so a team uploading versions of
+/// 256 fresh topic names grew every host's memory without end. Now a handler
+/// counts with the names of the version it runs and of the one before (so a
+/// message relayed while hosts move between them is stamped for both), and
+/// only when it has names besides `event_id`.
 #[derive(Default)]
 struct IdNames {
+    /// Per handler: the id source of the version loaded last, and of the
+    /// one before it.
+    by_handler: BTreeMap<String, [Option<Source>; 2]>,
+    /// What the sources above give each topic (rebuilt at each change).
     by_topic: BTreeMap<String, TopicNames>,
+}
+
+/// Where one version of a handler takes its event id from, besides `event_id`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Source {
+    topics: Vec<String>,
+    header: Option<String>,
+    field: Option<String>,
 }
 
 #[derive(Default)]
@@ -34,21 +53,41 @@ struct TopicNames {
     fields: BTreeSet<String>,
 }
 
-static ID_NAMES: LazyLock<RwLock<IdNames>> = LazyLock::new(RwLock::default);
-
-/// Registers where a handler consuming `topics` takes its event id from (see
-/// [`IdNames`]); kept for the life of the process.
-pub fn register_id_source(topics: &[String], header: &str, json_field: &str) {
-    let mut names = ID_NAMES.write().unwrap_or_else(|p| p.into_inner());
-    for topic in topics {
-        let names = names.by_topic.entry(topic.clone()).or_default();
-        if !is_default_id_header(header) {
-            names.headers.insert(header.to_owned());
-        }
-        if json_field != EVENT_ID_HEADER {
-            names.fields.insert(json_field.to_owned());
+impl IdNames {
+    fn rebuild(&mut self) {
+        self.by_topic.clear();
+        for source in self.by_handler.values().flatten().flatten() {
+            for topic in &source.topics {
+                let names = self.by_topic.entry(topic.clone()).or_default();
+                names.headers.extend(source.header.iter().cloned());
+                names.fields.extend(source.field.iter().cloned());
+            }
         }
     }
+}
+
+static ID_NAMES: LazyLock<RwLock<IdNames>> = LazyLock::new(RwLock::default);
+
+/// Registers where `handler`, consuming `topics`, takes its event id from
+/// (see [`IdNames`]), in place of what its version before the last one
+/// registered.
+pub fn register_id_source(handler: &str, topics: &[String], header: &str, json_field: &str) {
+    let source = Source {
+        topics: topics.to_vec(),
+        header: (!is_default_id_header(header)).then(|| header.to_owned()),
+        field: (json_field != EVENT_ID_HEADER).then(|| json_field.to_owned()),
+    };
+    let source = (source.header.is_some() || source.field.is_some()).then_some(source);
+    let mut names = ID_NAMES.write().unwrap_or_else(|p| p.into_inner());
+    let versions = names.by_handler.entry(handler.to_owned()).or_default();
+    if versions[0] == source {
+        return;
+    }
+    versions[1] = std::mem::replace(&mut versions[0], source);
+    if versions.iter().all(Option::is_none) {
+        names.by_handler.remove(handler);
+    }
+    names.rebuild();
 }
 
 /// `topic`'s registered names, headers or fields.
@@ -370,5 +409,57 @@ pub(super) mod json {
                 _ => return None,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn topics_of(handler: &str) -> Vec<String> {
+        let names = ID_NAMES.read().unwrap();
+        names.by_handler.get(handler).map_or_else(Vec::new, |versions| {
+            versions.iter().flatten().flat_map(|s| s.topics.clone()).collect()
+        })
+    }
+
+    /// Regression (the fifty-third read, issue 23): each version's topics
+    /// stayed registered for good, with or without names, so uploads of
+    /// fresh topic names grew every host's memory without end.
+    #[test]
+    fn a_handler_holds_the_names_of_its_last_two_versions_only() {
+        let topic = |v: usize| format!("bound-test-{v}");
+        for v in 0..50 {
+            register_id_source("bounded", &[topic(v)], "x-bound-ref", EVENT_ID_HEADER);
+        }
+        assert_eq!(topics_of("bounded"), [topic(49), topic(48)]);
+        assert_eq!(id_headers(&topic(49)), ["x-bound-ref"]);
+        assert_eq!(
+            id_headers(&topic(48)),
+            ["x-bound-ref"],
+            "the version before still counts"
+        );
+        assert!(id_headers(&topic(47)).is_empty());
+        let registered = ID_NAMES.read().unwrap().by_topic.contains_key(&topic(10));
+        assert!(!registered, "an old version's topic is forgotten");
+        // Default names register nothing, however many topics.
+        for v in 0..50 {
+            register_id_source(
+                "defaults",
+                &[format!("plain-{v}")],
+                EVENT_ID_HEADER,
+                EVENT_ID_HEADER,
+            );
+        }
+        assert!(topics_of("defaults").is_empty());
+        assert!(!ID_NAMES.read().unwrap().by_topic.contains_key("plain-49"));
+        // Back to default names: the last named version still counts (a
+        // load of the same source again is no new version).
+        register_id_source("bounded", &[topic(50)], EVENT_ID_HEADER, EVENT_ID_HEADER);
+        register_id_source("bounded", &[topic(51)], EVENT_ID_HEADER, EVENT_ID_HEADER);
+        assert_eq!(topics_of("bounded"), [topic(49)]);
+        register_id_source("bounded", &[topic(52)], "x-other-ref", EVENT_ID_HEADER);
+        assert_eq!(topics_of("bounded"), [topic(52)]);
+        assert!(!ID_NAMES.read().unwrap().by_topic.contains_key(&topic(49)));
     }
 }

@@ -11,7 +11,13 @@
 //! between sends them again, and the consuming handler's inbox drops the copy.
 //!
 //! Buckets never wait for each other, nor handlers: each bucket's sends run
-//! as their own task, and a handler whose message fails for a passing reason
+//! as their own task; a handler whose deliveries are slow (a topic whose
+//! leader is away, a topic librdkafka waits up to 30 s to call missing) is
+//! set aside after [`LANE_WAIT`] to *straggle* on a task of its own, its
+//! messages unread meanwhile, so the bucket is free for the others (one
+//! stuck message once held its whole bucket for a delivery timeout, and a
+//! team with 64 of them every bucket: the fifty-third read); and a handler
+//! whose message fails for a passing reason
 //! (the broker away, a topic that does not exist yet) backs off alone: its
 //! later messages wait behind it, keeping its order, while the other
 //! handlers' messages in the same buckets go on (a whole bucket once backed
@@ -65,6 +71,10 @@ const PER_BUCKET: i64 = 200;
 /// nothing else is in flight.
 const HELD_BYTES: u64 = 64 * 1024 * 1024;
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a bucket's task waits for a handler's deliveries before it sets
+/// the rest of them aside to straggle (see the module's doc): far above a
+/// broker's usual acknowledgement (milliseconds), far below its timeouts.
+const LANE_WAIT: Duration = Duration::from_secs(2);
 const RETRY: RetryConfig = RetryConfig {
     max_attempts: u32::MAX,
     backoff_initial_ms: 100,
@@ -121,6 +131,48 @@ pub(crate) struct Outcome {
     /// Per handler, its first message that failed for a passing reason; its
     /// later messages in the bucket wait behind it.
     pub failed: Vec<Failed>,
+    /// Per handler whose deliveries outlasted [`LANE_WAIT`], the rest of
+    /// its messages in the bucket, handed to the producer and not yet
+    /// acknowledged, in order.
+    pub straggling: Vec<Straggling>,
+}
+
+/// A handler's messages still being delivered when its bucket's task gave
+/// up waiting for them: they are settled when they are delivered or fail,
+/// and the handler's messages are not read meanwhile, so its order holds.
+pub(crate) struct Straggling {
+    pub handler: String,
+    /// What the read counted for them ([`outbox::Pending`]'s bytes).
+    pub bytes: u64,
+    pub sends: Vec<Queued>,
+}
+
+impl std::fmt::Debug for Straggling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Straggling")
+            .field("handler", &self.handler)
+            .field("seqs", &self.sends.iter().map(|q| q.seq).collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl PartialEq for Straggling {
+    fn eq(&self, other: &Self) -> bool {
+        self.handler == other.handler
+            && self
+                .sends
+                .iter()
+                .map(|q| q.seq)
+                .eq(other.sends.iter().map(|q| q.seq))
+    }
+}
+
+/// A message handed to its handler's producer, not yet acknowledged.
+pub(crate) struct Queued {
+    seq: i64,
+    topic: String,
+    delivery: DeliveryFuture,
+    span: tracing::Span,
 }
 
 /// A message that failed for a passing reason.
@@ -153,6 +205,12 @@ pub(crate) struct Relay {
     /// many failures in a row. Their messages are not read meanwhile.
     waiting: HashMap<String, (Instant, u32)>,
     missing: MissingTopics,
+    /// Handlers with messages straggling (see [`Straggling`]), how many
+    /// sets of them, and their bytes in all: their messages are not read
+    /// meanwhile. The tasks awaiting them yield each handler's outcome.
+    straggling: HashMap<String, usize>,
+    straggling_bytes: u64,
+    stragglers: JoinSet<(String, u64, Outcome)>,
 }
 
 impl Relay {
@@ -169,6 +227,9 @@ impl Relay {
             tasks: HashMap::new(),
             waiting: HashMap::new(),
             missing: MissingTopics::default(),
+            straggling: HashMap::new(),
+            straggling_bytes: 0,
+            stragglers: JoinSet::new(),
         }
     }
 
@@ -210,6 +271,22 @@ impl Relay {
                     .collect();
                 self.settle(finished).await
             }
+            Some(joined) = self.stragglers.join_next(), if !self.stragglers.is_empty() => {
+                match joined {
+                    Ok((handler, bytes, outcome)) => {
+                        self.straggled(&handler, bytes);
+                        self.settle_outcomes(vec![outcome]).await
+                    }
+                    // Only a panic ends such a task without an outcome (it
+                    // has none of its own to raise): its handler is read
+                    // again once the next set of its ends, and what it held
+                    // is sent again, which the consumer's inbox absorbs.
+                    Err(error) => {
+                        tracing::error!("an outbox straggler task failed: {error}");
+                        Ok(())
+                    }
+                }
+            }
             _ = tokio::time::sleep(POLL) => Ok(()),
         }
     }
@@ -232,8 +309,13 @@ impl Relay {
             .iter()
             .filter(|(_, (until, _))| *until > now)
             .map(|(handler, _)| handler.clone())
+            .chain(self.straggling.keys().cloned())
             .collect();
-        let held: u64 = self.busy.values().sum();
+        // Stragglers hold their messages too, but each handler only what one
+        // read gave it (it is not read again until they end), so they count
+        // only past a budget of their own: one slow team does not stop the
+        // reads of the others.
+        let held: u64 = self.busy.values().sum::<u64>() + self.straggling_bytes.saturating_sub(HELD_BYTES);
         if held >= HELD_BYTES {
             return Ok(());
         }
@@ -285,15 +367,60 @@ impl Relay {
     /// Records what the finished buckets did: one write for everything
     /// published, then each parked message and each bucket's failure.
     async fn settle(&mut self, finished: Vec<(i64, Outcome)>) -> Result<(), DbError> {
-        let published: Vec<i64> = finished
-            .iter()
-            .flat_map(|(_, o)| o.published.iter().copied())
-            .collect();
-        for (bucket, _) in &finished {
-            self.busy.remove(bucket);
+        let mut outcomes = Vec::with_capacity(finished.len());
+        for (bucket, mut outcome) in finished {
+            self.busy.remove(&bucket);
+            for straggling in std::mem::take(&mut outcome.straggling) {
+                self.straggle(straggling);
+            }
+            outcomes.push(outcome);
         }
         // Tasks are few (one per bucket in flight): forget the finished ones.
         self.tasks.retain(|_, bucket| self.busy.contains_key(bucket));
+        self.settle_outcomes(outcomes).await
+    }
+
+    /// Sets a handler's unacknowledged messages aside on a task of their
+    /// own; the handler is not read until every such set of it has ended.
+    fn straggle(&mut self, straggling: Straggling) {
+        let Straggling {
+            handler,
+            bytes,
+            sends,
+        } = straggling;
+        tracing::info!(
+            handler,
+            messages = sends.len(),
+            "outbox deliveries are slow; the handler's messages wait for them while the other \
+             handlers' go on"
+        );
+        *self.straggling.entry(handler.clone()).or_default() += 1;
+        self.straggling_bytes += bytes;
+        self.stragglers.spawn(async move {
+            let mut outcome = Outcome::default();
+            await_in_order(sends, &handler, &mut outcome).await;
+            (handler, bytes, outcome)
+        });
+    }
+
+    /// One set of `handler`'s straggling messages ended.
+    fn straggled(&mut self, handler: &str, bytes: u64) {
+        self.straggling_bytes = self.straggling_bytes.saturating_sub(bytes);
+        if let Some(sets) = self.straggling.get_mut(handler) {
+            *sets -= 1;
+            if *sets == 0 {
+                self.straggling.remove(handler);
+            }
+        }
+    }
+
+    /// Records what sends did: one write for everything published, then
+    /// each parked message and each handler's failure.
+    async fn settle_outcomes(&mut self, finished: Vec<Outcome>) -> Result<(), DbError> {
+        let published: Vec<i64> = finished
+            .iter()
+            .flat_map(|o| o.published.iter().copied())
+            .collect();
         if !published.is_empty() {
             failpoints::hit("relay-after-publish");
         }
@@ -304,7 +431,7 @@ impl Relay {
         // loop, held every team's delivery for minutes (the eleventh read).
         let mut parked: Vec<(i64, String)> = Vec::new();
         let mut backing_off: Vec<&Failed> = Vec::new();
-        for (_, outcome) in &finished {
+        for outcome in &finished {
             parked.extend(outcome.parked.iter().cloned());
             for failed in &outcome.failed {
                 if let Some(topic) = &failed.missing_topic
@@ -338,17 +465,16 @@ impl Relay {
         // A handler whose messages went, and none failed, backs off no more.
         let failing: HashSet<&str> = finished
             .iter()
-            .flat_map(|(_, outcome)| outcome.failed.iter().map(|f| f.handler.as_str()))
+            .flat_map(|outcome| outcome.failed.iter().map(|f| f.handler.as_str()))
             .collect();
-        for (_, outcome) in &finished {
+        for outcome in &finished {
             for handler in outcome.went.iter().filter(|h| !failing.contains(h.as_str())) {
                 self.waiting.remove(handler);
-                self.missing.settled(handler);
             }
         }
         for failed in backing_off {
             if failed.missing_topic.is_none() {
-                self.missing.settled(&failed.handler);
+                self.missing.settled(&failed.handler, failed.seq);
             }
             let failures = self.waiting.get(&failed.handler).map_or(0, |(_, n)| *n) + 1;
             if failures == 1 {
@@ -530,45 +656,106 @@ pub(crate) async fn send_in_order(
     // Handlers with a failed message: their later ones are not counted,
     // delivered or not (sent again after it: a copy the consumer drops).
     let mut stopped: HashSet<&str> = HashSet::new();
+    // Past it, a handler's message not yet acknowledged is set aside with
+    // the handler's later ones (see `Straggling`).
+    let deadline = tokio::time::Instant::now() + LANE_WAIT;
     for (row, sent, span) in sends {
         if stopped.contains(row.handler.as_str()) {
             continue;
         }
-        let (error, missing) = match sent {
-            Sent::Queued(delivery) => match delivery.await {
-                Ok(Ok(_)) => {
-                    span.record("outcome", "published");
-                    outcome.published.push(row.seq);
-                    if !outcome.went.contains(&row.handler) {
-                        outcome.went.insert(row.handler.clone());
+        let bytes = row.message.bytes() as u64;
+        let aside = outcome.straggling.iter().position(|s| s.handler == row.handler);
+        match sent {
+            Sent::Queued(delivery) => {
+                let mut queued = Queued {
+                    seq: row.seq,
+                    topic: row.message.topic.clone(),
+                    delivery,
+                    span,
+                };
+                if let Some(at) = aside {
+                    // Behind a message set aside: it waits with it.
+                    outcome.straggling[at].bytes += bytes;
+                    outcome.straggling[at].sends.push(queued);
+                    continue;
+                }
+                match tokio::time::timeout_at(deadline, &mut queued.delivery).await {
+                    Ok(result) => {
+                        if !delivered(result, &queued, &row.handler, &mut outcome) {
+                            stopped.insert(&row.handler);
+                        }
                     }
-                    continue;
+                    Err(_) => outcome.straggling.push(Straggling {
+                        handler: row.handler.clone(),
+                        bytes,
+                        sends: vec![queued],
+                    }),
                 }
-                Ok(Err((error, _))) if permanent(&error) => {
-                    span.record("outcome", "parked");
-                    outcome.parked.push((row.seq, error.to_string()));
-                    continue;
-                }
-                Ok(Err((error, _))) => (error.to_string(), is_missing_topic(&error)),
-                Err(_) => ("the producer dropped the message".to_owned(), false),
-            },
+            }
             Sent::Parked(reason) => {
                 span.record("outcome", "parked");
                 outcome.parked.push((row.seq, reason));
-                continue;
             }
-            Sent::Failed(error, missing) => (error, missing),
-        };
-        span.record("outcome", "failed");
-        stopped.insert(&row.handler);
-        outcome.failed.push(Failed {
-            handler: row.handler.clone(),
-            seq: row.seq,
-            error,
-            missing_topic: missing.then(|| row.message.topic.clone()),
-        });
+            Sent::Failed(error, missing) => {
+                span.record("outcome", "failed");
+                stopped.insert(&row.handler);
+                outcome.failed.push(Failed {
+                    handler: row.handler.clone(),
+                    seq: row.seq,
+                    error,
+                    missing_topic: missing.then(|| row.message.topic.clone()),
+                });
+            }
+        }
     }
     outcome
+}
+
+/// Awaits a straggling handler's messages in order, as [`send_in_order`]
+/// does, without a deadline (each has the producer's delivery timeout).
+async fn await_in_order(sends: Vec<Queued>, handler: &str, outcome: &mut Outcome) {
+    for mut queued in sends {
+        let result = (&mut queued.delivery).await;
+        if !delivered(result, &queued, handler, outcome) {
+            return;
+        }
+    }
+}
+
+/// Records what became of one message handed to the producer; `false`
+/// when it failed for a passing reason, so its handler's later messages
+/// are not counted.
+fn delivered(
+    result: <DeliveryFuture as std::future::Future>::Output,
+    queued: &Queued,
+    handler: &str,
+    outcome: &mut Outcome,
+) -> bool {
+    let (error, missing) = match result {
+        Ok(Ok(_)) => {
+            queued.span.record("outcome", "published");
+            outcome.published.push(queued.seq);
+            if !outcome.went.contains(handler) {
+                outcome.went.insert(handler.to_owned());
+            }
+            return true;
+        }
+        Ok(Err((error, _))) if permanent(&error) => {
+            queued.span.record("outcome", "parked");
+            outcome.parked.push((queued.seq, error.to_string()));
+            return true;
+        }
+        Ok(Err((error, _))) => (error.to_string(), is_missing_topic(&error)),
+        Err(_) => ("the producer dropped the message".to_owned(), false),
+    };
+    queued.span.record("outcome", "failed");
+    outcome.failed.push(Failed {
+        handler: handler.to_owned(),
+        seq: queued.seq,
+        error,
+        missing_topic: missing.then(|| queued.topic.clone()),
+    });
+    false
 }
 
 /// The span of one outbox message's send, linked to the span of the event

@@ -471,3 +471,107 @@ async fn a_handlers_passing_failure_holds_back_only_its_own_messages() {
     assert!(rows[0][1].as_str().unwrap().contains("made to fail"), "{rows:?}");
     assert_eq!(rows[1][0].as_i64(), Some(0), "{rows:?}");
 }
+
+/// Regression (the fifty-third read, issue 23): a bucket's task waited for
+/// every delivery in it, so one handler's message to a slow topic (librdkafka
+/// waits up to 30 s to call a topic missing; a leader may be away) held the
+/// bucket, and every other handler's messages in it, that long; a team with
+/// 64 such messages a round held every bucket. Now the slow handler's
+/// messages are set aside after `LANE_WAIT` and the bucket goes on.
+#[tokio::test]
+async fn a_handlers_slow_deliveries_hold_up_no_other_handlers_messages() {
+    let cluster = MockCluster::new(2).unwrap();
+    cluster.create_topic("quick", 1, 1).unwrap();
+    cluster.create_topic("slow", 1, 1).unwrap();
+    cluster.partition_leader("quick", 0, Some(1)).unwrap();
+    cluster.partition_leader("slow", 0, Some(2)).unwrap();
+    // The slow topic's leader is away: its messages wait for it.
+    cluster.broker_down(2).unwrap();
+    let producers = mock_producers(&cluster, "2000");
+    let db = sqlite_db().await;
+    let shared = outbox::bucket("slow-team", Some(b"k"));
+    let quick_key = (0..)
+        .map(|i| format!("k{i}"))
+        .find(|k| outbox::bucket("quick-team", Some(k.as_bytes())) == shared)
+        .unwrap();
+    let slow = message("slow", "k", b"slow".to_vec());
+    let first = message("quick", &quick_key, b"first".to_vec());
+    let mut tx = db.begin().await.unwrap();
+    outbox::insert(&mut tx, "slow-team", std::slice::from_ref(&slow))
+        .await
+        .unwrap();
+    outbox::insert(&mut tx, "quick-team", std::slice::from_ref(&first))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let published = |id: String| {
+        let db = db.clone();
+        async move {
+            !db.query(
+                "SELECT 1 FROM outbox WHERE id = $1 AND published_at IS NOT NULL",
+                &[id.into()],
+            )
+            .await
+            .unwrap()
+            .is_empty()
+        }
+    };
+
+    let mut relay = Relay::new(db.clone(), producers, "host-1".into(), Settle::Keep);
+    let shutdown = CancellationToken::new();
+    let started = Instant::now();
+    while !published(first.id.clone()).await {
+        assert!(
+            started.elapsed() < Duration::from_secs(8),
+            "the quick handler's message waited for the slow one's delivery"
+        );
+        relay.step(&shutdown).await.unwrap();
+    }
+    assert!(!published(slow.id.clone()).await);
+    assert!(
+        relay.straggling.contains_key("slow-team"),
+        "{:?}",
+        relay.straggling
+    );
+    // The bucket is read again meanwhile: the quick handler's next message
+    // goes while the slow one's is still on its way, and the slow handler's
+    // own next message waits behind it (its order holds).
+    let second = message("quick", &quick_key, b"second".to_vec());
+    let slow_next = message("slow", "k", b"slow-next".to_vec());
+    let mut tx = db.begin().await.unwrap();
+    outbox::insert(&mut tx, "slow-team", std::slice::from_ref(&slow_next))
+        .await
+        .unwrap();
+    outbox::insert(&mut tx, "quick-team", std::slice::from_ref(&second))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    while !published(second.id.clone()).await {
+        assert!(
+            started.elapsed() < Duration::from_secs(9),
+            "the quick handler's next message was not read while the slow one straggled"
+        );
+        relay.step(&shutdown).await.unwrap();
+    }
+    assert!(!published(slow.id.clone()).await && !published(slow_next.id.clone()).await);
+    // Then the leader is back, the slow handler's messages go, in order,
+    // and nothing is left aside.
+    cluster.broker_up(2).unwrap();
+    relay_until_sent(
+        &mut relay,
+        &db,
+        &["slow-team", "quick-team"],
+        "after the slow delivery",
+    )
+    .await;
+    assert!(relay.straggling.is_empty() && relay.straggling_bytes == 0);
+    let order = db
+        .query(
+            "SELECT id FROM outbox WHERE handler = 'slow-team' ORDER BY published_at, seq",
+            &[],
+        )
+        .await
+        .unwrap();
+    let order: Vec<&str> = order.iter().map(|r| r[0].as_str().unwrap()).collect();
+    assert_eq!(order, [slow.id.as_str(), slow_next.id.as_str()]);
+}
