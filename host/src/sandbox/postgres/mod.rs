@@ -123,6 +123,61 @@ pub fn check_run_time(sql: &str, row_bytes: u64, catalog: &Catalog) -> Result<Ru
     })
 }
 
+/// Tokens one statement text may hold. The guard reads PostgreSQL's parse
+/// tree as JSON, several kilobytes per token: a 1 MiB migration of
+/// `SELECT 1,1,...` held 4.06 GB of the host for 53 s before the node
+/// bound refused it, and 64 KiB (the default `max_statement_bytes`) 250 MB
+/// (the fifty-second read, issue 23). At this bound a tree is at most about
+/// 64 MB; a statement of ordinary SQL reaches it at about 80 KB.
+pub const MAX_TOKENS: usize = 16_384;
+
+/// Trees of more than this many tokens are read a few at a time in the whole
+/// process ([`LARGE_AT_ONCE`]): every handler version judges two texts at
+/// once, and migrations are read on blocking threads too.
+const LARGE_TOKENS: usize = 2_048;
+const LARGE_AT_ONCE: usize = 4;
+
+static LARGE: (std::sync::Mutex<usize>, std::sync::Condvar) =
+    (std::sync::Mutex::new(0), std::sync::Condvar::new());
+
+/// A place among the [`LARGE_AT_ONCE`] large trees, held while one is read.
+struct LargeSlot;
+
+impl Drop for LargeSlot {
+    fn drop(&mut self) {
+        let (count, freed) = &LARGE;
+        *count.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+        freed.notify_one();
+    }
+}
+
+/// Refuses a text of more than [`MAX_TOKENS`] tokens, before its tree is
+/// built; for a large one, waits for a [`LargeSlot`] (on the blocking thread
+/// the guard runs on, never a runtime worker).
+fn tokens_within_bound(sql: &str) -> Result<Option<LargeSlot>, Refusal> {
+    let tokens = match pg_query::scan_tokens(sql) {
+        Ok(tokens) => tokens.len(),
+        // The parser says what is wrong with it.
+        Err(_) => return Ok(None),
+    };
+    if tokens > MAX_TOKENS {
+        return Err(Refusal::Limit(format!(
+            "the statement has {tokens} tokens, at most {MAX_TOKENS}: the statement guard reads \
+             PostgreSQL's parse tree of it, several kilobytes per token; split it into smaller statements"
+        )));
+    }
+    if tokens <= LARGE_TOKENS {
+        return Ok(None);
+    }
+    let (count, freed) = &LARGE;
+    let mut held = count.lock().unwrap_or_else(|p| p.into_inner());
+    while *held >= LARGE_AT_ONCE {
+        held = freed.wait(held).unwrap_or_else(|p| p.into_inner());
+    }
+    *held += 1;
+    Ok(Some(LargeSlot))
+}
+
 fn checked(
     sql: &str,
     mode: Mode,
@@ -130,6 +185,7 @@ fn checked(
     catalog: &Catalog,
 ) -> Result<(usize, Value, Vec<usize>), Refusal> {
     let hidden = &catalog.hidden;
+    let _slot = tokens_within_bound(sql)?;
     let parsed = pg_query::parse(sql, pg_query::ParserOptions::DEFAULT).map_err(|e| match e {
         pg_query::Error::Decode(_) => Refusal::Limit(
             "PostgreSQL's parse tree of this statement is nested too deeply for the statement guard \

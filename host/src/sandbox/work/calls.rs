@@ -47,7 +47,7 @@ impl Walk {
             // `mod(p, 7)` of a 16,000-digit p has 16,000 digits, taken for 20).
             "mod" => {
                 let (l, r) = pair(&args);
-                self.charge(digit_pairs(l, r));
+                self.charge(quotient_pairs(l, r));
                 Size {
                     bytes: r.bytes.max(l.bytes),
                     digits: l.digits.saturating_add(r.digits).min(MAX_DIGITS),
@@ -208,7 +208,7 @@ impl Walk {
                 }
             }
             "/" | "%" => {
-                self.charge(digit_pairs(l, r));
+                self.charge(quotient_pairs(l, r));
                 Size {
                     bytes: both,
                     digits: (l.digits.saturating_add(r.digits).saturating_add(NUMBER_DIGITS)).min(MAX_DIGITS),

@@ -373,6 +373,40 @@ fn ordinary_subqueries_ctes_and_names_pass() {
     }
 }
 
+/// Regression (the fifty-second read, issue 23): the guard built PostgreSQL's
+/// parse tree as JSON, several kilobytes per token, before any bound: a
+/// 1 MiB `SELECT 1,1,...` held 4 GB of the host. A text's tokens are now
+/// counted first.
+#[test]
+fn a_statement_of_too_many_tokens_is_refused_before_its_tree_is_built() {
+    let ones = vec!["1"; 9_000].join(",");
+    refused(&format!("SELECT {ones}"), "tokens, at most 16384");
+    match migration(&format!("SELECT {ones}")) {
+        Err(Refusal::Limit(m)) => assert!(m.contains("tokens"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    // Large but within it: read (one of a few at a time in the process).
+    let within = vec!["1"; 4_000].join(",");
+    allowed(&format!("SELECT {within}"));
+}
+
+/// Regression (the fifty-second read, issue 23): a cast of an empty literal
+/// to `char(n)` was charged by the literal's 0 bytes, but PostgreSQL pads it
+/// to n characters while planning and keeps the constant in a cached plan:
+/// 300 of `CAST('' AS char(10485760))` in 11 KB of SQL held 3 GB for 13 s
+/// past a 100 ms timeout. What a cast makes now counts, as work and as a
+/// literal of that size in the plan.
+#[test]
+fn a_padded_cast_counts_at_the_size_it_makes() {
+    refused("SELECT CAST('' AS char(10485760)) IS NULL", "nodes");
+    let items = vec!["CAST('' AS char(65536)) IS NULL"; 300].join(", ");
+    refused(&format!("SELECT {items}"), "nodes");
+    let rows = vec!["(CAST('' AS char(65536)))"; 300].join(", ");
+    refused(&format!("VALUES {rows}"), "nodes");
+    // An ordinary padded column or parameter still passes.
+    allowed("SELECT CAST($1 AS char(12)), CAST('ab' AS char(3)) IS NULL");
+}
+
 /// Regression (an adversarial read, issue 23): `char(n)` pads to n, and
 /// `concat_ws` writes its separator between every two arguments: a gigabyte
 /// from a few characters.
@@ -495,7 +529,7 @@ fn an_operator_over_each_element_counts_once_per_element() {
         &format!("SELECT v > ALL (ARRAY[{many}]) FROM t"),
         "limits.max_row_bytes",
     );
-    let args = vec!["'0'"; 16_000].join(", ");
+    let args = vec!["'0'"; 7_000].join(", ");
     refused(
         &format!("SELECT length(greatest(v, {args})) FROM t"),
         "limits.max_row_bytes",
@@ -602,7 +636,8 @@ fn a_statement_holds_a_bounded_number_of_queries() {
     assert!(judged(&chain(limit - 1), 1 << 20).is_ok());
     refused_at(&chain(limit + 1), 1 << 20, "queries");
     let started = std::time::Instant::now();
-    refused_at(&chain(2_000), 1 << 20, "queries");
+    // As long a chain as the token bound lets through (`MAX_TOKENS`).
+    refused_at(&chain(1_300), 1 << 20, "queries");
     assert!(
         started.elapsed() < std::time::Duration::from_secs(2),
         "{:?}",
