@@ -232,8 +232,8 @@ async fn postgres_every_function_at_the_limits_finishes_within_its_counted_time(
         format!("SELECT length(({0} * {0})::text)", "7".repeat(40_000)),
         format!(
             "SELECT length(({} / {})::text)",
-            "7".repeat(80_000),
-            "3".repeat(40_000)
+            "7".repeat(40_000),
+            "3".repeat(20_000)
         ),
     ])
     .collect();
