@@ -179,6 +179,21 @@ impl Admin {
         migrations: Option<&Path>,
         token: &str,
     ) -> (u16, Value) {
+        self.try_upload(name, component, settings, migrations, token)
+            .await
+            .expect("admin API request")
+    }
+
+    /// As [`Admin::upload`], with the client's error if the request could
+    /// not be sent whole.
+    async fn try_upload(
+        &self,
+        name: &str,
+        component: Vec<u8>,
+        settings: Value,
+        migrations: Option<&Path>,
+        token: &str,
+    ) -> Result<(u16, Value), reqwest::Error> {
         let mut form = reqwest::multipart::Form::new()
             .part(
                 "component",
@@ -188,11 +203,15 @@ impl Admin {
         if let Some(dir) = migrations {
             form = migration_form(dir, form);
         }
-        let request = self
+        let response = self
             .http
             .post(format!("{}/v1/handlers/{name}", self.url))
-            .multipart(form);
-        self.call(request, Some(token)).await
+            .multipart(form)
+            .bearer_auth(token)
+            .send()
+            .await?;
+        let status = response.status().as_u16();
+        Ok((status, response.json().await.unwrap_or(Value::Null)))
     }
 
     /// Uploads guest `name` (`billing`, `notifier`, ...) with its own
