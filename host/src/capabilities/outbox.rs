@@ -20,7 +20,7 @@ mod id_names;
 mod lenient;
 
 use id_names::id_headers;
-pub use id_names::{is_id_header, register_id_source, restamped, stamp_json_id};
+pub use id_names::{forget_id_source, is_id_header, register_id_source, restamped, stamp_json_id};
 
 /// The most headers one message may carry. Kafka has no bound of its own,
 /// and a header of an empty name and value weighed nothing against

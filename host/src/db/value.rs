@@ -217,8 +217,8 @@ pub(crate) fn decode_sqlite(row: &SqliteRow) -> Result<Vec<SqlValue>, DecodeErro
                 return Ok(SqlValue::Null);
             }
             // SQLite reports the value's storage class here, not the declared type.
-            let type_name = raw.type_info().name().to_owned();
-            Ok(match type_name.as_str() {
+            let type_info = raw.type_info();
+            Ok(match type_info.name() {
                 "INTEGER" => SqlValue::Int64(row.try_get_unchecked(i)?),
                 "REAL" => SqlValue::Float64(row.try_get_unchecked(i)?),
                 "TEXT" => SqlValue::Text(row.try_get_unchecked(i)?),
@@ -230,6 +230,20 @@ pub(crate) fn decode_sqlite(row: &SqliteRow) -> Result<Vec<SqlValue>, DecodeErro
         .collect()
 }
 
+/// What decoding `row` will hold at least: its values' bytes as received,
+/// and the host's own per value ([`SqlValue`]). Weighed before the row is
+/// decoded, so a row past a result's bound is refused without being copied
+/// (a row may be 64 values of `limits.max_row_bytes`: the fifty-second read).
+pub(crate) fn postgres_row_bytes(row: &PgRow) -> usize {
+    (0..row.len())
+        .map(|i| {
+            let raw = row.try_get_raw(i).ok();
+            let bytes = raw.and_then(|raw| raw.as_bytes().ok()).map_or(0, <[u8]>::len);
+            std::mem::size_of::<SqlValue>() + bytes
+        })
+        .sum()
+}
+
 pub(crate) fn decode_postgres(row: &PgRow) -> Result<Vec<SqlValue>, DecodeError> {
     (0..row.len())
         .map(|i| {
@@ -237,8 +251,8 @@ pub(crate) fn decode_postgres(row: &PgRow) -> Result<Vec<SqlValue>, DecodeError>
             if raw.is_null() {
                 return Ok(SqlValue::Null);
             }
-            let type_name = raw.type_info().name().to_owned();
-            Ok(match type_name.as_str() {
+            let type_info = raw.type_info();
+            Ok(match type_info.name() {
                 "INT2" => SqlValue::Int64(row.try_get::<i16, _>(i)?.into()),
                 "INT4" => SqlValue::Int64(row.try_get::<i32, _>(i)?.into()),
                 "INT8" => SqlValue::Int64(row.try_get(i)?),

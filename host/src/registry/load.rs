@@ -54,13 +54,6 @@ pub async fn load_handler(
             reason: format!("{column} (ALTER its type, as the host's own login)"),
         });
     }
-    // The id names of its messages' possible consumers are the host's to write.
-    crate::capabilities::outbox::register_id_source(
-        &handler.name,
-        &handler.topics,
-        &handler.event_id.header,
-        &handler.event_id.json_field,
-    );
     if db.backend() == crate::config::Backend::Sqlite
         && handler.limits.max_row_bytes > crate::config::defaults::SQLITE_MAX_ROW_BYTES
     {
@@ -167,6 +160,16 @@ pub async fn load_handler(
             .with_version_label(version.to_string())
         }
     };
+    // The id names of its messages' possible consumers are the host's to
+    // write: registered once the version loaded, so one that fails a check
+    // takes no place of the versions that run (the registry keeps each
+    // handler's last two: the review of the fifty-third read).
+    crate::capabilities::outbox::register_id_source(
+        &handler.name,
+        &handler.topics,
+        &handler.event_id.header,
+        &handler.event_id.json_field,
+    );
     let reuse = handler.instances.reuse.then_some(Reuse {
         max_memory_bytes: (handler.instances.recycle_memory_mb as usize) << 20,
         max_events: handler.instances.recycle_after_events,

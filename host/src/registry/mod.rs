@@ -422,6 +422,7 @@ impl Registry {
             if let Some(mut entry) = entries.remove(&name) {
                 stopped.extend(self.end_pump(&name, &mut entry));
                 self.0.metrics.remove_handler(&name);
+                crate::capabilities::outbox::forget_id_source(&name);
                 tracing::info!(handler = name, "handler deleted");
             }
         }

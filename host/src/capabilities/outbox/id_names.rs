@@ -90,6 +90,16 @@ pub fn register_id_source(handler: &str, topics: &[String], header: &str, json_f
     names.rebuild();
 }
 
+/// Forgets where deleted handler `handler` took its event id from: a team
+/// that uploaded and deleted handlers of fresh names, each with 256 topics,
+/// grew every host's registry for good (the review of the fifty-third read).
+pub fn forget_id_source(handler: &str) {
+    let mut names = ID_NAMES.write().unwrap_or_else(|p| p.into_inner());
+    if names.by_handler.remove(handler).is_some() {
+        names.rebuild();
+    }
+}
+
 /// `topic`'s registered names, headers or fields.
 fn registered(topic: &str, pick: fn(&TopicNames) -> &BTreeSet<String>) -> Vec<String> {
     let names = ID_NAMES.read().unwrap_or_else(|p| p.into_inner());
@@ -461,5 +471,9 @@ mod tests {
         register_id_source("bounded", &[topic(52)], "x-other-ref", EVENT_ID_HEADER);
         assert_eq!(topics_of("bounded"), [topic(52)]);
         assert!(!ID_NAMES.read().unwrap().by_topic.contains_key(&topic(49)));
+        // A deleted handler's names go with it.
+        forget_id_source("bounded");
+        assert!(topics_of("bounded").is_empty());
+        assert!(id_headers(&topic(52)).is_empty());
     }
 }

@@ -49,10 +49,18 @@ impl Inner {
         // Rows are decoded one at a time as they stream in, and counted
         // before they are kept, so an oversized result stops at its bound
         // instead of being buffered whole.
-        let mut keep = |row: Vec<SqlValue>| -> Result<(), DbError> {
+        // `weight`: what the row holds at least as received, weighed before
+        // it is decoded, so a row past the bound is refused before it is
+        // copied (a row may be 64 values of `limits.max_row_bytes`: the
+        // fifty-second read).
+        let mut keep = |weight: usize, decode: &dyn Fn() -> Result<Vec<SqlValue>, DbError>| {
             if rows.len() == bound.rows {
                 return Err(DbError::TooManyRows { limit: bound.rows });
             }
+            if bytes + weight > bound.bytes {
+                return Err(DbError::ResultTooLarge { limit: bound.bytes });
+            }
+            let row = decode()?;
             // What the host holds for the row, not only its values'
             // bytes: 1,664 empty texts a row counted nothing, and 100,000
             // such rows held 5 GB (the fifteenth read of issue 23's third round).
@@ -76,7 +84,7 @@ impl Inner {
                 let query = bind_sqlite(sqlx::query(sql), params).persistent(persistent);
                 let mut stream = query.fetch(&mut **tx);
                 while let Some(row) = stream.try_next().await? {
-                    keep(decode_sqlite(&row)?)?;
+                    keep(0, &|| Ok(decode_sqlite(&row)?))?;
                 }
             }
             Inner::Postgres(tx, within) => {
@@ -84,7 +92,7 @@ impl Inner {
                 let mut stream = query.fetch(&mut **tx);
                 let rows = async {
                     while let Some(row) = stream.try_next().await? {
-                        keep(decode_postgres(&row)?)?;
+                        keep(postgres_row_bytes(&row), &|| Ok(decode_postgres(&row)?))?;
                     }
                     Ok::<(), DbError>(())
                 };

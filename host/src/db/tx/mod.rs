@@ -11,7 +11,7 @@ mod inner;
 mod round_trip;
 mod stuck;
 
-use super::value::{bind_postgres, bind_sqlite, decode_postgres, decode_sqlite};
+use super::value::{bind_postgres, bind_sqlite, decode_postgres, decode_sqlite, postgres_row_bytes};
 use super::walls::{Connection, WallState, Walls};
 use super::{Backend, DbError, PgArray, SqlValue};
 use crate::sandbox::postgres::PlainInsert;

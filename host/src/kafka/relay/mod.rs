@@ -71,6 +71,13 @@ const PER_BUCKET: i64 = 200;
 /// nothing else is in flight.
 const HELD_BYTES: u64 = 64 * 1024 * 1024;
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Bytes of straggling messages held before they count against
+/// [`HELD_BYTES`]. Regression (the review of the fifty-third read): at
+/// `HELD_BYTES`, two handlers straggling with a read's worth each stopped
+/// every read for as long as librdkafka waited on them (30 s), again and
+/// again. Now it takes five handlers with 64 MiB each of messages to slow
+/// topics at once; a fair share per team would close it (open).
+const STRAGGLING_BYTES: u64 = 4 * HELD_BYTES;
 /// How long a bucket's task waits for a handler's deliveries before it sets
 /// the rest of them aside to straggle (see the module's doc): far above a
 /// broker's usual acknowledgement (milliseconds), far below its timeouts.
@@ -277,10 +284,8 @@ impl Relay {
                         self.straggled(&handler, bytes);
                         self.settle_outcomes(vec![outcome]).await
                     }
-                    // Only a panic ends such a task without an outcome (it
-                    // has none of its own to raise): its handler is read
-                    // again once the next set of its ends, and what it held
-                    // is sent again, which the consumer's inbox absorbs.
+                    // Only an abort ends such a task without an outcome
+                    // (a panic is caught in it): the relay is stopping.
                     Err(error) => {
                         tracing::error!("an outbox straggler task failed: {error}");
                         Ok(())
@@ -313,9 +318,10 @@ impl Relay {
             .collect();
         // Stragglers hold their messages too, but each handler only what one
         // read gave it (it is not read again until they end), so they count
-        // only past a budget of their own: one slow team does not stop the
-        // reads of the others.
-        let held: u64 = self.busy.values().sum::<u64>() + self.straggling_bytes.saturating_sub(HELD_BYTES);
+        // only past a budget of their own, `STRAGGLING_BYTES`: a few slow
+        // handlers do not stop the reads of the others.
+        let held: u64 =
+            self.busy.values().sum::<u64>() + self.straggling_bytes.saturating_sub(STRAGGLING_BYTES);
         if held >= HELD_BYTES {
             return Ok(());
         }
@@ -398,7 +404,12 @@ impl Relay {
         self.straggling_bytes += bytes;
         self.stragglers.spawn(async move {
             let mut outcome = Outcome::default();
-            await_in_order(sends, &handler, &mut outcome).await;
+            // A panic must still end the set (else its handler is never
+            // read again): what it held is pending still, and sent again.
+            let waited = std::panic::AssertUnwindSafe(await_in_order(sends, &handler, &mut outcome));
+            if waited.catch_unwind().await.is_err() {
+                outcome = Outcome::default();
+            }
             (handler, bytes, outcome)
         });
     }

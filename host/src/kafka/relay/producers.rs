@@ -46,6 +46,10 @@ pub(crate) fn for_handler(
         // No duplicates or reordering from the producer's own retries.
         .set("enable.idempotence", "true")
         .set("message.timeout.ms", timeout.as_millis().to_string())
+        // What one handler's producer may hold unacknowledged: a read gives
+        // a handler at most the relay's 64 MiB, and straggling messages stay
+        // in its queue (librdkafka's default is 1 GiB per producer).
+        .set("queue.buffering.max.kbytes", "65536")
         .create()
 }
 

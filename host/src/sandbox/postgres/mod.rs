@@ -137,17 +137,50 @@ pub const MAX_TOKENS: usize = 16_384;
 const LARGE_TOKENS: usize = 2_048;
 const LARGE_AT_ONCE: usize = 4;
 
-static LARGE: (std::sync::Mutex<usize>, std::sync::Condvar) =
-    (std::sync::Mutex::new(0), std::sync::Condvar::new());
+/// Large trees being read, and the tickets of those waiting, first come
+/// first served (so no handler's texts can keep another's waiting: the
+/// review of the fifty-second read).
+struct Large {
+    reading: usize,
+    waiting: std::collections::VecDeque<u64>,
+    next: u64,
+}
+
+static LARGE: (std::sync::Mutex<Large>, std::sync::Condvar) = (
+    std::sync::Mutex::new(Large {
+        reading: 0,
+        waiting: std::collections::VecDeque::new(),
+        next: 0,
+    }),
+    std::sync::Condvar::new(),
+);
 
 /// A place among the [`LARGE_AT_ONCE`] large trees, held while one is read.
 struct LargeSlot;
 
+impl LargeSlot {
+    /// Waits for a place, in turn (on a blocking thread, never a runtime worker).
+    fn take() -> Self {
+        let (large, changed) = &LARGE;
+        let mut state = large.lock().unwrap_or_else(|p| p.into_inner());
+        let ticket = state.next;
+        state.next += 1;
+        state.waiting.push_back(ticket);
+        while state.reading >= LARGE_AT_ONCE || state.waiting.front() != Some(&ticket) {
+            state = changed.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
+        state.waiting.pop_front();
+        state.reading += 1;
+        changed.notify_all();
+        LargeSlot
+    }
+}
+
 impl Drop for LargeSlot {
     fn drop(&mut self) {
-        let (count, freed) = &LARGE;
-        *count.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
-        freed.notify_one();
+        let (large, changed) = &LARGE;
+        large.lock().unwrap_or_else(|p| p.into_inner()).reading -= 1;
+        changed.notify_all();
     }
 }
 
@@ -155,27 +188,72 @@ impl Drop for LargeSlot {
 /// built; for a large one, waits for a [`LargeSlot`] (on the blocking thread
 /// the guard runs on, never a runtime worker).
 fn tokens_within_bound(sql: &str) -> Result<Option<LargeSlot>, Refusal> {
-    let tokens = match pg_query::scan_tokens(sql) {
-        Ok(tokens) => tokens.len(),
-        // The parser says what is wrong with it.
+    let scanned = match pg_query::scan_tokens(sql) {
+        Ok(tokens) => tokens,
+        // The parser says what is wrong with it (the same scanner).
         Err(_) => return Ok(None),
     };
+    let tokens = scanned.len();
     if tokens > MAX_TOKENS {
         return Err(Refusal::Limit(format!(
             "the statement has {tokens} tokens, at most {MAX_TOKENS}: the statement guard reads \
              PostgreSQL's parse tree of it, several kilobytes per token; split it into smaller statements"
         )));
     }
+    let copies = assigned_copies(&scanned);
+    if copies > MAX_COPIED_TOKENS {
+        return Err(Refusal::Limit(format!(
+            "the statement's parenthesized lists before `=` name {copies} tokens' worth of copies, at \
+             most {MAX_COPIED_TOKENS}: PostgreSQL's parse tree holds `SET (a, b, ...) = source` with a copy \
+             of the source for each name; assign fewer columns at a time (`SET a = x, b = y`)"
+        )));
+    }
     if tokens <= LARGE_TOKENS {
         return Ok(None);
     }
-    let (count, freed) = &LARGE;
-    let mut held = count.lock().unwrap_or_else(|p| p.into_inner());
-    while *held >= LARGE_AT_ONCE {
-        held = freed.wait(held).unwrap_or_else(|p| p.into_inner());
+    Ok(Some(LargeSlot::take()))
+}
+
+/// Tokens PostgreSQL's parse tree may hold once multiple assignments are
+/// copied out ([`assigned_copies`]).
+const MAX_COPIED_TOKENS: usize = 4 * MAX_TOKENS;
+
+/// An upper bound on the tokens a tree holds in copies: PostgreSQL's
+/// grammar gives each name of `SET (a, b, ...) = source` (in UPDATE and ON
+/// CONFLICT DO UPDATE) a node pointing at the one source, and the tree it
+/// hands out writes that source once per name. Regression (the review of
+/// the fifty-second read): `SET (a, a, ..., a) = (1, 1, ..., 1)`, 10 KB of
+/// 10,007 tokens, made 344 MB of JSON. Every list of two or more in
+/// parentheses followed by `=` (a row comparison too, taken for one here)
+/// counts its names times the statement's tokens.
+fn assigned_copies(tokens: &[pg_query::protobuf::ScanToken]) -> usize {
+    const OPEN: i32 = 40;
+    const CLOSE: i32 = 41;
+    const COMMA: i32 = 44;
+    const EQUALS: i32 = 61;
+    // The innermost open list and its commas so far.
+    let mut open: Option<usize> = None;
+    let mut copies = 0usize;
+    for (i, token) in tokens.iter().enumerate() {
+        match token.token {
+            OPEN => open = Some(0),
+            COMMA => {
+                if let Some(commas) = open.as_mut() {
+                    *commas += 1;
+                }
+            }
+            CLOSE => {
+                // One name is one copy, as any expression is.
+                if let Some(commas @ 1..) = open.take()
+                    && tokens.get(i + 1).map(|t| t.token) == Some(EQUALS)
+                {
+                    copies = copies.saturating_add((commas + 1).saturating_mul(tokens.len()));
+                }
+            }
+            _ => {}
+        }
     }
-    *held += 1;
-    Ok(Some(LargeSlot))
+    copies
 }
 
 fn checked(

@@ -70,7 +70,34 @@ pub(super) fn check_type_name(type_name: Option<&Value>, what: &str) -> Result<(
             CAST_TYPES.join(", ")
         )));
     }
+    if let Some("bpchar" | "char" | "character") = catalog_name(&parts)
+        && let Some(length) = first_typmod(type_name)
+        && length > MAX_PADDED_CHARS
+    {
+        return Err(forbidden(format!(
+            "{what} char({length}): at most char({MAX_PADDED_CHARS}); PostgreSQL pads every such value to \
+             its length, while it plans too (each element of an array, each row of a VALUES list into such a \
+             column), where no deadline reaches; use text or varchar(n)"
+        )));
+    }
     Ok(())
+}
+
+/// The longest `char(n)` a cast or a column may have. Regression (the
+/// review of the fifty-second read): `'{"",...}'::char(100000)[]` padded
+/// 2,000 elements while planning (600 MB for `EXPLAIN` alone), and a
+/// `char(100000)` column padded every row of a VALUES list the same way,
+/// neither counted as a cast of one value is.
+pub const MAX_PADDED_CHARS: u64 = 256;
+
+/// A type's first modifier (`n` of `char(n)`), if it is an integer.
+fn first_typmod(type_name: Option<&Value>) -> Option<u64> {
+    type_name?
+        .get("typmods")?
+        .as_array()?
+        .first()?
+        .pointer("/node/AConst/val/Ival/ival")
+        .and_then(Value::as_u64)
 }
 
 /// A column's type: a plain type (see [`check_type_name`]), not an array
