@@ -188,10 +188,19 @@ impl Drop for LargeSlot {
 /// built; for a large one, waits for a [`LargeSlot`] (on the blocking thread
 /// the guard runs on, never a runtime worker).
 fn tokens_within_bound(sql: &str) -> Result<Option<LargeSlot>, Refusal> {
+    if bounded_tokens(sql)? <= LARGE_TOKENS {
+        return Ok(None);
+    }
+    Ok(Some(LargeSlot::take()))
+}
+
+/// The tokens of `sql`, refused past [`MAX_TOKENS`] or past
+/// [`MAX_COPIED_TOKENS`] once multiple assignments are copied out.
+fn bounded_tokens(sql: &str) -> Result<usize, Refusal> {
     let scanned = match pg_query::scan_tokens(sql) {
         Ok(tokens) => tokens,
         // The parser says what is wrong with it (the same scanner).
-        Err(_) => return Ok(None),
+        Err(_) => return Ok(0),
     };
     let tokens = scanned.len();
     if tokens > MAX_TOKENS {
@@ -208,10 +217,7 @@ fn tokens_within_bound(sql: &str) -> Result<Option<LargeSlot>, Refusal> {
              of the source for each name; assign fewer columns at a time (`SET a = x, b = y`)"
         )));
     }
-    if tokens <= LARGE_TOKENS {
-        return Ok(None);
-    }
-    Ok(Some(LargeSlot::take()))
+    Ok(tokens)
 }
 
 /// Tokens PostgreSQL's parse tree may hold once multiple assignments are
@@ -219,41 +225,51 @@ fn tokens_within_bound(sql: &str) -> Result<Option<LargeSlot>, Refusal> {
 const MAX_COPIED_TOKENS: usize = 4 * MAX_TOKENS;
 
 /// An upper bound on the tokens a tree holds in copies: PostgreSQL's
-/// grammar gives each name of `SET (a, b, ...) = source` (in UPDATE and ON
-/// CONFLICT DO UPDATE) a node pointing at the one source, and the tree it
-/// hands out writes that source once per name. Regression (the review of
-/// the fifty-second read): `SET (a, a, ..., a) = (1, 1, ..., 1)`, 10 KB of
-/// 10,007 tokens, made 344 MB of JSON. Every list of two or more in
-/// parentheses followed by `=` (a row comparison too, taken for one here)
-/// counts its names times the statement's tokens.
+/// grammar gives each name of `SET (a, b, ...) = source` (in UPDATE, ON
+/// CONFLICT DO UPDATE and MERGE) a node pointing at the one source, and the
+/// tree it hands out writes that source once per name. Regression (the
+/// review of the fifty-second read): `SET (a, a, ..., a) = (1, 1, ..., 1)`,
+/// 10 KB of 10,007 tokens, made 344 MB of JSON. A list of two or more in
+/// parentheses after `SET` or a `,` and before `=` (comments skipped: the
+/// scanner returns them, the parser does not see them) multiplies the
+/// statement's tokens by its names, and lists nested in each other's
+/// sources multiply together (the second review: a data-modifying CTE in
+/// each level's source made n^depth copies), so the product of every such
+/// list's names bounds them all.
 fn assigned_copies(tokens: &[pg_query::protobuf::ScanToken]) -> usize {
-    const OPEN: i32 = 40;
-    const CLOSE: i32 = 41;
-    const COMMA: i32 = 44;
-    const EQUALS: i32 = 61;
-    // The innermost open list and its commas so far.
-    let mut open: Option<usize> = None;
-    let mut copies = 0usize;
-    for (i, token) in tokens.iter().enumerate() {
-        match token.token {
-            OPEN => open = Some(0),
-            COMMA => {
-                if let Some(commas) = open.as_mut() {
-                    *commas += 1;
-                }
+    use pg_query::protobuf::Token;
+    let code = |t: Token| t as i32;
+    let words: Vec<i32> = tokens
+        .iter()
+        .map(|t| t.token)
+        .filter(|t| *t != code(Token::SqlComment) && *t != code(Token::CComment))
+        .collect();
+    let (open, close, comma, equals) = (40, 41, 44, 61);
+    // The innermost open list, whether it follows SET or a comma, and its
+    // commas so far.
+    let mut list: Option<(bool, usize)> = None;
+    let mut names = 1usize;
+    for (i, word) in words.iter().enumerate() {
+        if *word == open {
+            let after = i.checked_sub(1).map(|j| words[j]);
+            list = Some((after == Some(code(Token::Set)) || after == Some(comma), 0));
+        } else if *word == comma {
+            if let Some((_, commas)) = list.as_mut() {
+                *commas += 1;
             }
-            CLOSE => {
-                // One name is one copy, as any expression is.
-                if let Some(commas @ 1..) = open.take()
-                    && tokens.get(i + 1).map(|t| t.token) == Some(EQUALS)
-                {
-                    copies = copies.saturating_add((commas + 1).saturating_mul(tokens.len()));
-                }
+        } else if *word == close {
+            if let Some((true, commas @ 1..)) = list.take()
+                && words.get(i + 1) == Some(&equals)
+            {
+                names = names.saturating_mul(commas + 1);
             }
-            _ => {}
         }
     }
-    copies
+    if names == 1 {
+        0
+    } else {
+        names.saturating_mul(tokens.len())
+    }
 }
 
 fn checked(
@@ -312,6 +328,10 @@ fn checked(
 /// The work of one row of `sql` by [`super::work`]'s weights, in nanoseconds
 /// (tests measure the weights against a real server with it).
 pub fn row_work_ns(sql: &str, row_bytes: u64) -> Result<u64, Refusal> {
+    // Also what PostgreSQL deparsed of a table's stored expressions, read at
+    // every load: bounded as a statement is (the second review of the
+    // fifty-second read), though without a large tree's turn.
+    bounded_tokens(sql)?;
     let parsed = pg_query::parse(sql, pg_query::ParserOptions::DEFAULT)
         .map_err(|e| forbidden(format!("PostgreSQL cannot parse this statement ({e})")))?;
     let tree = serde_json::to_value(&parsed.protobuf).map_err(|e| forbidden(e.to_string()))?;

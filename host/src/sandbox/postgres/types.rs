@@ -70,15 +70,27 @@ pub(super) fn check_type_name(type_name: Option<&Value>, what: &str) -> Result<(
             CAST_TYPES.join(", ")
         )));
     }
+    let typmods = type_name
+        .and_then(|t| t.get("typmods"))
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
     if let Some("bpchar" | "char" | "character") = catalog_name(&parts)
-        && let Some(length) = first_typmod(type_name)
-        && length > MAX_PADDED_CHARS
+        && typmods > 0
     {
-        return Err(forbidden(format!(
-            "{what} char({length}): at most char({MAX_PADDED_CHARS}); PostgreSQL pads every such value to \
-             its length, while it plans too (each element of an array, each row of a VALUES list into such a \
-             column), where no deadline reaches; use text or varchar(n)"
-        )));
+        // PostgreSQL also reads a length written as a string or a name
+        // (`bpchar('10485760')`: the second review of the fifty-second read).
+        let length = first_typmod(type_name).filter(|_| typmods == 1);
+        if length.is_none_or(|length| length > MAX_PADDED_CHARS) {
+            let written = length.map_or_else(
+                || "a length that is not one integer".to_owned(),
+                |l| l.to_string(),
+            );
+            return Err(forbidden(format!(
+                "{what} char({written}): at most char({MAX_PADDED_CHARS}), written as an integer; PostgreSQL \
+                 pads every such value to its length, while it plans too (each element of an array, each row \
+                 of a VALUES list into such a column), where no deadline reaches; use text or varchar(n)"
+            )));
+        }
     }
     Ok(())
 }
