@@ -257,12 +257,11 @@ fn assigned_copies(tokens: &[pg_query::protobuf::ScanToken]) -> usize {
             if let Some((_, commas)) = list.as_mut() {
                 *commas += 1;
             }
-        } else if *word == close {
-            if let Some((true, commas @ 1..)) = list.take()
-                && words.get(i + 1) == Some(&equals)
-            {
-                names = names.saturating_mul(commas + 1);
-            }
+        } else if *word == close
+            && let Some((true, commas @ 1..)) = list.take()
+            && words.get(i + 1) == Some(&equals)
+        {
+            names = names.saturating_mul(commas + 1);
         }
     }
     if names == 1 {

@@ -504,7 +504,8 @@ async fn postgres_a_values_list_over_parameters_ends_at_its_deadline() {
     let walls = Walls::load(&db, name, Duration::from_secs(1)).await.unwrap();
     let sql = format!(
         "SELECT count(*) FROM (VALUES {}) v(h)",
-        vec!["(md5($1))"; 4_000].join(", ")
+        // As many rows as the token bound lets through (`MAX_TOKENS`).
+        vec!["(md5($1))"; 2_000].join(", ")
     );
     assert!(row_work_ns(&sql, 1 << 20).unwrap() <= crate::sandbox::work::ROW_WORK_NS);
     let big: SqlValue = "x".repeat(1 << 20).into();
@@ -517,7 +518,7 @@ async fn postgres_a_values_list_over_parameters_ends_at_its_deadline() {
             .guest_query(&sql, std::slice::from_ref(&big), 10, 1 << 20)
             .await;
         let took = started.elapsed();
-        let err = result.expect_err("4,000 md5 of 1 MiB in 1 s?").to_string();
+        let err = result.expect_err("2,000 md5 of 1 MiB in 1 s?").to_string();
         assert!(err.contains("deadline"), "{err}");
         assert!(
             took < Duration::from_millis(2_500),

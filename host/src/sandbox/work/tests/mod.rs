@@ -423,7 +423,7 @@ fn a_multiple_assignment_is_counted_with_its_copies() {
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let mut source = format!("({})", vec!["1"; 12].join(", "));
+    let mut source = format!("({})", ["1"; 12].join(", "));
     for level in 0..5 {
         source = format!(
             "(WITH x{level} AS (UPDATE t SET ({}) = {source} RETURNING 1) SELECT 1)",
