@@ -162,13 +162,23 @@ fn migration_form(dir: &Path, mut form: reqwest::multipart::Form) -> reqwest::mu
 
 impl Admin {
     async fn call(&self, request: reqwest::RequestBuilder, token: Option<&str>) -> (u16, Value) {
+        self.try_call(request, token).await.expect("admin API request")
+    }
+
+    /// As [`Admin::call`], with the client's error if the request could not
+    /// be sent whole.
+    async fn try_call(
+        &self,
+        request: reqwest::RequestBuilder,
+        token: Option<&str>,
+    ) -> Result<(u16, Value), reqwest::Error> {
         let request = match token {
             Some(token) => request.bearer_auth(token),
             None => request,
         };
-        let response = request.send().await.expect("admin API request");
+        let response = request.send().await?;
         let status = response.status().as_u16();
-        (status, response.json().await.unwrap_or(Value::Null))
+        Ok((status, response.json().await.unwrap_or(Value::Null)))
     }
 
     async fn upload(
@@ -203,15 +213,11 @@ impl Admin {
         if let Some(dir) = migrations {
             form = migration_form(dir, form);
         }
-        let response = self
+        let request = self
             .http
             .post(format!("{}/v1/handlers/{name}", self.url))
-            .multipart(form)
-            .bearer_auth(token)
-            .send()
-            .await?;
-        let status = response.status().as_u16();
-        Ok((status, response.json().await.unwrap_or(Value::Null)))
+            .multipart(form);
+        self.try_call(request, Some(token)).await
     }
 
     /// Uploads guest `name` (`billing`, `notifier`, ...) with its own

@@ -3,6 +3,7 @@
 use super::*;
 use crate::db::outbox::{NewMessage, ParkedFilter};
 use crate::db::test_support::sqlite_db;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::Producer;
 
